@@ -1,0 +1,1 @@
+// NCCL build: placeholder until the communicator seam lands.

@@ -1,0 +1,1 @@
+// Build without NCCL: placeholder until the communicator seam lands.

@@ -1,0 +1,1 @@
+// CUDA build: placeholder until the backend seam lands.

@@ -1,0 +1,1 @@
+// CPU-only build: placeholder until the backend seam lands.

@@ -1,0 +1,41 @@
+// Bulk conversions between float and the 16-bit formats. Every path (portable, F16C/AVX2,
+// AVX-512F, AVX-512-BF16) gives the same bits as the scalar reference in core/half.h on every
+// input, subnormals and NaN included; the fastest path this CPU supports is chosen at run time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace amp {
+
+void f32_to_f16(const float* src, uint16_t* dst, size_t n);
+void f16_to_f32(const uint16_t* src, float* dst, size_t n);
+void f32_to_bf16(const float* src, uint16_t* dst, size_t n);
+void bf16_to_f32(const uint16_t* src, float* dst, size_t n);
+
+// Any float dtype to any float dtype (f32, f16, bf16); same dtype is a copy. 16 <-> 16 goes
+// through float, which is exact for every value representable in both.
+void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t n);
+
+// The same, split over the OpenMP threads of the caller for large n.
+void convert_parallel(const void* src, DType src_type, void* dst, DType dst_type, size_t n);
+
+// One set of conversion kernels; tests and benchmarks iterate over every path this CPU runs.
+struct ConvertKernels {
+  std::string name;  // "scalar", "f16c", "avx512", "avx512bf16"
+  void (*f32_to_f16)(const float*, uint16_t*, size_t);
+  void (*f16_to_f32)(const uint16_t*, float*, size_t);
+  void (*f32_to_bf16)(const float*, uint16_t*, size_t);
+  void (*bf16_to_f32)(const uint16_t*, float*, size_t);
+};
+
+// Every path the running CPU supports, slowest (scalar) first.
+const std::vector<ConvertKernels>& available_convert_kernels();
+// The path the public functions above use.
+const ConvertKernels& active_convert_kernels();
+
+}  // namespace amp
