@@ -1,1 +1,1 @@
-// NCCL build: placeholder until the communicator seam lands.
+// NCCL build: the NCCL side of the communicator factory (placeholder).

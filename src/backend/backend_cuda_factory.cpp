@@ -1,1 +1,8 @@
-// CUDA build: placeholder until the backend seam lands.
+// CUDA build: the CUDA side of the backend factory.
+#include "train/run.h"
+
+namespace amp {
+
+std::string build_info() { return "CUDA: on"; }
+
+}  // namespace amp

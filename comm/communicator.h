@@ -1,0 +1,58 @@
+// The communicator seam: collectives over typed buffer views, blocking and non-blocking.
+// Implementations: MPI (host buffers, always built) and NCCL (device buffers, when built).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace amp {
+
+enum class ReduceOp { Sum, Avg, Max };
+const char* reduce_op_name(ReduceOp op);
+
+// A typed view of a buffer: element count and type travel together, so a byte count can never be
+// passed where an element count is expected.
+struct BufView {
+  void* data = nullptr;
+  size_t count = 0;
+  DType dtype = DType::F32;
+  size_t bytes() const { return count * dtype_size(dtype); }
+};
+
+template <typename T>
+BufView view_of(T* p, size_t n);  // specialized for float, int32_t, uint8_t, Half, BFloat16
+
+// Completion handle of a non-blocking collective.
+class Request {
+ public:
+  virtual ~Request() = default;
+  virtual void wait() = 0;  // blocks until done; rethrows the collective's error
+  virtual bool test() = 0;  // true when done (never blocks)
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int local_rank() const = 0;  // rank among the processes of this node
+  virtual int local_size() const = 0;
+
+  // In-place all-reduce. 16-bit sums add in FP32 and round once per combining step.
+  virtual void allreduce(BufView buf, ReduceOp op) = 0;
+  // Non-blocking all-reduce; collectives complete in the order they were issued.
+  virtual std::unique_ptr<Request> iallreduce(BufView buf, ReduceOp op) = 0;
+  virtual void broadcast(BufView buf, int root) = 0;
+  // Gathers `bytes` from every rank into recv (size() * bytes), in rank order.
+  virtual void allgather(const void* send, void* recv, size_t bytes) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank of the job at once (the error path: no rank is left waiting).
+  [[noreturn]] virtual void abort(int exit_code) = 0;
+};
+
+}  // namespace amp

@@ -1,0 +1,287 @@
+#include "comm/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <future>
+#include <vector>
+
+#include "core/convert.h"
+#include "core/error.h"
+#include "core/half.h"
+
+namespace amp {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+template <> BufView view_of<float>(float* p, size_t n) { return {p, n, DType::F32}; }
+template <> BufView view_of<int32_t>(int32_t* p, size_t n) { return {p, n, DType::I32}; }
+template <> BufView view_of<uint8_t>(uint8_t* p, size_t n) { return {p, n, DType::U8}; }
+template <> BufView view_of<Half>(Half* p, size_t n) { return {p, n, DType::F16}; }
+template <> BufView view_of<BFloat16>(BFloat16* p, size_t n) { return {p, n, DType::BF16}; }
+
+namespace {
+
+#define MPI_CHECK(call)                                                                      \
+  do {                                                                                       \
+    const int rc_ = (call);                                                                  \
+    if (rc_ != MPI_SUCCESS) {                                                                \
+      char msg_[MPI_MAX_ERROR_STRING];                                                       \
+      int len_ = 0;                                                                          \
+      MPI_Error_string(rc_, msg_, &len_);                                                    \
+      throw Error(ErrorKind::Comm, strcat(__FILE__, ":", __LINE__, ": ", #call, " failed: ", \
+                                          std::string(msg_, len_)));                         \
+    }                                                                                        \
+  } while (0)
+
+MPI_Comm as_comm(void* p) { return *static_cast<MPI_Comm*>(p); }
+
+// ---- user-defined reductions on 16-bit floats (and NaN-propagating float max) ------------
+// The arithmetic is FP32 with one rounding per combining step, in chunks small enough to stay in
+// the L1 cache, through the vectorized conversions.
+constexpr int kChunk = 512;
+
+template <bool kBf16, bool kMax>
+void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  alignas(64) float fa[kChunk], fb[kChunk];
+  for (int off = 0; off < *len; off += kChunk) {
+    const int n = std::min(kChunk, *len - off);
+    if (kBf16) {
+      bf16_to_f32(a + off, fa, n);
+      bf16_to_f32(b + off, fb, n);
+    } else {
+      f16_to_f32(a + off, fa, n);
+      f16_to_f32(b + off, fb, n);
+    }
+    for (int i = 0; i < n; ++i) {
+      if (kMax) {
+        const float x = fa[i], y = fb[i];
+        fb[i] = (x != x || y != y) ? x + y : (x > y ? x : y);
+      } else {
+        fb[i] += fa[i];
+      }
+    }
+    if (kBf16) f32_to_bf16(fb, b + off, n);
+    else f32_to_f16(fb, b + off, n);
+  }
+}
+
+void max_f32(void* in, void* inout, int* len, MPI_Datatype*) {
+  const float* a = static_cast<const float*>(in);
+  float* b = static_cast<float*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = a[i], y = b[i];
+    b[i] = (x != x || y != y) ? x + y : (x > y ? x : y);
+  }
+}
+
+struct Ops {
+  MPI_Op f16_sum, bf16_sum, f16_max, bf16_max, f32_max;
+};
+Ops g_ops;  // created once after MPI_Init, freed before MPI_Finalize
+
+void create_ops() {
+  MPI_CHECK(MPI_Op_create(&reduce16<false, false>, 1, &g_ops.f16_sum));
+  MPI_CHECK(MPI_Op_create(&reduce16<true, false>, 1, &g_ops.bf16_sum));
+  MPI_CHECK(MPI_Op_create(&reduce16<false, true>, 1, &g_ops.f16_max));
+  MPI_CHECK(MPI_Op_create(&reduce16<true, true>, 1, &g_ops.bf16_max));
+  MPI_CHECK(MPI_Op_create(&max_f32, 1, &g_ops.f32_max));
+}
+
+void free_ops() {
+  for (MPI_Op* op : {&g_ops.f16_sum, &g_ops.bf16_sum, &g_ops.f16_max, &g_ops.bf16_max, &g_ops.f32_max})
+    MPI_Op_free(op);
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F16:
+    case DType::BF16: return MPI_UINT16_T;
+    case DType::I32: return MPI_INT32_T;
+    case DType::U8: return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(DType t, ReduceOp op) {
+  const bool max = op == ReduceOp::Max;
+  switch (t) {
+    case DType::F32: return max ? g_ops.f32_max : MPI_SUM;
+    case DType::F16: return max ? g_ops.f16_max : g_ops.f16_sum;
+    case DType::BF16: return max ? g_ops.bf16_max : g_ops.bf16_sum;
+    case DType::I32:
+    case DType::U8: return max ? MPI_MAX : MPI_SUM;
+  }
+  return MPI_OP_NULL;
+}
+
+// Average = sum, then one multiplication by 1/size (a second rounding for 16-bit types).
+void divide_in_place(BufView buf, int size) {
+  const float inv = 1.0f / static_cast<float>(size);
+  if (buf.dtype == DType::F32) {
+    float* p = static_cast<float*>(buf.data);
+    for (size_t i = 0; i < buf.count; ++i) p[i] *= inv;
+    return;
+  }
+  AMP_CHECK(is_float16(buf.dtype), "average is defined for float types only, got ", dtype_name(buf.dtype));
+  uint16_t* p = static_cast<uint16_t*>(buf.data);
+  alignas(64) float f[kChunk];
+  for (size_t off = 0; off < buf.count; off += kChunk) {
+    const size_t n = std::min<size_t>(kChunk, buf.count - off);
+    convert(p + off, buf.dtype, f, DType::F32, n);
+    for (size_t i = 0; i < n; ++i) f[i] *= inv;
+    convert(f, DType::F32, p + off, buf.dtype, n);
+  }
+}
+
+class MpiRequest final : public Request {
+ public:
+  explicit MpiRequest(std::shared_future<void> f) : f_(std::move(f)) {}
+  void wait() override { f_.get(); }
+  bool test() override { return f_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+
+ private:
+  std::shared_future<void> f_;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(int* argc, char*** argv) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    finalize_ = true;
+    if (provided < MPI_THREAD_MULTIPLE)
+      throw Error(ErrorKind::Comm, "the MPI library does not provide MPI_THREAD_MULTIPLE (got level " +
+                                       std::to_string(provided) + ")");
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  world_ = new MPI_Comm(MPI_COMM_WORLD);
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
+  MPI_CHECK(MPI_Comm_size(node, &local_size_));
+  MPI_Comm_free(&node);
+  auto* wc = new MPI_Comm;
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, wc));
+  MPI_Comm_set_errhandler(*wc, MPI_ERRORS_RETURN);
+  worker_comm_ = wc;
+  create_ops();
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  free_ops();
+  auto* wc = static_cast<MPI_Comm*>(worker_comm_);
+  MPI_Comm_free(wc);
+  delete wc;
+  delete static_cast<MPI_Comm*>(world_);
+  if (finalize_) MPI_Finalize();
+}
+
+void MpiCommunicator::worker_loop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ with nothing left
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+void MpiCommunicator::run_allreduce(void* comm_handle, BufView buf, ReduceOp op) {
+  if (buf.count == 0 || size_ == 1) {
+    return;  // a sum or max over one rank is the input itself
+  }
+  AMP_CHECK(!(op == ReduceOp::Avg && (buf.dtype == DType::I32 || buf.dtype == DType::U8)),
+            "average of integers is not defined");
+  const MPI_Comm comm = as_comm(comm_handle);
+  const MPI_Datatype type = mpi_type(buf.dtype);
+  const MPI_Op mop = mpi_op(buf.dtype, op);
+  const size_t esize = dtype_size(buf.dtype);
+  constexpr size_t kMaxCount = size_t(1) << 30;  // MPI counts are int
+  char* p = static_cast<char*>(buf.data);
+  for (size_t off = 0; off < buf.count; off += kMaxCount) {
+    const int n = static_cast<int>(std::min(kMaxCount, buf.count - off));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off * esize, n, type, mop, comm));
+  }
+  if (op == ReduceOp::Avg) divide_in_place(buf, size_);
+}
+
+void MpiCommunicator::allreduce(BufView buf, ReduceOp op) { run_allreduce(world_, buf, op); }
+
+std::unique_ptr<Request> MpiCommunicator::iallreduce(BufView buf, ReduceOp op) {
+  auto promise = std::make_shared<std::promise<void>>();
+  std::shared_future<void> fut = promise->get_future().share();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back([this, buf, op, promise] {
+      try {
+        run_allreduce(worker_comm_, buf, op);
+        promise->set_value();
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    });
+  }
+  cv_.notify_one();
+  return std::make_unique<MpiRequest>(fut);
+}
+
+void MpiCommunicator::raw_allreduce(BufView buf, ReduceOp op) {
+  AMP_CHECK(buf.dtype == DType::F32 || buf.dtype == DType::I32, "raw_allreduce takes f32 or i32");
+  AMP_CHECK(buf.count <= size_t(INT_MAX), "count too large");
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data, static_cast<int>(buf.count), mpi_type(buf.dtype),
+                          op == ReduceOp::Max ? MPI_MAX : MPI_SUM, as_comm(world_)));
+}
+
+void MpiCommunicator::broadcast(BufView buf, int root) {
+  constexpr size_t kMaxBytes = size_t(1) << 30;
+  char* p = static_cast<char*>(buf.data);
+  const size_t bytes = buf.bytes();
+  for (size_t off = 0; off < bytes; off += kMaxBytes) {
+    const int n = static_cast<int>(std::min(kMaxBytes, bytes - off));
+    MPI_CHECK(MPI_Bcast(p + off, n, MPI_BYTE, root, as_comm(world_)));
+  }
+}
+
+void MpiCommunicator::allgather(const void* send, void* recv, size_t bytes) {
+  AMP_CHECK(bytes <= size_t(INT_MAX), "allgather is for small buffers");
+  MPI_CHECK(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
+                          as_comm(world_)));
+}
+
+void MpiCommunicator::barrier() { MPI_CHECK(MPI_Barrier(as_comm(world_))); }
+
+void MpiCommunicator::abort(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+}  // namespace amp

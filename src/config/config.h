@@ -1,0 +1,103 @@
+// The resolved run configuration: one struct, filled from a YAML file and --set overrides through
+// one table of keys (config/schema.cpp) that also gives defaults, validation and --help.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace amp {
+
+struct FaultSpec {
+  int64_t step = 0;     // 1-based training step
+  int64_t rank = 0;     // rank that plants the non-finite gradient
+  std::string tensor;   // parameter tensor name ("" = the first one)
+  std::string value;    // "inf" or "nan"
+};
+
+struct LossScaleConfig {
+  std::string mode;             // auto | none | static | dynamic (auto: dynamic for fp16, else none)
+  double init_scale = 0;
+  double growth_factor = 0;
+  double backoff_factor = 0;
+  int64_t growth_interval = 0;
+  int64_t hysteresis = 0;
+  double min_scale = 0;
+  double max_scale = 0;
+  int64_t divergence_steps = 0;
+};
+
+struct Config {
+  struct Run {
+    std::string name, out_dir, device, progress;
+    int64_t seed = 0, steps = 0, epochs = 0, log_interval = 0, eval_interval = 0, threads = 0;
+  } run;
+  struct Model {
+    std::string type, activation, init;
+    std::vector<int64_t> hidden;
+    double init_std = 0;
+  } model;
+  struct Synthetic {
+    int64_t train_samples = 0, eval_samples = 0, features = 0, outputs = 0;
+    double noise = 0;
+  };
+  struct Data {
+    std::string format, train_images, train_labels, eval_images, eval_labels, train_csv, eval_csv,
+        target, task, normalize;
+    bool csv_header = true, shuffle = true;
+    double eval_fraction = 0;
+    int64_t n_classes = 0, batch_size = 0, eval_batch_size = 0;
+    Synthetic synthetic;
+  } data;
+  struct Precision {
+    std::string compute;
+    LossScaleConfig loss_scale;
+    int64_t telemetry_interval = 0;
+  } precision;
+  struct Optimizer {
+    std::string type, schedule;
+    double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0, grad_clip = 0,
+           min_lr = 0;
+    bool nesterov = false;
+    int64_t warmup_steps = 0;
+  } optimizer;
+  struct Distributed {
+    double bucket_mb = 0, first_bucket_mb = 0;
+    int64_t hash_interval = 0;
+    std::string comm;
+  } distributed;
+  struct Checkpoint {
+    int64_t interval = 0, keep = 0;
+    bool final = true, on_signal = true;
+    std::string dir, resume;
+  } checkpoint;
+  struct Faults {
+    std::vector<FaultSpec> inject_nonfinite;
+  } faults;
+
+  // Where each key's value came from: "file.yaml:12:5", "--set" or "default".
+  std::map<std::string, std::string> origin;
+  std::string source;  // the config file path as given
+
+  // Derived helpers (after validation).
+  std::string resolved_out_dir() const;
+  std::string resolved_checkpoint_dir() const;
+  std::string loss_scale_mode() const;  // auto resolved against the compute precision
+};
+
+// Parse a YAML file plus "--set key=value" overrides into a validated Config.
+// Throws amp::Error(ErrorKind::Config, "config error: FILE:LINE:COL: key: ...").
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// The resolved configuration as YAML text, every key in table order (also what --dry-run prints).
+std::string config_to_yaml(const Config& c);
+
+// 64-bit digest of the resolved configuration text and the program version; ranks compare it.
+uint64_t config_hash(const Config& c);
+
+// The key table formatted for --help.
+std::string config_keys_help();
+
+}  // namespace amp
