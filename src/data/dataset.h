@@ -57,6 +57,7 @@ struct CsvOptions {
 Dataset load_csv(const std::string& path, const CsvOptions& opt);
 
 // Deterministic split: a seeded shuffle, then the first round(fraction * n) samples go to eval.
+// Returns {train, eval}.
 std::pair<Dataset, Dataset> split_dataset(const Dataset& all, double eval_fraction, uint64_t seed);
 
 // ---- synthetic ---------------------------------------------------------------------------
@@ -78,6 +79,7 @@ enum class Normalization { None, Global, PerFeature };
 struct Normalizer {
   Normalization mode = Normalization::None;
   std::vector<float> mean, inv_std;  // one value (Global) or one per feature (PerFeature)
+  size_t n_features = 0;             // of the fitted set; apply() checks it (Internal error)
   void fit(const Dataset& train, Normalization m);
   void apply(Dataset& d) const;      // constant features (std 0) are only centred
 };

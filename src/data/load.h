@@ -1,0 +1,17 @@
+// Builds the training and evaluation sets a config asks for (IDX, CSV or synthetic), normalized
+// with statistics of the training set.
+#pragma once
+
+#include "config/config.h"
+#include "data/dataset.h"
+
+namespace amp {
+
+struct DataSets {
+  Dataset train;
+  Dataset eval;  // n == 0: no evaluation
+};
+
+DataSets load_datasets(const Config& cfg);
+
+}  // namespace amp
