@@ -32,6 +32,8 @@ class Request {
   virtual ~Request() = default;
   virtual void wait() = 0;  // blocks until done; rethrows the collective's error
   virtual bool test() = 0;  // true when done (never blocks)
+  // Seconds the collective itself took where it ran (after wait(); 0 if not measured).
+  virtual double seconds() const { return 0.0; }
 };
 
 class Communicator {

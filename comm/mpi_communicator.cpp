@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <future>
@@ -148,12 +149,14 @@ void divide_in_place(BufView buf, int size) {
 
 class MpiRequest final : public Request {
  public:
-  explicit MpiRequest(std::shared_future<void> f) : f_(std::move(f)) {}
+  MpiRequest(std::shared_future<void> f, std::shared_ptr<double> secs) : f_(std::move(f)), secs_(std::move(secs)) {}
   void wait() override { f_.get(); }
   bool test() override { return f_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+  double seconds() const override { return *secs_; }
 
  private:
   std::shared_future<void> f_;
+  std::shared_ptr<double> secs_;  // written by the worker before the future is made ready
 };
 
 }  // namespace
@@ -238,12 +241,15 @@ void MpiCommunicator::allreduce(BufView buf, ReduceOp op) { run_allreduce(world_
 
 std::unique_ptr<Request> MpiCommunicator::iallreduce(BufView buf, ReduceOp op) {
   auto promise = std::make_shared<std::promise<void>>();
+  auto secs = std::make_shared<double>(0.0);
   std::shared_future<void> fut = promise->get_future().share();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.emplace_back([this, buf, op, promise] {
+    queue_.emplace_back([this, buf, op, promise, secs] {
       try {
+        const auto t0 = std::chrono::steady_clock::now();
         run_allreduce(worker_comm_, buf, op);
+        *secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         promise->set_value();
       } catch (...) {
         promise->set_exception(std::current_exception());
@@ -251,7 +257,7 @@ std::unique_ptr<Request> MpiCommunicator::iallreduce(BufView buf, ReduceOp op) {
     });
   }
   cv_.notify_one();
-  return std::make_unique<MpiRequest>(fut);
+  return std::make_unique<MpiRequest>(fut, secs);
 }
 
 void MpiCommunicator::raw_allreduce(BufView buf, ReduceOp op) {

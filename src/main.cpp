@@ -11,6 +11,7 @@
 #include "comm/mpi_communicator.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "backend/backend.h"
 #include "train/run.h"
 
 namespace {
@@ -97,6 +98,12 @@ int main(int argc, char** argv) {
     world.reset();
     return rc;
   } catch (const amp::Error& e) {
+    if (e.agreed()) {  // every rank stopped here and the message was printed once: exit cleanly
+      if (rank == 0 && e.kind() == amp::ErrorKind::Divergence) std::fprintf(stderr, "error: %s\n", e.what());
+      const int rc = e.exit_code();
+      world.reset();
+      return rc;
+    }
     std::fprintf(stderr, "[rank %d] %s\n", rank, e.what());
     std::fflush(stderr);
     world->abort(e.exit_code());

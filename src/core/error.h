@@ -20,12 +20,17 @@ enum class ErrorKind {
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& msg) : std::runtime_error(msg), kind_(kind) {}
+  Error(ErrorKind kind, const std::string& msg, bool agreed = false)
+      : std::runtime_error(msg), kind_(kind), agreed_(agreed) {}
   ErrorKind kind() const { return kind_; }
   int exit_code() const { return static_cast<int>(kind_); }
+  // True when every rank raised this error at the same point and it has been reported once:
+  // the ranks can exit cleanly with exit_code() instead of aborting the job.
+  bool agreed() const { return agreed_; }
 
  private:
   ErrorKind kind_;
+  bool agreed_;
 };
 
 // Stream-style message builder: throw Error(ErrorKind::Data, strcat("x", 1, "y")).

@@ -1,11 +1,12 @@
 #include "train/run.h"
 
-#include "core/error.h"
+#include "train/trainer.h"
 
 namespace amp {
 
-int run(const Config&, MpiCommunicator&) {
-  throw Error(ErrorKind::Config, "config error: training is not built yet; use --dry-run");
+int run(const Config& cfg, MpiCommunicator& world) {
+  Trainer trainer(cfg, world);
+  return trainer.run();
 }
 
 }  // namespace amp

@@ -11,7 +11,4 @@ namespace amp {
 // Trains as the config says; returns the process exit code. Throws amp::Error on failure.
 int run(const Config& cfg, MpiCommunicator& world);
 
-// "CUDA: on, NCCL: on" etc., for --version and the logs.
-std::string build_info();
-
 }  // namespace amp

@@ -1,0 +1,80 @@
+#include "comm/grad_reducer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace amp {
+
+std::vector<Bucket> make_buckets(const std::vector<TensorSpan>& spans, size_t total, size_t elem_bytes,
+                                 size_t first_bucket_bytes, size_t bucket_bytes) {
+  std::vector<Bucket> out;
+  size_t end = total;
+  while (end > 0) {
+    const size_t cap_bytes = out.empty() ? first_bucket_bytes : bucket_bytes;
+    const size_t cap = std::max<size_t>(1, cap_bytes / elem_bytes);
+    const size_t begin = end > cap ? end - cap : 0;
+    Bucket b;
+    b.begin = begin;
+    b.end = end;
+    b.first_tensor = -1;
+    for (size_t t = 0; t < spans.size(); ++t) {
+      const size_t tb = spans[t].offset, te = spans[t].offset + spans[t].count;
+      if (tb < end && te > begin) {
+        if (b.first_tensor < 0) b.first_tensor = int(t);
+        b.last_tensor = int(t);
+      }
+    }
+    if (b.first_tensor >= 0) out.push_back(b);  // a range of padding only needs no reduction
+    end = begin;
+  }
+  return out;
+}
+
+GradReducer::GradReducer(Communicator& comm, Backend& be, std::vector<TensorSpan> spans, size_t total, DType dtype,
+                         void* grads, size_t first_bucket_bytes, size_t bucket_bytes, int32_t* local_flag)
+    : comm_(comm), be_(be), spans_(std::move(spans)), dtype_(dtype), grads_(grads), local_flag_(local_flag) {
+  buckets_ = make_buckets(spans_, total, dtype_size(dtype), first_bucket_bytes, bucket_bytes);
+  of_tensor_.resize(spans_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (int t = buckets_[b].first_tensor; t <= buckets_[b].last_tensor; ++t) of_tensor_[size_t(t)].push_back(b);
+  pending_.resize(buckets_.size());
+}
+
+void GradReducer::begin_step() {
+  for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].last_tensor - buckets_[b].first_tensor + 1;
+  requests_.clear();
+  launched_ = 0;
+  last_ = ReducerStats{};
+}
+
+void GradReducer::tensor_ready(int tensor) {
+  if (!active()) return;
+  for (size_t b : of_tensor_[size_t(tensor)])
+    if (--pending_[b] == 0) launch(b);
+}
+
+void GradReducer::launch(size_t b) {
+  // Buckets complete in order (backward runs from the last tensor to the first), so every rank
+  // issues the same collectives in the same order.
+  AMP_CHECK(b == launched_, "bucket ", b, " became ready before bucket ", launched_);
+  const Bucket& bk = buckets_[b];
+  be_.find_nonfinite(grads_, dtype_, spans_, bk.begin, bk.end, local_flag_);
+  BufView view{static_cast<char*>(grads_) + bk.begin * dtype_size(dtype_), bk.end - bk.begin, dtype_};
+  requests_.push_back(comm_.iallreduce(view, ReduceOp::Sum));
+  last_.bytes += view.bytes();
+  ++launched_;
+}
+
+void GradReducer::finish() {
+  if (!active()) return;
+  AMP_CHECK(launched_ == buckets_.size(), "backward finished with ", buckets_.size() - launched_,
+            " gradient buckets never ready");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& r : requests_) r->wait();
+  last_.exposed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto& r : requests_) last_.comm_seconds += r->seconds();
+}
+
+}  // namespace amp

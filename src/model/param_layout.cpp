@@ -1,0 +1,44 @@
+#include "model/param_layout.h"
+
+namespace amp {
+
+std::vector<TensorSpan> ParamLayout::spans() const {
+  std::vector<TensorSpan> s;
+  for (const auto& t : tensors) s.push_back(t.span);
+  return s;
+}
+
+size_t ParamLayout::n_params() const {
+  size_t n = 0;
+  for (const auto& t : tensors) n += t.span.count;
+  return n;
+}
+
+int ParamLayout::index_of(const std::string& name) const {
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].name == name) return int(i);
+  return -1;
+}
+
+std::string ParamLayout::names() const {
+  std::string s;
+  for (const auto& t : tensors) s += (s.empty() ? "" : ", ") + t.name;
+  return s;
+}
+
+ParamLayout mlp_layout(const std::vector<size_t>& dims) {
+  ParamLayout l;
+  auto add = [&](const std::string& name, size_t rows, size_t cols) {
+    ParamInfo p{name, rows, cols, TensorSpan{l.total, rows * cols}};
+    l.total += (rows * cols + 31) / 32 * 32;
+    l.tensors.push_back(p);
+  };
+  for (size_t i = 0; i + 1 < dims.size(); ++i) {
+    const std::string fc = "fc" + std::to_string(i + 1);
+    add(fc + ".weight", dims[i + 1], dims[i]);
+    add(fc + ".bias", 1, dims[i + 1]);
+  }
+  return l;
+}
+
+}  // namespace amp

@@ -1,0 +1,31 @@
+// Where each parameter tensor lives in the flat parameter and gradient buffers. Tensors are in
+// forward order (fc1.weight, fc1.bias, fc2.weight, ...), each starting on a 32-element boundary.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace amp {
+
+struct ParamInfo {
+  std::string name;  // "fc2.weight"
+  size_t rows = 0, cols = 0;
+  TensorSpan span;
+};
+
+struct ParamLayout {
+  std::vector<ParamInfo> tensors;
+  size_t total = 0;  // elements, padding included
+
+  std::vector<TensorSpan> spans() const;
+  size_t n_params() const;  // without padding
+  int index_of(const std::string& name) const;  // -1 if absent
+  std::string names() const;  // "fc1.weight, fc1.bias, ..." for messages
+};
+
+// dims = {inputs, hidden..., outputs}.
+ParamLayout mlp_layout(const std::vector<size_t>& dims);
+
+}  // namespace amp

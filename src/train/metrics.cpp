@@ -1,0 +1,78 @@
+#include "train/metrics.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace amp {
+
+void write_file_atomic(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(ErrorKind::Internal, strcat(tmp, ": cannot create: ", std::strerror(errno)));
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error(ErrorKind::Internal, strcat(tmp, ": write failed: ", std::strerror(err)));
+    }
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(ErrorKind::Internal, strcat(tmp, ": fsync/close failed: ", std::strerror(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(ErrorKind::Internal, strcat(path, ": rename failed: ", std::strerror(err)));
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+MetricsWriter::MetricsWriter(const std::string& out_dir, bool enabled, bool append)
+    : dir_(out_dir), enabled_(enabled) {
+  if (!enabled_) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) throw Error(ErrorKind::Config, strcat("config error: run.out_dir: cannot create ", dir_, ": ", ec.message()));
+  const std::string path = dir_ + "/metrics.jsonl";
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
+  if (!f_) throw Error(ErrorKind::Config, strcat("config error: run.out_dir: cannot write ", path, ": ", std::strerror(errno)));
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsWriter::record(const nlohmann::json& j) {
+  if (!f_) return;
+  const std::string line = j.dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), f_);
+  std::fflush(f_);
+}
+
+void MetricsWriter::write_summary(const nlohmann::json& j) const {
+  if (enabled_) write_file_atomic(dir_ + "/summary.json", j.dump(2) + "\n");
+}
+
+void MetricsWriter::write_text(const std::string& name, const std::string& text) const {
+  if (enabled_) write_file_atomic(dir_ + "/" + name, text);
+}
+
+}  // namespace amp

@@ -1,0 +1,509 @@
+#include "train/trainer.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "comm/agree.h"
+#include "core/convert.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "core/hash.h"
+
+namespace amp {
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+DType dtype_of(const std::string& p) { return p == "fp32" ? DType::F32 : p == "bf16" ? DType::BF16 : DType::F16; }
+const char* precision_name(DType t) { return t == DType::F32 ? "fp32" : t == DType::BF16 ? "bf16" : "fp16"; }
+
+// CPU threads per rank: what the config says, else the CPUs this process may run on (a launcher
+// that binds ranks to cores gives one each), shared among the ranks of this node.
+int pick_threads(int64_t configured, int local_size) {
+  if (configured > 0) return int(configured);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+  int allowed = hw;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) allowed = CPU_COUNT(&set);
+  if (allowed < hw) return std::max(1, allowed);
+  return std::max(1, hw / std::max(1, local_size));
+}
+
+ScalerParams scaler_params_of(const Config& c) {
+  ScalerParams p;
+  const std::string mode = c.loss_scale_mode();
+  p.mode = mode == "dynamic" ? ScaleMode::Dynamic : mode == "static" ? ScaleMode::Static : ScaleMode::None;
+  const auto& ls = c.precision.loss_scale;
+  p.init_scale = float(ls.init_scale);
+  p.growth_factor = float(ls.growth_factor);
+  p.backoff_factor = float(ls.backoff_factor);
+  p.growth_interval = int32_t(std::min<int64_t>(ls.growth_interval, std::numeric_limits<int32_t>::max()));
+  p.hysteresis = int32_t(std::min<int64_t>(ls.hysteresis, std::numeric_limits<int32_t>::max()));
+  p.min_scale = float(ls.min_scale);
+  p.max_scale = std::isinf(ls.max_scale) ? std::numeric_limits<float>::max() : float(ls.max_scale);
+  return p;
+}
+
+OptimizerParams optimizer_params_of(const Config& c) {
+  OptimizerParams p;
+  const auto& o = c.optimizer;
+  p.kind = o.type == "sgd" ? OptimizerKind::Sgd : OptimizerKind::AdamW;
+  p.momentum = float(o.momentum);
+  p.nesterov = o.nesterov;
+  p.weight_decay = float(o.weight_decay);
+  p.beta1 = float(o.beta1);
+  p.beta2 = float(o.beta2);
+  p.eps = float(o.eps);
+  return p;
+}
+
+nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+}  // namespace
+
+Trainer::Trainer(const Config& cfg, MpiCommunicator& world) : cfg_(cfg), world_(world) {
+  rank_ = world.rank();
+  nranks_ = world.size();
+  run_agreed(world_, [&] { setup(); });
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::setup() {
+  run_start_ = now_seconds();
+  // Every rank must run the same program on the same config.
+  const uint64_t my_hash = config_hash(cfg_);
+  std::vector<uint64_t> hashes(static_cast<size_t>(nranks_));
+  world_.allgather(&my_hash, hashes.data(), sizeof my_hash);
+  std::string differ;
+  for (int r = 1; r < nranks_; ++r)
+    if (hashes[size_t(r)] != hashes[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (!differ.empty())
+    throw Error(ErrorKind::Comm, "ranks disagree on the configuration: rank(s) " + differ +
+                                     " resolved a different config (or program version) than rank 0 (" +
+                                     hex64(hashes[0]) + "); start every rank with the same config, --set and binary");
+
+  const int threads = pick_threads(cfg_.run.threads, world_.local_size());
+  be_ = make_backend(cfg_.run.device, world_.local_rank(), threads);
+  compute_ = dtype_of(cfg_.precision.compute);
+
+  data_ = load_datasets(cfg_);
+  classification_ = data_.train.task == Task::Classification;
+  n_out_ = data_.train.n_outputs();
+  batch_ = size_t(cfg_.data.batch_size);
+  sampler_ = std::make_unique<ShardedSampler>(data_.train.n, batch_, rank_, nranks_, uint64_t(cfg_.run.seed),
+                                              cfg_.data.shuffle);
+  total_steps_ = cfg_.run.steps > 0 ? cfg_.run.steps : cfg_.run.epochs * int64_t(sampler_->steps_per_epoch());
+
+  std::vector<size_t> dims{data_.train.n_features};
+  for (int64_t h : cfg_.model.hidden) dims.push_back(size_t(h));
+  dims.push_back(n_out_);
+  const size_t max_batch = std::max(batch_, size_t(cfg_.data.eval_batch_size));
+  const Activation act = cfg_.model.activation == "gelu" ? Activation::Gelu : Activation::Relu;
+  model_ = std::make_unique<Mlp>(*be_, dims, act, compute_, max_batch);
+  const ParamLayout& L = model_->layout();
+  spans_ = L.spans();
+
+  // Faults planted by this rank; tensor names are checked here, ranks at start-up.
+  for (const FaultSpec& f : cfg_.faults.inject_nonfinite) {
+    if (f.rank >= nranks_)
+      throw Error(ErrorKind::Config, strcat("config error: faults.inject_nonfinite: rank ", f.rank,
+                                            " does not exist in a run of ", nranks_, " rank(s)"));
+    if (!f.tensor.empty() && L.index_of(f.tensor) < 0)
+      throw Error(ErrorKind::Config, strcat("config error: faults.inject_nonfinite: no parameter tensor \"", f.tensor,
+                                            "\" (the model has ", L.names(), ")"));
+    if (f.rank == rank_) my_faults_.push_back(f);
+  }
+
+  // Parameters: rank 0's initialization is everyone's.
+  std::vector<float> init = model_->init_params(cfg_.model.init, cfg_.model.init_std, uint64_t(cfg_.run.seed));
+  world_.broadcast(view_of(init.data(), init.size()), 0);
+  const size_t n = L.total;
+  master_ = be_->alloc(n * sizeof(float));
+  be_->upload(master_.data(), init.data(), n * sizeof(float));
+  if (compute_ != DType::F32) {
+    lp_ = be_->alloc(n * dtype_size(compute_));
+    be_->cast(master_.data(), DType::F32, lp_.data(), compute_, n);
+  }
+  grads_ = be_->alloc(n * dtype_size(compute_));
+  g32_ = be_->alloc(n * sizeof(float));
+  opt_params_ = optimizer_params_of(cfg_);
+  const bool adam = opt_params_.kind == OptimizerKind::AdamW;
+  if (adam || opt_params_.momentum != 0.0f) state1_ = be_->alloc(n * sizeof(float));
+  if (adam) state2_ = be_->alloc(n * sizeof(float));
+
+  scaler_params_ = scaler_params_of(cfg_);
+  StepScalarsDev init_scalars;
+  init_scalars.scaler = scaler_init(scaler_params_);
+  scalars_ = be_->alloc(sizeof(StepScalarsDev));
+  be_->upload(scalars_.data(), &init_scalars, sizeof init_scalars);
+  dev_ = scalars_.as<StepScalarsDev>();
+  seen_ = init_scalars;
+  flags_ = be_->alloc(OverflowFlags::count(nranks_) * sizeof(int32_t));
+  flags_dev_ = flags_.as<int32_t>();
+
+  const size_t in = dims.front();
+  x_host_.resize(max_batch * in);
+  x_stage_ = be_->alloc(max_batch * in * sizeof(float));
+  if (compute_ != DType::F32) x_lp_ = be_->alloc(max_batch * in * dtype_size(compute_));
+  if (classification_) {
+    labels_host_.resize(max_batch);
+    labels_ = be_->alloc(max_batch * sizeof(int32_t));
+  } else {
+    targets_host_.resize(max_batch * n_out_);
+    targets_ = be_->alloc(max_batch * n_out_ * sizeof(float));
+  }
+
+  schedule_.kind = cfg_.optimizer.schedule == "warmup_cosine" ? LrSchedule::Kind::WarmupCosine : LrSchedule::Kind::Constant;
+  schedule_.lr = cfg_.optimizer.lr;
+  schedule_.min_lr = cfg_.optimizer.min_lr;
+  schedule_.warmup_steps = cfg_.optimizer.warmup_steps;
+  schedule_.total_steps = total_steps_;
+
+  if (nranks_ > 1) {
+    reducer_ = std::make_unique<GradReducer>(
+        world_, *be_, spans_, n, compute_, grads_.data(), size_t(cfg_.distributed.first_bucket_mb * 1048576.0),
+        size_t(cfg_.distributed.bucket_mb * 1048576.0), flags_dev_ + OverflowFlags::kRank0 + rank_);
+  }
+
+  const bool lead = rank_ == 0;
+  metrics_ = std::make_unique<MetricsWriter>(cfg_.resolved_out_dir(), lead, false);
+  metrics_->write_text("config.yaml", config_to_yaml(cfg_));
+  progress_ = std::make_unique<Progress>(cfg_.run.progress, lead);
+  if (lead) {
+    progress_->message(strcat("amp_ddp ", AMP_VERSION, " | ", nranks_, " rank(s) x ", be_->name(), " | ",
+                              precision_name(compute_), " compute, loss scale ", cfg_.loss_scale_mode(), " | ",
+                              L.n_params(), " parameters | global batch ", sampler_->global_batch(), " | ",
+                              total_steps_, " steps (", sampler_->steps_per_epoch(), " per epoch) | out ",
+                              cfg_.resolved_out_dir()));
+  }
+}
+
+std::vector<float> Trainer::master_weights() {
+  std::vector<float> w(model_->layout().total);
+  be_->download(w.data(), master_.data(), w.size() * sizeof(float));
+  return w;
+}
+
+uint64_t Trainer::params_hash() {
+  const std::vector<float> w = master_weights();
+  return hash64(w.data(), w.size() * sizeof(float));
+}
+
+void Trainer::plant_fault(int64_t step, int tensor) {
+  for (const FaultSpec& f : my_faults_) {
+    if (f.step != step) continue;
+    const int target = f.tensor.empty() ? 0 : model_->layout().index_of(f.tensor);
+    if (target != tensor) continue;
+    const float v = f.value == "nan" ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+    char bits[4];
+    convert(&v, DType::F32, bits, compute_, 1);
+    be_->upload(static_cast<char*>(grads_.data()) + spans_[size_t(tensor)].offset * dtype_size(compute_), bits,
+                dtype_size(compute_));
+  }
+}
+
+void Trainer::train_step(int64_t step) {
+  const std::vector<uint32_t>& idx = sampler_->batch(step - 1);
+  const size_t in = data_.train.n_features;
+  for (size_t i = 0; i < batch_; ++i) {
+    const size_t s = idx[i];
+    std::memcpy(&x_host_[i * in], &data_.train.x[s * in], in * sizeof(float));
+    if (classification_) labels_host_[i] = data_.train.labels[s];
+    else std::memcpy(&targets_host_[i * n_out_], &data_.train.y[s * n_out_], n_out_ * sizeof(float));
+  }
+  be_->upload(x_stage_.data(), x_host_.data(), batch_ * in * sizeof(float));
+  Tensor x = x_stage_.tensor(DType::F32, batch_, in);
+  if (compute_ != DType::F32) {
+    be_->cast(x_stage_.data(), DType::F32, x_lp_.data(), compute_, batch_ * in);
+    x = x_lp_.tensor(compute_, batch_, in);
+  }
+  if (classification_) be_->upload(labels_.data(), labels_host_.data(), batch_ * sizeof(int32_t));
+  else be_->upload(targets_.data(), targets_host_.data(), batch_ * n_out_ * sizeof(float));
+  be_->zero(flags_dev_, OverflowFlags::count(nranks_) * sizeof(int32_t));
+
+  const void* params = compute_ == DType::F32 ? master_.data() : lp_.data();
+  const Tensor logits = model_->forward(x, params, batch_);
+  const Tensor dlogits = model_->dlogits(batch_);
+  // The backward seed: the loss scale times the 1/N of the mean over the global batch, so the
+  // all-reduce is a plain sum of pre-divided gradients (it cannot overflow where the mean would not).
+  const float* scale = &dev_->scaler.scale;
+  if (classification_) {
+    const float inv_count = 1.0f / float(batch_ * size_t(nranks_));
+    be_->softmax_xent(logits, labels_.as<int32_t>(), scale, inv_count, dlogits, &dev_->loss_sum, &dev_->correct);
+  } else {
+    const float inv_count = 1.0f / float(batch_ * size_t(nranks_) * n_out_);
+    be_->mse(logits, targets_.tensor(DType::F32, batch_, n_out_), scale, inv_count, dlogits, &dev_->loss_sum);
+  }
+
+  if (reducer_) reducer_->begin_step();
+  model_->backward(dlogits, params, grads_.data(), batch_, [&](int t) {
+    if (!my_faults_.empty()) plant_fault(step, t);
+    if (reducer_) reducer_->tensor_ready(t);
+  });
+  if (reducer_) {
+    reducer_->finish();
+    const ReducerStats& rs = reducer_->last_step();
+    comm_seconds_ += rs.comm_seconds;
+    exposed_seconds_ += rs.exposed_seconds;
+    comm_bytes_ = rs.bytes;
+    ++comm_steps_;
+  }
+
+  // One fused pass: unscale into FP32, find non-finite values, squared norm.
+  be_->unscale_check(grads_.data(), compute_, spans_, scale, g32_.as<float>(), flags_dev_, &dev_->norm_sq);
+  // The global overflow flag (and who saw what): every rank skips or steps together.
+  if (nranks_ > 1) world_.allreduce(BufView{flags_dev_, OverflowFlags::count(nranks_), DType::I32}, ReduceOp::Max);
+
+  const float lr = float(schedule_.at(step));
+  be_->optimizer_step(opt_params_, lr, float(cfg_.optimizer.grad_clip), master_.as<float>(), g32_.as<float>(),
+                      state1_.as<float>(), state2_.as<float>(), model_->layout().total,
+                      compute_ == DType::F32 ? nullptr : lp_.data(), compute_, flags_dev_, &dev_->norm_sq,
+                      &dev_->scaler);
+  be_->update_scale(&dev_->scaler, scaler_params_, flags_dev_, nranks_);
+}
+
+std::string Trainer::overflow_where(const ScalerState& s) const {
+  const auto name = [&](int32_t t1) {
+    return t1 > 0 && size_t(t1) <= spans_.size() ? model_->layout().tensors[size_t(t1 - 1)].name : std::string("?");
+  };
+  if (s.last_overflow_rank >= 0)
+    return strcat(name(s.last_overflow_rank_tensor), " on rank ", s.last_overflow_rank);
+  if (nranks_ > 1) return strcat(name(s.last_overflow_tensor), " after the all-reduce (the 16-bit sum overflowed)");
+  return name(s.last_overflow_tensor);
+}
+
+// Reads the step scalars (every step where that is free, only at log steps on device backends),
+// reports skipped steps and stops a diverged run.
+void Trainer::observe(int64_t step, bool force_log) {
+  const bool log_step = force_log || step % cfg_.run.log_interval == 0 || step == total_steps_;
+  const bool telemetry = cfg_.precision.telemetry_interval > 0 && step % cfg_.precision.telemetry_interval == 0;
+  if (!log_step && !telemetry && !be_->host_accessible()) return;
+  StepScalarsDev now;
+  be_->download(&now, dev_, sizeof now);
+  const ScalerState& s = now.scaler;
+  const int64_t new_skips = s.overflow_steps - seen_.scaler.overflow_steps;
+  if (new_skips > 0 && rank_ == 0) {
+    const std::string count = new_skips == 1 ? "" : strcat(" (", new_skips, " skipped since step ", seen_.scaler.iterations, ")");
+    progress_->message(strcat("step ", s.last_overflow_iteration, ": non-finite gradients in ", overflow_where(s),
+                              " | step skipped on every rank | scale ", seen_.scaler.scale, " -> ", s.scale, count));
+  }
+  if (s.overflow_at_min >= cfg_.precision.loss_scale.divergence_steps) {
+    throw Error(ErrorKind::Divergence,
+                strcat("training diverged at step ", s.last_overflow_iteration, ": gradients were non-finite for ",
+                       s.overflow_at_min, " consecutive steps with the loss scale at its minimum (", s.scale,
+                       "); last in ", overflow_where(s),
+                       ". Lower optimizer.lr, enable optimizer.grad_clip, or use bf16"),
+                true);
+  }
+  if (telemetry) {
+    const auto stats = be_->grad_stats(grads_.data(), compute_, spans_);
+    nlohmann::json t = nlohmann::json::object();
+    for (size_t i = 0; i < stats.size(); ++i)
+      t[model_->layout().tensors[i].name] = {{"zero_frac", stats[i].zero_frac},
+                                             {"subnormal_frac", stats[i].subnormal_frac},
+                                             {"max_abs_scaled", finite_or_null(stats[i].max_abs)}};
+    metrics_->record({{"step", step}, {"scale", s.scale}, {"telemetry", t}});
+  }
+  seen_.scaler = s;
+  seen_.norm_sq = now.norm_sq;
+  if (log_step) log_interval(step);
+}
+
+void Trainer::log_interval(int64_t step) {
+  StepScalarsDev now;
+  be_->download(&now, dev_, sizeof now);
+  // Mean training loss over the interval, over every rank's samples.
+  float sums[2] = {now.loss_sum, float(interval_steps_ * int64_t(batch_) * int64_t(classification_ ? 1 : n_out_))};
+  if (nranks_ > 1) world_.allreduce(view_of(sums, 2), ReduceOp::Sum);
+  be_->zero(&dev_->loss_sum, sizeof(float) + sizeof(int32_t));
+  const double loss = sums[1] > 0 ? double(sums[0]) / double(sums[1]) : 0.0;
+  last_loss_ = loss;
+  const double t = now_seconds();
+  const double elapsed = t - interval_start_ - interval_pause_;
+  interval_pause_ = 0;
+  train_seconds_ += elapsed;
+  const double step_s = interval_steps_ ? elapsed / double(interval_steps_) : 0.0;
+  const double sps = elapsed > 0 ? double(interval_steps_) * double(sampler_->global_batch()) / elapsed : 0.0;
+  const double grad_norm = std::sqrt(double(now.norm_sq));
+  ProgressLine p;
+  p.step = step;
+  p.total = total_steps_;
+  p.loss = loss;
+  p.scale = now.scaler.scale;
+  p.skipped = now.scaler.overflow_steps;
+  p.grad_norm = grad_norm;
+  p.lr = schedule_.at(step);
+  p.step_ms = step_s * 1e3;
+  p.samples_per_s = sps;
+  p.eta_s = double(total_steps_ - step) * (train_seconds_ / double(std::max<int64_t>(1, step)));
+  progress_->update(p);
+  metrics_->record({{"step", step},
+                    {"epoch", double(step) / double(sampler_->steps_per_epoch())},
+                    {"loss", finite_or_null(loss)},
+                    {"scale", now.scaler.scale},
+                    {"skipped", now.scaler.overflow_steps},
+                    {"growth_tracker", now.scaler.growth_tracker},
+                    {"grad_norm", finite_or_null(grad_norm)},
+                    {"lr", p.lr},
+                    {"step_ms", p.step_ms},
+                    {"samples_per_second", sps}});
+  interval_steps_ = 0;
+  interval_start_ = now_seconds();
+}
+
+EvalResult Trainer::evaluate() {
+  EvalResult r;
+  const Dataset& ev = data_.eval;
+  if (ev.n == 0) return r;
+  size_t begin, end;
+  eval_shard(ev.n, rank_, nranks_, begin, end);
+  const size_t in = ev.n_features, eb = size_t(cfg_.data.eval_batch_size);
+  // Evaluation accumulates into its own scalars: loss, hits; scale 1, no gradients.
+  StepScalarsDev init;
+  init.scaler.scale = 1.0f;
+  Buffer scal = be_->alloc(sizeof(StepScalarsDev));
+  be_->upload(scal.data(), &init, sizeof init);
+  StepScalarsDev* es = scal.as<StepScalarsDev>();
+  const void* params = compute_ == DType::F32 ? master_.data() : lp_.data();
+  for (size_t b0 = begin; b0 < end; b0 += eb) {
+    const size_t nb = std::min(eb, end - b0);
+    be_->upload(x_stage_.data(), &ev.x[b0 * in], nb * in * sizeof(float));
+    Tensor x = x_stage_.tensor(DType::F32, nb, in);
+    if (compute_ != DType::F32) {
+      be_->cast(x_stage_.data(), DType::F32, x_lp_.data(), compute_, nb * in);
+      x = x_lp_.tensor(compute_, nb, in);
+    }
+    const Tensor logits = model_->forward(x, params, nb);
+    const Tensor none{nullptr, compute_, nb, n_out_};
+    if (classification_) {
+      be_->upload(labels_.data(), &ev.labels[b0], nb * sizeof(int32_t));
+      be_->softmax_xent(logits, labels_.as<int32_t>(), &es->scaler.scale, 1.0f, none, &es->loss_sum, &es->correct);
+    } else {
+      be_->upload(targets_.data(), &ev.y[b0 * n_out_], nb * n_out_ * sizeof(float));
+      be_->mse(logits, targets_.tensor(DType::F32, nb, n_out_), &es->scaler.scale, 1.0f, none, &es->loss_sum);
+    }
+  }
+  StepScalarsDev got;
+  be_->download(&got, es, sizeof got);
+  double sums[3] = {double(got.loss_sum), double(got.correct), double(end - begin)};
+  float f[3] = {float(sums[0]), float(sums[1]), float(sums[2])};
+  if (nranks_ > 1) world_.allreduce(view_of(f, 3), ReduceOp::Sum);
+  r.samples = size_t(f[2]);
+  const double denom = double(f[2]) * (classification_ ? 1.0 : double(n_out_));
+  r.loss = denom > 0 ? double(f[0]) / denom : 0.0;
+  r.accuracy = classification_ && f[2] > 0 ? double(f[1]) / double(f[2]) : 0.0;
+  return r;
+}
+
+void Trainer::check_params_in_sync(int64_t step) {
+  const uint64_t h = params_hash();
+  std::vector<uint64_t> all(static_cast<size_t>(nranks_));
+  world_.allgather(&h, all.data(), sizeof h);
+  std::string differ;
+  for (int r = 1; r < nranks_; ++r)
+    if (all[size_t(r)] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (!differ.empty())
+    throw Error(ErrorKind::Comm,
+                strcat("ranks diverged: after step ", step, " the master weights of rank(s) ", differ,
+                       " differ from rank 0's (hash ", hex64(all[0]), "); the all-reduce or an update was not "
+                       "identical on every rank"),
+                true);
+}
+
+nlohmann::json Trainer::summary_json(double wall_seconds) {
+  StepScalarsDev now;
+  be_->download(&now, dev_, sizeof now);
+  const double sps = train_seconds_ > 0 ? double(total_steps_) * double(sampler_->global_batch()) / train_seconds_ : 0.0;
+  nlohmann::json j = {
+      {"version", AMP_VERSION},
+      {"backend", be_->name()},
+      {"precision", precision_name(compute_)},
+      {"loss_scale_mode", cfg_.loss_scale_mode()},
+      {"world_size", nranks_},
+      {"global_batch", sampler_->global_batch()},
+      {"steps", total_steps_},
+      {"skipped_steps", now.scaler.overflow_steps},
+      {"optimizer_steps", now.scaler.optimizer_steps},
+      {"final_scale", now.scaler.scale},
+      {"growth_tracker", now.scaler.growth_tracker},
+      {"final_loss", finite_or_null(last_loss_)},
+      {"eval_loss", last_eval_loss_ >= 0 ? nlohmann::json(last_eval_loss_) : nlohmann::json(nullptr)},
+      {"eval_accuracy", classification_ && last_eval_acc_ >= 0 ? nlohmann::json(last_eval_acc_) : nlohmann::json(nullptr)},
+      {"samples_per_second", sps},
+      {"train_seconds", train_seconds_},
+      {"wall_seconds", wall_seconds},
+      {"params", model_->layout().n_params()},
+      {"params_hash", hex64(params_hash())},
+      {"config_hash", hex64(config_hash(cfg_))},
+  };
+  if (nranks_ > 1 && comm_steps_ > 0) {
+    const double per_step = comm_seconds_ / double(comm_steps_);
+    const double exposed = exposed_seconds_ / double(comm_steps_);
+    j["allreduce_bytes_per_step"] = comm_bytes_;
+    j["comm_seconds_per_step"] = per_step;
+    j["comm_exposed_seconds_per_step"] = exposed;
+    j["comm_hidden_share"] = per_step > 0 ? std::max(0.0, 1.0 - exposed / per_step) : 0.0;
+  }
+  return j;
+}
+
+int Trainer::run() {
+  const bool lead = rank_ == 0;
+  const int64_t spe = int64_t(sampler_->steps_per_epoch());
+  interval_start_ = now_seconds();
+  for (int64_t step = 1; step <= total_steps_; ++step) {
+    train_step(step);
+    ++interval_steps_;
+    observe(step, false);
+    const bool epoch_end = step % spe == 0;
+    const bool do_eval = cfg_.run.eval_interval > 0 ? step % cfg_.run.eval_interval == 0 || step == total_steps_
+                                                     : epoch_end || step == total_steps_;
+    const bool do_hash = nranks_ > 1 && ((cfg_.distributed.hash_interval > 0 && step % cfg_.distributed.hash_interval == 0) ||
+                                         step == total_steps_);
+    if (do_eval || do_hash) {
+      const double t0 = now_seconds();  // kept out of the throughput numbers
+      if (do_hash) check_params_in_sync(step);
+      if (do_eval && data_.eval.n > 0) {
+        const EvalResult r = evaluate();
+        last_eval_loss_ = r.loss;
+        last_eval_acc_ = r.accuracy;
+        if (lead) {
+          progress_->message(classification_
+                                 ? strcat("eval step ", step, " | loss ", r.loss, " | accuracy ", r.accuracy * 100.0,
+                                          "% | ", r.samples, " samples")
+                                 : strcat("eval step ", step, " | mse ", r.loss, " | ", r.samples, " samples"));
+          nlohmann::json j = {{"step", step}, {"eval_loss", r.loss}, {"eval_samples", r.samples}};
+          if (classification_) j["eval_accuracy"] = r.accuracy;
+          metrics_->record(j);
+        }
+      }
+      interval_pause_ += now_seconds() - t0;
+    }
+  }
+  progress_->finish();
+  const nlohmann::json summary = summary_json(now_seconds() - run_start_);
+  metrics_->write_summary(summary);
+  if (lead) {
+    std::string line = strcat("done: ", total_steps_, " steps, ", summary["skipped_steps"].get<int64_t>(),
+                              " skipped, final scale ", summary["final_scale"].get<double>());
+    if (last_eval_loss_ >= 0)
+      line += classification_ ? strcat(", eval accuracy ", last_eval_acc_ * 100.0, "%") : strcat(", eval mse ", last_eval_loss_);
+    line += strcat(", ", format_count(summary["samples_per_second"].get<double>()), " samples/s, params_hash ",
+                   summary["params_hash"].get<std::string>());
+    progress_->message(line);
+  }
+  return 0;
+}
+
+}  // namespace amp

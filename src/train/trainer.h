@@ -1,0 +1,103 @@
+// The training loop of one rank: data-parallel, mixed-precision steps with loss scaling, one global
+// overflow flag and one shared scale (the step protocol of docs/design.md), periodic evaluation,
+// cross-rank desync checks, progress output and run files.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "comm/grad_reducer.h"
+#include "comm/mpi_communicator.h"
+#include "config/config.h"
+#include "data/load.h"
+#include "data/sampler.h"
+#include "model/mlp.h"
+#include "optim/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/progress.h"
+
+namespace amp {
+
+// The step's scalars, kept in backend memory (device memory on GPUs).
+struct StepScalarsDev {
+  float loss_sum = 0;   // summed per-sample losses since the last log (this rank)
+  int32_t correct = 0;  // classification hits since the last log (this rank)
+  float norm_sq = 0;    // squared global norm of the last step's unscaled gradients
+  int32_t pad = 0;
+  ScalerState scaler;
+};
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+  size_t samples = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& cfg, MpiCommunicator& world);
+  ~Trainer();
+  // Trains to the end; returns the process exit code.
+  int run();
+
+  // For tests: the FP32 master weights (host copy) and the layout.
+  std::vector<float> master_weights();
+  const ParamLayout& layout() const { return model_->layout(); }
+
+ private:
+  void setup();
+  void train_step(int64_t step);
+  void plant_fault(int64_t step, int tensor);
+  void observe(int64_t step, bool force_log);
+  void log_interval(int64_t step);
+  EvalResult evaluate();
+  void check_params_in_sync(int64_t step);
+  uint64_t params_hash();
+  nlohmann::json summary_json(double wall_seconds);
+  std::string overflow_where(const ScalerState& s) const;
+
+  const Config& cfg_;
+  MpiCommunicator& world_;
+  int rank_ = 0, nranks_ = 1;
+  std::unique_ptr<Backend> be_;
+  DataSets data_;
+  std::unique_ptr<ShardedSampler> sampler_;
+  std::unique_ptr<Mlp> model_;
+  std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<Progress> progress_;
+
+  DType compute_ = DType::F16;
+  bool classification_ = true;
+  size_t batch_ = 0, n_out_ = 0;
+  int64_t total_steps_ = 0;
+  ScalerParams scaler_params_;
+  OptimizerParams opt_params_;
+  LrSchedule schedule_;
+  std::vector<TensorSpan> spans_;
+  std::vector<FaultSpec> my_faults_;
+
+  // Backend memory.
+  Buffer master_, lp_, grads_, g32_, state1_, state2_, scalars_, flags_;
+  Buffer x_stage_, x_lp_, labels_, targets_;
+  StepScalarsDev* dev_ = nullptr;
+  int32_t* flags_dev_ = nullptr;
+
+  // Host bookkeeping.
+  std::vector<float> x_host_;
+  std::vector<int32_t> labels_host_;
+  std::vector<float> targets_host_;
+  StepScalarsDev seen_;              // last snapshot read from the backend
+  int64_t interval_steps_ = 0;       // steps since the last log
+  double interval_start_ = 0, interval_pause_ = 0, train_seconds_ = 0;
+  double last_loss_ = 0, last_eval_loss_ = -1, last_eval_acc_ = -1;
+  double comm_seconds_ = 0, exposed_seconds_ = 0;
+  size_t comm_bytes_ = 0;
+  int64_t comm_steps_ = 0;
+  double run_start_ = 0;
+};
+
+}  // namespace amp

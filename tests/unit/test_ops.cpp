@@ -1,0 +1,343 @@
+// CPU backend operations: FP32 backward against finite differences of a double-precision forward,
+// and 16-bit operations against FP32 on random data (tolerances stated per dtype).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/convert.h"
+#include "core/half.h"
+#include "core/rng.h"
+
+using namespace amp;
+
+namespace {
+
+std::vector<float> randn(size_t n, uint64_t seed, double scale = 1.0) {
+  Rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(scale * r.normal());
+  return v;
+}
+
+// Host data in a backend buffer of the given dtype.
+struct Dev {
+  Buffer buf;
+  Tensor t;
+  Dev(Backend& be, const std::vector<float>& v, DType dt, size_t rows, size_t cols) {
+    buf = be.alloc(v.size() * dtype_size(dt) + 64);
+    convert(v.data(), DType::F32, buf.data(), dt, v.size());
+    t = buf.tensor(dt, rows, cols);
+  }
+  std::vector<float> get() const {
+    std::vector<float> v(t.numel());
+    convert(t.data, t.dtype, v.data(), DType::F32, v.size());
+    return v;
+  }
+};
+
+double gelu_d(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
+// Relative error in the max norm: max|a-b| / max|b|.
+double rel_err(const std::vector<float>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::fabs(double(a[i]) - b[i]));
+    den = std::max(den, std::fabs(b[i]));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("linear backward (FP32) matches finite differences in double", "[ops]") {
+  CpuBackend be(1);
+  const size_t B = 5, I = 7, O = 4;
+  auto x = randn(B * I, 1), w = randn(O * I, 2, 0.5), b = randn(O, 3), r = randn(B * O, 4);
+  // f(x, w, b) = sum(r * (x w^T + b)) in double.
+  auto f = [&](const std::vector<double>& xd, const std::vector<double>& wd, const std::vector<double>& bd) {
+    double s = 0;
+    for (size_t i = 0; i < B; ++i)
+      for (size_t o = 0; o < O; ++o) {
+        double y = bd[o];
+        for (size_t k = 0; k < I; ++k) y += xd[i * I + k] * wd[o * I + k];
+        s += r[i * O + o] * y;
+      }
+    return s;
+  };
+  Dev X(be, x, DType::F32, B, I), W(be, w, DType::F32, O, I), Bb(be, b, DType::F32, 1, O), Y(be, std::vector<float>(B * O), DType::F32, B, O);
+  Dev R(be, r, DType::F32, B, O), DX(be, std::vector<float>(B * I), DType::F32, B, I),
+      DW(be, std::vector<float>(O * I), DType::F32, O, I), DB(be, std::vector<float>(O), DType::F32, 1, O);
+  be.linear_forward(X.t, W.t, Bb.t, Y.t);
+  be.linear_backward_input(R.t, W.t, DX.t);
+  be.linear_backward_weight(R.t, X.t, DW.t, DB.t);
+  std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), bd(b.begin(), b.end());
+  // Forward against double.
+  std::vector<double> yref(B * O);
+  for (size_t i = 0; i < B; ++i)
+    for (size_t o = 0; o < O; ++o) {
+      double y = bd[o];
+      for (size_t k = 0; k < I; ++k) y += xd[i * I + k] * wd[o * I + k];
+      yref[i * O + o] = y;
+    }
+  CHECK(rel_err(Y.get(), yref) < 1e-6);
+  const double h = 1e-6;
+  auto fd = [&](std::vector<double>& v, size_t j) {
+    const double keep = v[j];
+    v[j] = keep + h;
+    const double up = f(xd, wd, bd);
+    v[j] = keep - h;
+    const double dn = f(xd, wd, bd);
+    v[j] = keep;
+    return (up - dn) / (2 * h);
+  };
+  std::vector<double> gx(B * I), gw(O * I), gb(O);
+  for (size_t j = 0; j < gx.size(); ++j) gx[j] = fd(xd, j);
+  for (size_t j = 0; j < gw.size(); ++j) gw[j] = fd(wd, j);
+  for (size_t j = 0; j < gb.size(); ++j) gb[j] = fd(bd, j);
+  CHECK(rel_err(DX.get(), gx) < 1e-5);
+  CHECK(rel_err(DW.get(), gw) < 1e-5);
+  CHECK(rel_err(DB.get(), gb) < 1e-5);
+}
+
+TEST_CASE("activation backward (FP32) matches finite differences", "[ops]") {
+  CpuBackend be(1);
+  const size_t n = 257;
+  auto z = randn(n, 7, 2.0), dy = randn(n, 8);
+  for (Activation a : {Activation::Relu, Activation::Gelu}) {
+    Dev Z(be, z, DType::F32, 1, n), DY(be, dy, DType::F32, 1, n), Y(be, std::vector<float>(n), DType::F32, 1, n),
+        DZ(be, std::vector<float>(n), DType::F32, 1, n);
+    be.activation_forward(a, Z.t, Y.t);
+    be.activation_backward(a, Z.t, DY.t, DZ.t);
+    auto act = [&](double x) { return a == Activation::Relu ? (x > 0 ? x : 0.0) : gelu_d(x); };
+    std::vector<double> yref(n), gref(n);
+    for (size_t i = 0; i < n; ++i) {
+      yref[i] = act(z[i]);
+      const double h = 1e-5;
+      gref[i] = dy[i] * (act(z[i] + h) - act(z[i] - h)) / (2 * h);
+    }
+    CHECK(rel_err(Y.get(), yref) < 1e-6);
+    CHECK(rel_err(DZ.get(), gref) < 1e-5);
+  }
+}
+
+TEST_CASE("softmax cross-entropy and MSE gradients match finite differences", "[ops]") {
+  CpuBackend be(1);
+  const size_t B = 6, C = 5;
+  auto logits = randn(B * C, 11, 3.0);
+  std::vector<int32_t> labels = {0, 4, 2, 2, 1, 3};
+  const float scale = 256.0f, inv = 1.0f / float(B);
+  auto loss_d = [&](const std::vector<double>& l) {
+    double s = 0;
+    for (size_t i = 0; i < B; ++i) {
+      double mx = l[i * C];
+      for (size_t j = 1; j < C; ++j) mx = std::max(mx, l[i * C + j]);
+      double se = 0;
+      for (size_t j = 0; j < C; ++j) se += std::exp(l[i * C + j] - mx);
+      s += mx + std::log(se) - l[i * C + size_t(labels[i])];
+    }
+    return s;
+  };
+  Dev L(be, logits, DType::F32, B, C), G(be, std::vector<float>(B * C), DType::F32, B, C);
+  float loss = 0;
+  int32_t correct = 0;
+  be.softmax_xent(L.t, labels.data(), &scale, inv, G.t, &loss, &correct);
+  std::vector<double> ld(logits.begin(), logits.end());
+  CHECK(loss == Approx(loss_d(ld)).epsilon(1e-6));
+  int expect_correct = 0;
+  for (size_t i = 0; i < B; ++i) {
+    size_t arg = 0;
+    for (size_t j = 1; j < C; ++j)
+      if (logits[i * C + j] > logits[i * C + arg]) arg = j;
+    expect_correct += arg == size_t(labels[i]);
+  }
+  CHECK(correct == expect_correct);
+  std::vector<double> g(B * C);
+  for (size_t j = 0; j < g.size(); ++j) {
+    const double h = 1e-6, keep = ld[j];
+    ld[j] = keep + h;
+    const double up = loss_d(ld);
+    ld[j] = keep - h;
+    const double dn = loss_d(ld);
+    ld[j] = keep;
+    g[j] = (up - dn) / (2 * h) * scale * inv;  // the loss-scaled gradient of the mean
+  }
+  CHECK(rel_err(G.get(), g) < 1e-5);
+
+  // MSE: sum of squares, gradient 2 (p - t) * scale * inv_count.
+  auto pred = randn(12, 21), target = randn(12, 22);
+  Dev P(be, pred, DType::F32, 12, 1), T(be, target, DType::F32, 12, 1), DP(be, std::vector<float>(12), DType::F32, 12, 1);
+  float mse = 0;
+  const float one = 1.0f;
+  be.mse(P.t, T.t, &one, 1.0f / 12, DP.t, &mse);
+  double ref = 0;
+  std::vector<double> gm(12);
+  for (size_t i = 0; i < 12; ++i) {
+    ref += double(pred[i] - target[i]) * (pred[i] - target[i]);
+    gm[i] = 2.0 * (pred[i] - target[i]) / 12.0;
+  }
+  CHECK(mse == Approx(ref).epsilon(1e-6));
+  CHECK(rel_err(DP.get(), gm) < 1e-6);
+}
+
+TEST_CASE("16-bit linear layers agree with FP32 within the format's precision", "[ops]") {
+  CpuBackend be(2);
+  const size_t B = 33, I = 300, O = 65;  // odd sizes exercise tails
+  auto x = randn(B * I, 31), w = randn(O * I, 32, 0.05), b = randn(O, 33, 0.1), dy = randn(B * O, 34);
+  Dev X(be, x, DType::F32, B, I), W(be, w, DType::F32, O, I), Bb(be, b, DType::F32, 1, O), Y(be, std::vector<float>(B * O), DType::F32, B, O);
+  Dev DY(be, dy, DType::F32, B, O), DX(be, std::vector<float>(B * I), DType::F32, B, I),
+      DW(be, std::vector<float>(O * I), DType::F32, O, I), DB(be, std::vector<float>(O), DType::F32, 1, O);
+  be.linear_forward(X.t, W.t, Bb.t, Y.t);
+  be.linear_backward_input(DY.t, W.t, DX.t);
+  be.linear_backward_weight(DY.t, X.t, DW.t, DB.t);
+  const auto y32 = Y.get(), dx32 = DX.get(), dw32 = DW.get(), db32 = DB.get();
+  auto as_d = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  // Inputs are rounded to 16 bits, then FP32 accumulation, then one rounding: the error is a few
+  // units of the format's epsilon (2^-11 for fp16, 2^-8 for bf16) relative to the largest output.
+  for (DType dt : {DType::F16, DType::BF16}) {
+    const double tol = dt == DType::F16 ? 4e-3 : 3e-2;
+    Dev x16(be, x, dt, B, I), w16(be, w, dt, O, I), b16(be, b, dt, 1, O), y16(be, std::vector<float>(B * O), dt, B, O);
+    Dev dy16(be, dy, dt, B, O), dx16(be, std::vector<float>(B * I), dt, B, I), dw16(be, std::vector<float>(O * I), dt, O, I),
+        db16(be, std::vector<float>(O), dt, 1, O);
+    be.linear_forward(x16.t, w16.t, b16.t, y16.t);
+    be.linear_backward_input(dy16.t, w16.t, dx16.t);
+    be.linear_backward_weight(dy16.t, x16.t, dw16.t, db16.t);
+    CHECK(rel_err(y16.get(), as_d(y32)) < tol);
+    CHECK(rel_err(dx16.get(), as_d(dx32)) < tol);
+    CHECK(rel_err(dw16.get(), as_d(dw32)) < tol);
+    CHECK(rel_err(db16.get(), as_d(db32)) < tol);
+    CHECK(rel_err(y16.get(), as_d(y32)) > 0);  // the 16-bit path really rounds
+  }
+}
+
+TEST_CASE("16-bit activations and losses agree with FP32", "[ops]") {
+  CpuBackend be(2);
+  const size_t B = 64, C = 10, n = 10000;
+  auto z = randn(n, 41, 2.0), dy = randn(n, 42);
+  for (DType dt : {DType::F16, DType::BF16}) {
+    const double tol = dt == DType::F16 ? 2e-3 : 1.6e-2;
+    for (Activation a : {Activation::Relu, Activation::Gelu}) {
+      Dev Z(be, z, DType::F32, 1, n), DY(be, dy, DType::F32, 1, n), Y(be, std::vector<float>(n), DType::F32, 1, n),
+          DZ(be, std::vector<float>(n), DType::F32, 1, n);
+      Dev Z16(be, z, dt, 1, n), DY16(be, dy, dt, 1, n), Y16(be, std::vector<float>(n), dt, 1, n), DZ16(be, std::vector<float>(n), dt, 1, n);
+      be.activation_forward(a, Z.t, Y.t);
+      be.activation_backward(a, Z.t, DY.t, DZ.t);
+      be.activation_forward(a, Z16.t, Y16.t);
+      be.activation_backward(a, Z16.t, DY16.t, DZ16.t);
+      const auto y = Y.get(), g = DZ.get();
+      CHECK(rel_err(Y16.get(), std::vector<double>(y.begin(), y.end())) < tol);
+      CHECK(rel_err(DZ16.get(), std::vector<double>(g.begin(), g.end())) < 3 * tol);
+    }
+    auto logits = randn(B * C, 43, 2.0);
+    std::vector<int32_t> labels(B);
+    for (size_t i = 0; i < B; ++i) labels[i] = int32_t(i % C);
+    Dev L(be, logits, DType::F32, B, C), G(be, std::vector<float>(B * C), DType::F32, B, C);
+    Dev L16(be, logits, dt, B, C), G16(be, std::vector<float>(B * C), dt, B, C);
+    const float scale = 1024.0f;
+    float l32 = 0, l16 = 0;
+    int32_t c32 = 0, c16 = 0;
+    be.softmax_xent(L.t, labels.data(), &scale, 1.0f / B, G.t, &l32, &c32);
+    be.softmax_xent(L16.t, labels.data(), &scale, 1.0f / B, G16.t, &l16, &c16);
+    CHECK(l16 == Approx(l32).epsilon(tol));
+    const auto g = G.get();
+    CHECK(rel_err(G16.get(), std::vector<double>(g.begin(), g.end())) < 3 * tol);
+  }
+}
+
+TEST_CASE("FP16 gradients underflow without a loss scale and survive with one", "[ops]") {
+  CpuBackend be(1);
+  const size_t B = 4096, C = 10;  // a large batch makes per-sample gradients tiny (1/B)
+  auto logits = randn(B * C, 51, 6.0);  // confident predictions: most probabilities are tiny
+  std::vector<int32_t> labels(B);
+  for (size_t i = 0; i < B; ++i) labels[i] = int32_t((i * 7) % C);
+  Dev L(be, logits, DType::F16, B, C), G(be, std::vector<float>(B * C), DType::F16, B, C);
+  auto zeros = [&](float scale) {
+    float loss = 0;
+    int32_t correct = 0;
+    be.softmax_xent(L.t, labels.data(), &scale, 1.0f / B, G.t, &loss, &correct);
+    size_t z = 0;
+    for (float v : G.get()) z += v == 0.0f;
+    return double(z) / double(B * C);
+  };
+  const double unscaled = zeros(1.0f), scaled = zeros(65536.0f);
+  CHECK(unscaled > 0.2);
+  CHECK(scaled < unscaled / 4);
+}
+
+TEST_CASE("fused unscale pass: values, non-finite detection, norm", "[ops]") {
+  CpuBackend be(2);
+  const size_t n = 70001;
+  auto g = randn(n, 61, 100.0);
+  std::vector<TensorSpan> spans = {{0, 1000}, {1024, 30000}, {31040, n - 31040}};
+  for (DType dt : {DType::F16, DType::BF16, DType::F32}) {
+    Dev G(be, g, dt, 1, n);
+    std::vector<float> out(n);
+    int32_t flags[4] = {0, 0, 0, 0};
+    float norm_sq = 0;
+    const float scale = 512.0f;
+    be.unscale_check(G.t.data, dt, spans, &scale, out.data(), flags, &norm_sq);
+    CHECK(flags[0] == 0);
+    CHECK(flags[1] == 0);
+    const auto stored = G.get();
+    double ref = 0;
+    for (const auto& s : spans)
+      for (size_t i = s.offset; i < s.offset + s.count; ++i) {
+        REQUIRE(out[i] == stored[i] * float(1.0 / 512.0));
+        ref += double(out[i]) * out[i];
+      }
+    CHECK(norm_sq == Approx(ref).epsilon(1e-6));
+    // A NaN in the middle tensor and an inf in the last: the first one is reported.
+    std::vector<float> bad = g;
+    bad[40000] = INFINITY;
+    bad[2000] = NAN;
+    Dev B(be, bad, dt, 1, n);
+    be.unscale_check(B.t.data, dt, spans, &scale, out.data(), flags, &norm_sq);
+    CHECK(flags[0] == 1);
+    CHECK(flags[1] == 2);  // 1 + tensor index 1
+    int32_t f = 0;
+    be.find_nonfinite(B.t.data, dt, spans, 1500, 3000, &f);  // a range inside tensor 1 holding the NaN
+    CHECK(f == 2);
+    f = 0;
+    be.find_nonfinite(B.t.data, dt, spans, 30000, n, &f);  // starts inside tensor 1, past its NaN
+    CHECK(f == 3);
+    f = 0;
+    be.find_nonfinite(B.t.data, dt, spans, 31040, n, &f);
+    CHECK(f == 3);
+    f = 0;
+    be.find_nonfinite(B.t.data, dt, spans, 0, 1024, &f);
+    CHECK(f == 0);
+  }
+}
+
+TEST_CASE("optimizer step skips on the flag and writes the working copy", "[ops]") {
+  CpuBackend be(2);
+  const size_t n = 5000;
+  auto w = randn(n, 71), g = randn(n, 72, 0.1);
+  OptimizerParams p;
+  p.kind = OptimizerKind::AdamW;
+  p.weight_decay = 0.01f;
+  std::vector<float> m(n, 0), v(n, 0);
+  std::vector<uint16_t> lp(n);
+  ScalerState s;
+  float norm_sq = 4.0f;
+  int32_t flags[3] = {1, 1, 0};
+  std::vector<float> w0 = w;
+  be.optimizer_step(p, 1e-3f, 0.0f, w.data(), g.data(), m.data(), v.data(), n, lp.data(), DType::BF16, flags, &norm_sq, &s);
+  CHECK(w == w0);  // skipped: nothing changed
+  CHECK(m == std::vector<float>(n, 0.0f));
+  flags[0] = 0;
+  be.optimizer_step(p, 1e-3f, 0.0f, w.data(), g.data(), m.data(), v.data(), n, lp.data(), DType::BF16, flags, &norm_sq, &s);
+  for (size_t i = 0; i < n; ++i) {
+    // First AdamW step: m_hat = g, v_hat = g^2, so the update is lr * sign(g) (up to eps).
+    const double expect = double(w0[i]) * (1 - 1e-3 * 0.01) - 1e-3 * g[i] / (std::fabs(double(g[i])) + 1e-8);
+    REQUIRE(w[i] == Approx(expect).epsilon(1e-5));
+    REQUIRE(lp[i] == float_to_bf16_bits(w[i]));
+  }
+  // Clipping: norm 2 with max_norm 0.5 scales the gradient by 0.25 (SGD shows it directly).
+  OptimizerParams sgd;
+  sgd.kind = OptimizerKind::Sgd;
+  std::vector<float> ws = w0;
+  be.optimizer_step(sgd, 1.0f, 0.5f, ws.data(), g.data(), nullptr, nullptr, n, nullptr, DType::F32, flags, &norm_sq, &s);
+  for (size_t i = 0; i < 10; ++i) CHECK(ws[i] == Approx(w0[i] - 0.25f * (0.5f / (0.5f + 0.5e-6f / 2)) * g[i]).epsilon(1e-5));
+}
