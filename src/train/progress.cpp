@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 
 namespace amp {
 
@@ -34,8 +35,20 @@ std::string format_progress(const ProgressLine& p) {
   return buf;
 }
 
+namespace {
+// A live bar only for a person at a terminal: launchers (mpirun, srun) hand ranks a pseudo-terminal
+// even when their own output goes to a batch log, so under a launcher auto means plain lines.
+bool interactive() {
+  if (!::isatty(STDOUT_FILENO)) return false;
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "SLURM_JOB_ID"})
+    if (std::getenv(v)) return false;
+  const char* term = std::getenv("TERM");
+  return !(term && std::string(term) == "dumb");
+}
+}  // namespace
+
 Progress::Progress(const std::string& mode, bool enabled)
-    : enabled_(enabled), show_(mode != "off"), bar_(mode == "bar" || (mode == "auto" && ::isatty(STDOUT_FILENO))) {}
+    : enabled_(enabled), show_(mode != "off"), bar_(mode == "bar" || (mode == "auto" && interactive())) {}
 
 void Progress::update(const ProgressLine& p) {
   if (!enabled_ || !show_) return;

@@ -465,6 +465,13 @@ int Trainer::run() {
   for (int64_t step = 1; step <= total_steps_; ++step) {
     train_step(step);
     ++interval_steps_;
+    if (observer_) {
+      StepScalarsDev now;
+      std::vector<int32_t> flags(OverflowFlags::count(nranks_));
+      be_->download(&now, dev_, sizeof now);
+      be_->download(flags.data(), flags_dev_, flags.size() * sizeof(int32_t));
+      observer_(step, now, flags);
+    }
     observe(step, false);
     const bool epoch_end = step % spe == 0;
     const bool do_eval = cfg_.run.eval_interval > 0 ? step % cfg_.run.eval_interval == 0 || step == total_steps_

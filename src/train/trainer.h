@@ -3,6 +3,7 @@
 // cross-rank desync checks, progress output and run files.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,9 @@ class Trainer {
   // For tests: the FP32 master weights (host copy) and the layout.
   std::vector<float> master_weights();
   const ParamLayout& layout() const { return model_->layout(); }
+  // For tests: called on every rank after every step with the step's scalars and reduced flags.
+  using StepObserver = std::function<void(int64_t step, const StepScalarsDev&, const std::vector<int32_t>& flags)>;
+  void set_step_observer(StepObserver f) { observer_ = std::move(f); }
 
  private:
   void setup();
@@ -98,6 +102,7 @@ class Trainer {
   size_t comm_bytes_ = 0;
   int64_t comm_steps_ = 0;
   double run_start_ = 0;
+  StepObserver observer_;
 };
 
 }  // namespace amp
