@@ -1,1 +1,15 @@
-// Build without NCCL: placeholder until the communicator seam lands.
+// Communicator factory of a build without NCCL: gradients always go through MPI.
+#include "comm/comm_factory.h"
+#include "core/error.h"
+
+namespace amp {
+
+std::unique_ptr<Communicator> make_grad_communicator(const std::string& choice, MpiCommunicator&, Backend& backend) {
+  if (choice == "nccl")
+    throw Error(ErrorKind::Config, "config error: distributed.comm is nccl but this amp_ddp was built without NCCL");
+  if (!backend.host_accessible())
+    throw Error(ErrorKind::Device, "the device backend needs the NCCL communicator, which this build lacks");
+  return nullptr;
+}
+
+}  // namespace amp

@@ -45,6 +45,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual bool host_accessible() const = 0;  // true: backend memory is ordinary host memory
+  virtual void* native_stream() { return nullptr; }  // cudaStream_t of a CUDA backend
 
   // ---- memory (allocations are zero-filled) -----------------------------------------------
   virtual Buffer alloc(size_t bytes) = 0;
@@ -96,17 +97,26 @@ class Backend {
                                             const std::vector<TensorSpan>& spans) = 0;
 
   // One optimizer step over n master weights, unless flags[kAny] is set (then nothing changes).
+  // lr is read from backend memory, so a captured step (CUDA graph) takes each step's value.
   // g32 are unscaled FP32 gradients; state1/state2: SGD momentum / AdamW m and v. The clip
   // coefficient is min(1, max_norm / (sqrt(*norm_sq) + 1e-6)) when max_norm > 0. t is taken from
   // scaler->optimizer_steps + 1. When lp is non-null the new weights are also written to it in
   // lp_dtype (the working copy for the next step).
-  virtual void optimizer_step(const OptimizerParams& p, float lr, float max_norm, float* master,
+  virtual void optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master,
                               const float* g32, float* state1, float* state2, size_t n, void* lp,
                               DType lp_dtype, const int32_t* flags, const float* norm_sq,
                               const ScalerState* scaler) = 0;
   // scaler_record_flags(*state, flags, world), then scaler_update(*state, params, flags[kAny] != 0),
   // in backend memory.
   virtual void update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) = 0;
+
+  // ---- step capture (CUDA graphs) -------------------------------------------------------------
+  // A backend that can record the device part of a step and replay it returns true from
+  // begin_capture(); the calls up to end_capture() are recorded, not run; replay() runs them.
+  // Capturing fails on any call that would synchronize with the host.
+  virtual bool begin_capture() { return false; }
+  virtual void end_capture() {}
+  virtual void replay() {}
 };
 
 // Makes the backend for run.device ("auto", "cpu", "cuda"); threads is the CPU thread count.

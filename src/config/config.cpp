@@ -62,6 +62,7 @@ const std::vector<Key>& keys() {
       {"run.out_dir", "\"\"", "output folder (\"\": runs/<run.name>)", F(run.out_dir)},
       {"run.threads", "0", "CPU threads per rank (0: cores / ranks on this node)", F(run.threads), at_least(0)},
       {"run.device", "\"auto\"", "compute device (auto: CUDA when a GPU is visible)", F(run.device), {}, {"auto", "cpu", "cuda"}},
+      {"run.cuda_graph", "true", "CUDA: capture the step into a graph after warm-up and replay it", F(run.cuda_graph)},
       {"run.progress", "\"auto\"", "progress output (auto: bar on a terminal, lines otherwise)", F(run.progress), {}, {"auto", "bar", "lines", "off"}},
       // model
       {"model.type", "\"mlp\"", "model family", F(model.type), {}, {"mlp"}},

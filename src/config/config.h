@@ -33,6 +33,7 @@ struct Config {
   struct Run {
     std::string name, out_dir, device, progress;
     int64_t seed = 0, steps = 0, epochs = 0, log_interval = 0, eval_interval = 0, threads = 0;
+    bool cuda_graph = true;
   } run;
   struct Model {
     std::string type, activation, init;

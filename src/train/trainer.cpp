@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "comm/agree.h"
+#include "comm/comm_factory.h"
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -95,6 +96,10 @@ void Trainer::setup() {
 
   const int threads = pick_threads(cfg_.run.threads, world_.local_size());
   be_ = make_backend(cfg_.run.device, world_.local_rank(), threads);
+  nccl_ = make_grad_communicator(cfg_.distributed.comm, world_, *be_);
+  grad_comm_ = nccl_ ? nccl_.get() : static_cast<Communicator*>(&world_);
+  // Faults are planted from the host in the middle of a step: such runs are not captured.
+  use_graph_ = cfg_.run.cuda_graph && cfg_.faults.inject_nonfinite.empty();
   compute_ = dtype_of(cfg_.precision.compute);
 
   data_ = load_datasets(cfg_);
@@ -172,7 +177,7 @@ void Trainer::setup() {
 
   if (nranks_ > 1) {
     reducer_ = std::make_unique<GradReducer>(
-        world_, *be_, spans_, n, compute_, grads_.data(), size_t(cfg_.distributed.first_bucket_mb * 1048576.0),
+        *grad_comm_, *be_, spans_, n, compute_, grads_.data(), size_t(cfg_.distributed.first_bucket_mb * 1048576.0),
         size_t(cfg_.distributed.bucket_mb * 1048576.0), flags_dev_ + OverflowFlags::kRank0 + rank_);
   }
 
@@ -213,7 +218,7 @@ void Trainer::plant_fault(int64_t step, int tensor) {
   }
 }
 
-void Trainer::train_step(int64_t step) {
+void Trainer::upload_inputs(int64_t step) {
   const std::vector<uint32_t>& idx = sampler_->batch(step - 1);
   const size_t in = data_.train.n_features;
   for (size_t i = 0; i < batch_; ++i) {
@@ -223,13 +228,36 @@ void Trainer::train_step(int64_t step) {
     else std::memcpy(&targets_host_[i * n_out_], &data_.train.y[s * n_out_], n_out_ * sizeof(float));
   }
   be_->upload(x_stage_.data(), x_host_.data(), batch_ * in * sizeof(float));
+  if (classification_) be_->upload(labels_.data(), labels_host_.data(), batch_ * sizeof(int32_t));
+  else be_->upload(targets_.data(), targets_host_.data(), batch_ * n_out_ * sizeof(float));
+  const float lr = float(schedule_.at(step));
+  be_->upload(&dev_->lr, &lr, sizeof lr);
+}
+
+// One step: inputs, then the device part, captured once into a graph where the backend can.
+void Trainer::train_step(int64_t step) {
+  upload_inputs(step);
+  if (graph_ready_) {
+    be_->replay();
+    return;
+  }
+  // Capture after two warm-up steps (first-use allocations and library set-up stay outside).
+  const bool capture = use_graph_ && step == 3 && be_->begin_capture();
+  device_step(step);
+  if (capture) {
+    be_->end_capture();
+    be_->replay();
+    graph_ready_ = true;
+  }
+}
+
+void Trainer::device_step(int64_t step) {
+  const size_t in = data_.train.n_features;
   Tensor x = x_stage_.tensor(DType::F32, batch_, in);
   if (compute_ != DType::F32) {
     be_->cast(x_stage_.data(), DType::F32, x_lp_.data(), compute_, batch_ * in);
     x = x_lp_.tensor(compute_, batch_, in);
   }
-  if (classification_) be_->upload(labels_.data(), labels_host_.data(), batch_ * sizeof(int32_t));
-  else be_->upload(targets_.data(), targets_host_.data(), batch_ * n_out_ * sizeof(float));
   be_->zero(flags_dev_, OverflowFlags::count(nranks_) * sizeof(int32_t));
 
   const void* params = compute_ == DType::F32 ? master_.data() : lp_.data();
@@ -263,10 +291,9 @@ void Trainer::train_step(int64_t step) {
   // One fused pass: unscale into FP32, find non-finite values, squared norm.
   be_->unscale_check(grads_.data(), compute_, spans_, scale, g32_.as<float>(), flags_dev_, &dev_->norm_sq);
   // The global overflow flag (and who saw what): every rank skips or steps together.
-  if (nranks_ > 1) world_.allreduce(BufView{flags_dev_, OverflowFlags::count(nranks_), DType::I32}, ReduceOp::Max);
+  if (nranks_ > 1) grad_comm_->allreduce(BufView{flags_dev_, OverflowFlags::count(nranks_), DType::I32}, ReduceOp::Max);
 
-  const float lr = float(schedule_.at(step));
-  be_->optimizer_step(opt_params_, lr, float(cfg_.optimizer.grad_clip), master_.as<float>(), g32_.as<float>(),
+  be_->optimizer_step(opt_params_, &dev_->lr, float(cfg_.optimizer.grad_clip), master_.as<float>(), g32_.as<float>(),
                       state1_.as<float>(), state2_.as<float>(), model_->layout().total,
                       compute_ == DType::F32 ? nullptr : lp_.data(), compute_, flags_dev_, &dev_->norm_sq,
                       &dev_->scaler);

@@ -28,7 +28,7 @@ struct StepScalarsDev {
   float loss_sum = 0;   // summed per-sample losses since the last log (this rank)
   int32_t correct = 0;  // classification hits since the last log (this rank)
   float norm_sq = 0;    // squared global norm of the last step's unscaled gradients
-  int32_t pad = 0;
+  float lr = 0;         // this step's learning rate (uploaded with the batch)
   ScalerState scaler;
 };
 
@@ -54,6 +54,8 @@ class Trainer {
  private:
   void setup();
   void train_step(int64_t step);
+  void upload_inputs(int64_t step);  // host part: the batch and the learning rate
+  void device_step(int64_t step);    // everything else; capturable into a CUDA graph
   void plant_fault(int64_t step, int tensor);
   void observe(int64_t step, bool force_log);
   void log_interval(int64_t step);
@@ -67,6 +69,9 @@ class Trainer {
   MpiCommunicator& world_;
   int rank_ = 0, nranks_ = 1;
   std::unique_ptr<Backend> be_;
+  std::unique_ptr<Communicator> nccl_;  // device-buffer communicator when the backend has one
+  Communicator* grad_comm_ = nullptr;   // gradients and overflow flags: nccl_ or the MPI world
+  bool use_graph_ = false, graph_ready_ = false;
   DataSets data_;
   std::unique_ptr<ShardedSampler> sampler_;
   std::unique_ptr<Mlp> model_;

@@ -322,12 +322,13 @@ TEST_CASE("optimizer step skips on the flag and writes the working copy", "[ops]
   ScalerState s;
   float norm_sq = 4.0f;
   int32_t flags[3] = {1, 1, 0};
+  const float lr = 1e-3f, one = 1.0f;
   std::vector<float> w0 = w;
-  be.optimizer_step(p, 1e-3f, 0.0f, w.data(), g.data(), m.data(), v.data(), n, lp.data(), DType::BF16, flags, &norm_sq, &s);
+  be.optimizer_step(p, &lr, 0.0f, w.data(), g.data(), m.data(), v.data(), n, lp.data(), DType::BF16, flags, &norm_sq, &s);
   CHECK(w == w0);  // skipped: nothing changed
   CHECK(m == std::vector<float>(n, 0.0f));
   flags[0] = 0;
-  be.optimizer_step(p, 1e-3f, 0.0f, w.data(), g.data(), m.data(), v.data(), n, lp.data(), DType::BF16, flags, &norm_sq, &s);
+  be.optimizer_step(p, &lr, 0.0f, w.data(), g.data(), m.data(), v.data(), n, lp.data(), DType::BF16, flags, &norm_sq, &s);
   for (size_t i = 0; i < n; ++i) {
     // First AdamW step: m_hat = g, v_hat = g^2, so the update is lr * sign(g) (up to eps).
     const double expect = double(w0[i]) * (1 - 1e-3 * 0.01) - 1e-3 * g[i] / (std::fabs(double(g[i])) + 1e-8);
@@ -338,6 +339,6 @@ TEST_CASE("optimizer step skips on the flag and writes the working copy", "[ops]
   OptimizerParams sgd;
   sgd.kind = OptimizerKind::Sgd;
   std::vector<float> ws = w0;
-  be.optimizer_step(sgd, 1.0f, 0.5f, ws.data(), g.data(), nullptr, nullptr, n, nullptr, DType::F32, flags, &norm_sq, &s);
+  be.optimizer_step(sgd, &one, 0.5f, ws.data(), g.data(), nullptr, nullptr, n, nullptr, DType::F32, flags, &norm_sq, &s);
   for (size_t i = 0; i < 10; ++i) CHECK(ws[i] == Approx(w0[i] - 0.25f * (0.5f / (0.5f + 0.5e-6f / 2)) * g[i]).epsilon(1e-5));
 }

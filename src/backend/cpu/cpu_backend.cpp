@@ -139,7 +139,7 @@ std::vector<GradStats> CpuBackend::grad_stats(const void* grads, DType dtype, co
   return cpu::grad_stats(grads, dtype, spans);
 }
 
-void CpuBackend::optimizer_step(const OptimizerParams& p, float lr, float max_norm, float* master, const float* g32,
+void CpuBackend::optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master, const float* g32,
                                 float* state1, float* state2, size_t n, void* lp, DType lp_dtype,
                                 const int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
   if (flags[OverflowFlags::kAny]) return;  // the coordinated skip: nothing changes
@@ -148,7 +148,7 @@ void CpuBackend::optimizer_step(const OptimizerParams& p, float lr, float max_no
     const float coef = max_norm / (std::sqrt(*norm_sq) + 1e-6f);
     grad_mul = coef < 1.0f ? coef : 1.0f;
   }
-  const StepScalars s = make_step_scalars(p, lr, grad_mul, scaler->optimizer_steps + 1);
+  const StepScalars s = make_step_scalars(p, *lr, grad_mul, scaler->optimizer_steps + 1);
   cpu::optimizer_step(p, s, master, g32, state1, state2, n, lp, lp_dtype);
 }
 
