@@ -1,0 +1,130 @@
+// The data-parallel protocol, run in process on every rank: one global overflow flag, identical
+// scaler state and parameters on every rank after every step, coordinated skips, divergence and
+// config-mismatch errors.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <cstring>
+#include <set>
+#include <unistd.h>
+#include <string>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "mpi_env.h"
+#include "train/trainer.h"
+
+using namespace amp;
+
+namespace {
+
+// Writes the YAML to a file of this rank and loads it (ranks resolve identical configs).
+Config config_from(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  const std::string path = "/tmp/amp_mpi_test_" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(path) << yaml;
+  Config c = load_config(path, sets);
+  std::remove(path.c_str());
+  return c;
+}
+
+std::string small_run(int steps) {
+  return "run: {name: ddp_test, steps: " + std::to_string(steps) +
+         ", log_interval: 1000, progress: off, out_dir: /tmp/amp_mpi_test_out}\n"
+         "model: {hidden: [32, 16]}\n"
+         "data: {format: synthetic, batch_size: 8, synthetic: {train_samples: 512, eval_samples: 64}}\n"
+         "precision: {compute: fp16, loss_scale: {mode: dynamic, init_scale: 1024, growth_interval: 5}}\n"
+         "optimizer: {type: adamw, lr: 0.01}\n";
+}
+
+template <typename T>
+bool same_on_all_ranks(const T& v) {
+  Communicator& c = world();
+  std::vector<T> all(size_t(c.size()));
+  c.allgather(&v, all.data(), sizeof(T));
+  for (const T& x : all)
+    if (std::memcmp(&x, &all[0], sizeof(T)) != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("one global overflow flag: every rank skips exactly the planted steps", "[mpi][ddp]") {
+  const int n = world().size(), last = n - 1;
+  const std::string faults = "faults:\n  inject_nonfinite:\n"
+                             "    - {step: 3, rank: " + std::to_string(last) + "}\n"
+                             "    - {step: 7, rank: 0, tensor: fc2.weight, value: nan}\n"
+                             "    - {step: 8, rank: 0, tensor: fc3.bias}\n"
+                             "    - {step: 20, rank: " + std::to_string(last) + ", tensor: fc1.bias}\n";
+  Config cfg = config_from(small_run(30) + faults);
+  Trainer t(cfg, world());
+  std::set<int64_t> skipped;
+  uint64_t prev_hash = hash64(t.master_weights().data(), t.master_weights().size() * 4);
+  int64_t prev_overflows = 0;
+  size_t disagreements = 0, wrong_param_effect = 0;
+  std::vector<std::string> where;
+  t.set_step_observer([&](int64_t step, const StepScalarsDev& s, const std::vector<int32_t>& flags) {
+    const std::vector<float> w = t.master_weights();
+    const uint64_t h = hash64(w.data(), w.size() * sizeof(float));
+    struct Snapshot {  // no padding: compared bytewise
+      int64_t overflows, applied;
+      uint64_t hash;
+      float scale;
+      int32_t tracker, hyst, pad;
+    } snap{s.scaler.overflow_steps, s.scaler.optimizer_steps, h, s.scaler.scale, s.scaler.growth_tracker,
+           s.scaler.hysteresis_left, 0};
+    disagreements += !same_on_all_ranks(snap);
+    const bool skip = s.scaler.overflow_steps > prev_overflows;
+    if (skip) {
+      skipped.insert(step);
+      where.push_back(std::to_string(step) + ":" + std::to_string(s.scaler.last_overflow_rank) + ":" +
+                      std::to_string(s.scaler.last_overflow_rank_tensor));
+      CHECK(flags[OverflowFlags::kAny] == 1);
+    }
+    wrong_param_effect += skip ? h != prev_hash : h == prev_hash;  // skipped: untouched; else: moved
+    prev_hash = h;
+    prev_overflows = s.scaler.overflow_steps;
+  });
+  REQUIRE(t.run() == 0);
+  CHECK(disagreements == 0);
+  CHECK(wrong_param_effect == 0);
+  CHECK(skipped == std::set<int64_t>{3, 7, 8, 20});
+  if (n > 1) {
+    // Attribution: rank and 1 + tensor index (fc1.weight 0, fc1.bias 1, fc2.weight 2, ..., fc3.bias 5).
+    CHECK(where == std::vector<std::string>{"3:" + std::to_string(last) + ":1", "7:0:3", "8:0:6",
+                                            "20:" + std::to_string(last) + ":2"});
+  }
+}
+
+TEST_CASE("persistent overflow at the minimum scale is a divergence error on every rank", "[mpi][ddp]") {
+  std::string faults = "faults:\n  inject_nonfinite:\n";
+  for (int s = 4; s <= 30; ++s) faults += "    - {step: " + std::to_string(s) + ", rank: 0}\n";
+  Config cfg = config_from(small_run(30) + faults,
+                           {"precision.loss_scale.min_scale=256", "precision.loss_scale.divergence_steps=5"});
+  Trainer t(cfg, world());
+  try {
+    t.run();
+    FAIL("expected a divergence error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Divergence);
+    CHECK(e.agreed());
+    // 1024 -> 512 -> 256 on steps 4 and 5; steps 6..10 overflow at the minimum: the 5th is step 10.
+    CHECK_THAT(e.what(), Catch::Contains("training diverged at step 10"));
+    CHECK_THAT(e.what(), Catch::Contains("minimum (256)"));
+  }
+}
+
+TEST_CASE("ranks that resolve different configs stop with the differing rank named", "[mpi][ddp]") {
+  if (world().size() < 2) return;
+  const std::string lr = world().rank() == 1 ? "0.02" : "0.01";
+  Config cfg = config_from(small_run(5), {"optimizer.lr=" + lr});
+  try {
+    Trainer t(cfg, world());
+    FAIL("expected a configuration mismatch");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Comm);
+    CHECK(e.agreed());
+    CHECK_THAT(e.what(), Catch::Contains("rank(s) 1 resolved a different config"));
+  }
+}
