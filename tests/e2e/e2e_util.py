@@ -1,0 +1,70 @@
+"""Helpers for the end-to-end tests: run amp_ddp (under mpirun when asked) and read its output."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+_args = None
+
+
+def args():
+    global _args
+    if _args is None:
+        p = argparse.ArgumentParser()
+        p.add_argument("--binary", required=True)
+        p.add_argument("--source", required=True)
+        _args, _ = p.parse_known_args()
+    return _args
+
+
+def source(*parts):
+    return os.path.join(args().source, *parts)
+
+
+def run(config, sets=(), np=None, timeout=600, extra=(), env=None):
+    """Runs amp_ddp; returns (exit code, stdout, stderr)."""
+    cmd = [args().binary, config] + [a for s in sets for a in ("--set", s)] + list(extra)
+    if np is not None:
+        cmd = [source("scripts", "mpirun.sh"), "-np", str(np)] + cmd
+    e = dict(os.environ)
+    e.setdefault("OMP_NUM_THREADS", "1")
+    if env:
+        e.update(env)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
+    return p.returncode, p.stdout, p.stderr
+
+
+def metrics(out_dir):
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def losses(out_dir):
+    return [(m["step"], m["loss"]) for m in metrics(out_dir) if "loss" in m]
+
+
+def summary(out_dir):
+    with open(os.path.join(out_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def tmpdir():
+    return tempfile.mkdtemp(prefix="amp_e2e_")
+
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def done():
+    if failures:
+        print(f"{len(failures)} check(s) failed", file=sys.stderr)
+        sys.exit(1)
+    print("all checks passed")
