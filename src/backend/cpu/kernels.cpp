@@ -1,5 +1,7 @@
 #include "backend/cpu/kernels.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -41,6 +43,54 @@ bool span_has_nonfinite(const void* grads, DType t, size_t b, size_t e) {
   uint32_t any = 0;
   for (size_t i = b; i < e; ++i) any |= nonfinite16(p[i], t);
   return any;
+}
+
+// out = float(g[0..len)) * inv; returns whether any result is non-finite and adds the sum of
+// squares to *sum. One pass over the 16-bit block; squares accumulate in FP32 lanes within the
+// block (at most a few hundred terms each) and in double across blocks, in a fixed order, so the
+// result does not depend on the thread count. The unscaled value of a NaN input is some NaN.
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+inline __m256 load8(const void* g, DType t, size_t j) {
+  if (t == DType::F32) return _mm256_loadu_ps(static_cast<const float*>(g) + j);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(g) + j));
+  if (t == DType::F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+#endif
+
+bool unscale_block(const void* g, DType t, size_t begin, size_t len, float inv, float* __restrict out, double* sum) {
+  size_t j = 0;
+  float lane_sum = 0.0f;
+  uint32_t bad = 0;
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256 exp_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7f800000));
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), nonfinite = _mm256_setzero_ps();
+  for (; j + 16 <= len; j += 16) {
+    const __m256 a = _mm256_mul_ps(load8(g, t, begin + j), vinv);
+    const __m256 b = _mm256_mul_ps(load8(g, t, begin + j + 8), vinv);
+    _mm256_storeu_ps(out + j, a);
+    _mm256_storeu_ps(out + j + 8, b);
+    nonfinite = _mm256_or_ps(nonfinite, _mm256_cmp_ps(_mm256_and_ps(a, exp_mask), exp_mask, _CMP_EQ_OQ));
+    nonfinite = _mm256_or_ps(nonfinite, _mm256_cmp_ps(_mm256_and_ps(b, exp_mask), exp_mask, _CMP_EQ_OQ));
+    acc0 = _mm256_fmadd_ps(a, a, acc0);
+    acc1 = _mm256_fmadd_ps(b, b, acc1);
+  }
+  bad = uint32_t(_mm256_movemask_ps(nonfinite) != 0);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_add_ps(acc0, acc1));
+  for (float l : lanes) lane_sum += l;
+#endif
+  for (; j < len; ++j) {
+    float v;
+    convert(static_cast<const char*>(g) + (begin + j) * dtype_size(t), t, &v, DType::F32, 1);
+    v *= inv;
+    out[j] = v;
+    bad |= uint32_t(!(v - v == 0.0f));
+    lane_sum += v * v;
+  }
+  *sum += double(lane_sum);
+  return bad != 0;
 }
 
 // Work list: (tensor, begin, end) chunks of at most kBlock elements, in tensor order.
@@ -195,17 +245,8 @@ int32_t unscale_check(const void* grads, DType dtype, const std::vector<TensorSp
 #pragma omp parallel for schedule(static) reduction(min : first) if (work.size() >= 4)
   for (size_t i = 0; i < work.size(); ++i) {
     const Chunk& ch = work[i];
-    float* o = out32 + ch.begin;
-    const size_t len = ch.end - ch.begin;
-    load(grads, dtype, ch.begin, len, o);
-    uint32_t bad = 0;
     double s = 0.0;
-    for (size_t j = 0; j < len; ++j) {
-      const float v = o[j] * inv;
-      o[j] = v;
-      bad |= !(v - v == 0.0f);
-      s += double(v) * v;
-    }
+    const bool bad = unscale_block(grads, dtype, ch.begin, ch.end - ch.begin, inv, out32 + ch.begin, &s);
     part[i] = s;
     if (bad) first = std::min(first, ch.tensor);
   }
@@ -261,21 +302,41 @@ double sum_squares(const float* x, size_t n) {
   return s;
 }
 
+namespace {
+// The per-element rules of optimizer.h over one block, on restrict pointers so the loops vectorize.
+void adamw_block(const OptimizerParams& p_in, const StepScalars& s_in, float* __restrict w, const float* __restrict g,
+                 float* __restrict m, float* __restrict v, size_t len) {
+  const OptimizerParams p = p_in;  // local copies: loads that cannot alias the arrays
+  const StepScalars s = s_in;
+  for (size_t i = 0; i < len; ++i) adamw_update(w[i], g[i], m[i], v[i], p, s);
+}
+void sgd_block(const OptimizerParams& p_in, const StepScalars& s_in, float* __restrict w, const float* __restrict g,
+               float* __restrict mom, size_t len) {
+  const OptimizerParams p = p_in;
+  const StepScalars s = s_in;
+  for (size_t i = 0; i < len; ++i) sgd_update(w[i], g[i], mom[i], p, s);
+}
+void sgd_plain_block(const OptimizerParams& p_in, const StepScalars& s_in, float* __restrict w,
+                     const float* __restrict g, size_t len) {
+  const OptimizerParams p = p_in;
+  const StepScalars s = s_in;
+  for (size_t i = 0; i < len; ++i) {
+    float unused = 0.0f;
+    sgd_update(w[i], g[i], unused, p, s);
+  }
+}
+}  // namespace
+
 void optimizer_step(const OptimizerParams& p, const StepScalars& s, float* master, const float* g32,
                     float* state1, float* state2, size_t n, void* lp, DType lp_dtype) {
   const size_t nb = n_blocks(n);
 #pragma omp parallel for schedule(static) if (worth_parallel(n))
   for (size_t blk = 0; blk < nb; ++blk) {
     const size_t off = blk * kBlock, len = std::min(kBlock, n - off);
-    float* w = master + off;
-    const float* g = g32 + off;
-    if (p.kind == OptimizerKind::AdamW) {
-      for (size_t i = 0; i < len; ++i) adamw_update(w[i], g[i], state1[off + i], state2[off + i], p, s);
-    } else {
-      float dummy = 0.0f;
-      for (size_t i = 0; i < len; ++i) sgd_update(w[i], g[i], state1 ? state1[off + i] : dummy, p, s);
-    }
-    if (lp) store(w, lp, lp_dtype, off, len);
+    if (p.kind == OptimizerKind::AdamW) adamw_block(p, s, master + off, g32 + off, state1 + off, state2 + off, len);
+    else if (state1) sgd_block(p, s, master + off, g32 + off, state1 + off, len);
+    else sgd_plain_block(p, s, master + off, g32 + off, len);
+    if (lp) store(master + off, lp, lp_dtype, off, len);
   }
 }
 

@@ -1,0 +1,152 @@
+// Where a training step's time goes on the CPU backend, next to oneDNN's bare matmul on the same
+// shapes and dtype measured in the same run. Usage:
+//   bench_step [--dims 784,1024,1024,10] [--batch 128] [--precision bf16] [--threads 1] [--steps 50]
+// Prints per-phase milliseconds, the step's FLOP rate and its ratio to the bare GEMM rate.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/rng.h"
+#include "model/mlp.h"
+
+using namespace amp;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+std::vector<size_t> parse_dims(const char* s) {
+  std::vector<size_t> d;
+  for (const char* p = s; *p;) {
+    d.push_back(std::strtoul(p, const_cast<char**>(&p), 10));
+    if (*p == ',') ++p;
+  }
+  return d;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<size_t> dims{784, 1024, 1024, 10};
+  size_t batch = 128, steps = 50;
+  int threads = 1;
+  std::string prec = "bf16";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--dims") dims = parse_dims(argv[i + 1]);
+    else if (a == "--batch") batch = std::strtoul(argv[i + 1], nullptr, 10);
+    else if (a == "--precision") prec = argv[i + 1];
+    else if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (a == "--steps") steps = std::strtoul(argv[i + 1], nullptr, 10);
+  }
+  const DType dt = prec == "fp32" ? DType::F32 : prec == "fp16" ? DType::F16 : DType::BF16;
+  CpuBackend be(threads);
+  Mlp model(be, dims, Activation::Relu, dt, batch);
+  const ParamLayout& L = model.layout();
+  const size_t n = L.total;
+  std::vector<float> w = model.init_params("pytorch", 0.01, 1);
+  Buffer master = be.alloc(n * 4), lp = be.alloc(n * dtype_size(dt)), grads = be.alloc(n * dtype_size(dt)),
+         g32 = be.alloc(n * 4), m = be.alloc(n * 4), v = be.alloc(n * 4);
+  std::memcpy(master.data(), w.data(), n * 4);
+  be.cast(master.data(), DType::F32, lp.data(), dt, n);
+  Buffer x32 = be.alloc(batch * dims[0] * 4), x16 = be.alloc(batch * dims[0] * dtype_size(dt));
+  Rng rng(2);
+  for (size_t i = 0; i < batch * dims[0]; ++i) x32.as<float>()[i] = float(rng.normal());
+  std::vector<int32_t> labels(batch);
+  for (auto& l : labels) l = int32_t(rng.below(dims.back()));
+  ScalerState scaler;
+  scaler.scale = 65536.0f;
+  ScalerParams sp;
+  OptimizerParams op;
+  std::vector<int32_t> flags(3, 0);
+  float loss = 0, norm_sq = 0, lr = 1e-4f;
+  int32_t correct = 0;
+  const auto spans = L.spans();
+  const void* params = dt == DType::F32 ? master.data() : lp.data();
+
+  std::map<std::string, double> t;
+  auto timed = [&](const char* name, auto&& fn) {
+    const double t0 = now();
+    fn();
+    t[name] += now() - t0;
+  };
+  for (size_t s = 0; s < steps + 5; ++s) {
+    if (s == 5) t.clear();  // warm-up excluded
+    Tensor x = x32.tensor(DType::F32, batch, dims[0]);
+    if (dt != DType::F32) {
+      timed("cast input", [&] { be.cast(x32.data(), DType::F32, x16.data(), dt, batch * dims[0]); });
+      x = x16.tensor(dt, batch, dims[0]);
+    }
+    Tensor logits;
+    timed("forward", [&] { logits = model.forward(x, params, batch); });
+    timed("loss", [&] {
+      be.softmax_xent(logits, labels.data(), &scaler.scale, 1.0f / batch, model.dlogits(batch), &loss, &correct);
+    });
+    timed("backward", [&] { model.backward(model.dlogits(batch), params, grads.data(), batch, [](int) {}); });
+    std::fill(flags.begin(), flags.end(), 0);
+    timed("unscale+check+norm", [&] { be.unscale_check(grads.data(), dt, spans, &scaler.scale, g32.as<float>(), flags.data(), &norm_sq); });
+    timed("optimizer (+cast)", [&] {
+      be.optimizer_step(op, &lr, 0.0f, master.as<float>(), g32.as<float>(), m.as<float>(), v.as<float>(), n,
+                        dt == DType::F32 ? nullptr : lp.data(), dt, flags.data(), &norm_sq, &scaler);
+    });
+    timed("scale update", [&] { be.update_scale(&scaler, sp, flags.data(), 1); });
+  }
+  double step = 0;
+  for (auto& kv : t) step += kv.second;
+  step /= double(steps);
+
+  // Bare GEMMs of the same shapes and dtype (FP16 runs as FP32 matmul, as the backend does).
+  const DType gemm_t = dt == DType::F16 ? DType::F32 : dt;
+  std::vector<cpu::MatmulShape> shapes;
+  double flops = 0;
+  for (size_t l = 0; l + 1 < dims.size(); ++l) {
+    const size_t in = dims[l], out = dims[l + 1];
+    cpu::MatmulShape f;
+    f.m = batch, f.n = out, f.k = in, f.trans_b = true, f.ab = gemm_t, f.c = gemm_t, f.bias = gemm_t, f.has_bias = true;
+    cpu::MatmulShape bw;
+    bw.m = out, bw.n = in, bw.k = batch, bw.trans_a = true, bw.ab = gemm_t, bw.c = gemm_t;
+    shapes.push_back(f);
+    shapes.push_back(bw);
+    flops += 4.0 * double(batch * in * out);
+    if (l > 0) {
+      cpu::MatmulShape bi;
+      bi.m = batch, bi.n = in, bi.k = out, bi.ab = gemm_t, bi.c = gemm_t;
+      shapes.push_back(bi);
+      flops += 2.0 * double(batch * in * out);
+    }
+  }
+  double bare = 0;
+  for (const auto& sh : shapes) {
+    const size_t ea = sh.m * sh.k, eb = sh.k * sh.n, ec = sh.m * sh.n;
+    Buffer a = be.alloc(ea * 4), b = be.alloc(eb * 4), c = be.alloc(ec * 4), bias = be.alloc(sh.n * 4);
+    std::vector<double> times;
+    for (size_t r = 0; r < steps + 5; ++r) {
+      const double t0 = now();
+      be.matmul().run(sh, a.data(), b.data(), bias.data(), c.data());
+      if (r >= 5) times.push_back(now() - t0);
+    }
+    std::sort(times.begin(), times.end());
+    const double med = times[times.size() / 2];
+    bare += med;
+    std::printf("  gemm %5zux%5zux%5zu %s%s %-26s %8.3f ms  %7.1f GFLOP/s\n", sh.m, sh.n, sh.k, sh.trans_a ? "T" : "N",
+                sh.trans_b ? "T" : "N", be.matmul().implementation(sh).c_str(), med * 1e3,
+                2.0 * double(sh.m * sh.n * sh.k) / med / 1e9);
+  }
+  std::printf("\nstep phases (%s, batch %zu, %d thread%s, mean of %zu steps):\n", prec.c_str(), batch, threads,
+              threads == 1 ? "" : "s", steps);
+  for (auto& kv : t)
+    std::printf("  %-22s %8.3f ms  %5.1f%%\n", kv.first.c_str(), kv.second / double(steps) * 1e3, 100.0 * kv.second / double(steps) / step);
+  const double amp_share = (t["unscale+check+norm"] + t["scale update"]) / double(steps) / step;
+  std::printf("  %-22s %8.3f ms\n", "step", step * 1e3);
+  std::printf("\nstep FLOP rate %.1f GFLOP/s | bare matmul rate %.1f GFLOP/s (%.3f ms) | ratio %.3f | AMP bookkeeping %.1f%% of the step\n",
+              flops / step / 1e9, flops / bare / 1e9, bare * 1e3, bare / step, 100.0 * amp_share);
+  return 0;
+}

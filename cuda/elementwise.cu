@@ -1,0 +1,149 @@
+// Elementwise kernels: ReLU/GELU forward and backward (FP32 math, results rounded to each tensor's
+// dtype, the CPU twins' expressions), the bias add of the f32 fallback path and the bias gradient
+// (column sums in FP32, one rounding each, in a fixed order).
+#include "cuda/kernel_util.cuh"
+
+namespace amp::cuda {
+
+namespace {
+
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr int kVec = 4;
+
+__device__ __forceinline__ float act_forward(Activation a, float v) {
+  if (a == Activation::Relu) return v > 0.0f ? v : (v != v ? v : 0.0f);  // NaN stays NaN
+  return 0.5f * v * (1.0f + erff(v * kInvSqrt2));
+}
+
+__device__ __forceinline__ float act_backward(Activation a, float x, float g) {
+  if (a == Activation::Relu) return x > 0.0f ? g : 0.0f;
+  const float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));
+  const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
+  return g * (cdf + x * pdf);
+}
+
+template <typename Z, typename Y>
+__global__ void __launch_bounds__(kThreads) act_forward_kernel(Activation a, const Z* __restrict__ z,
+                                                               Y* __restrict__ y, size_t n, bool vec) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x * kVec;
+  for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n; i += stride) {
+    float v[kVec];
+    load_floats<kVec>(z, i, n, vec, v);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] = act_forward(a, v[k]);
+    store_floats<kVec>(y, i, n, vec, v);
+  }
+}
+
+template <typename Z, typename G, typename D>
+__global__ void __launch_bounds__(kThreads) act_backward_kernel(Activation a, const Z* __restrict__ z,
+                                                                const G* __restrict__ dy, D* __restrict__ dz,
+                                                                size_t n, bool vec) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x * kVec;
+  for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n; i += stride) {
+    float x[kVec], g[kVec];
+    load_floats<kVec>(z, i, n, vec, x);
+    load_floats<kVec>(dy, i, n, vec, g);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) g[k] = act_backward(a, x[k], g[k]);
+    store_floats<kVec>(dz, i, n, vec, g);
+  }
+}
+
+template <typename B>
+__global__ void __launch_bounds__(kThreads) add_bias_rows_kernel(const B* __restrict__ b, float* __restrict__ y,
+                                                                 size_t rows, size_t cols) {
+  const size_t n = rows * cols, stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] += to_f32(b[i % cols]);
+}
+
+// Block (32 columns) x (kLanes row lanes): lane r sums rows r, r + kLanes, ... of its column in
+// order; the lanes' sums are then added in lane order. The order depends on nothing but the shape.
+constexpr unsigned kLanes = 16;
+
+template <typename G, typename B>
+__global__ void __launch_bounds__(32 * kLanes) bias_grad_kernel(const G* __restrict__ dy, B* __restrict__ db,
+                                                                size_t rows, size_t cols) {
+  __shared__ float part[kLanes][33];
+  const size_t col = size_t(blockIdx.x) * 32 + threadIdx.x;
+  float acc = 0.0f;
+  if (col < cols)
+    for (size_t r = threadIdx.y; r < rows; r += kLanes) acc += to_f32(dy[r * cols + col]);
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float s = 0.0f;
+#pragma unroll
+    for (unsigned k = 0; k < kLanes; ++k) s += part[k][threadIdx.x];
+    db[col] = from_f32<B>(s);
+  }
+}
+
+}  // namespace
+
+void activation_forward(const Launch& l, Activation a, const Tensor& z, const Tensor& y) {
+  AMP_CHECK(z.numel() == y.numel(), "activation_forward: size mismatch");
+  const size_t n = z.numel();
+  if (n == 0) return;
+  dispatch_float(z.dtype, "activation_forward", [&](auto zt) {
+    dispatch_float(y.dtype, "activation_forward", [&](auto yt) {
+      using Z = decltype(zt);
+      using Y = decltype(yt);
+      const bool vec = aligned_to(z.data, sizeof(Z) * kVec) && aligned_to(y.data, sizeof(Y) * kVec);
+      act_forward_kernel<Z, Y><<<blocks_for((n + kVec - 1) / kVec, kThreads, l), kThreads, 0, l.stream>>>(
+          a, z.as<const Z>(), y.as<Y>(), n, vec);
+      AMP_CHECK_LAUNCH("act_forward_kernel");
+    });
+  });
+}
+
+void activation_backward(const Launch& l, Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) {
+  AMP_CHECK(z.numel() == dy.numel() && dy.numel() == dz.numel(), "activation_backward: size mismatch");
+  const size_t n = z.numel();
+  if (n == 0) return;
+  dispatch_float(z.dtype, "activation_backward", [&](auto zt) {
+    dispatch_float(dy.dtype, "activation_backward", [&](auto gt) {
+      dispatch_float(dz.dtype, "activation_backward", [&](auto dt) {
+        using Z = decltype(zt);
+        using G = decltype(gt);
+        using D = decltype(dt);
+        const bool vec = aligned_to(z.data, sizeof(Z) * kVec) && aligned_to(dy.data, sizeof(G) * kVec) &&
+                         aligned_to(dz.data, sizeof(D) * kVec);
+        act_backward_kernel<Z, G, D><<<blocks_for((n + kVec - 1) / kVec, kThreads, l), kThreads, 0, l.stream>>>(
+            a, z.as<const Z>(), dy.as<const G>(), dz.as<D>(), n, vec);
+        AMP_CHECK_LAUNCH("act_backward_kernel");
+      });
+    });
+  });
+}
+
+void add_bias_rows(const Launch& l, const Tensor& b, const Tensor& y) {
+  AMP_CHECK(y.dtype == DType::F32 && b.numel() == y.cols, "add_bias_rows: y must be f32 with one bias per column");
+  if (y.numel() == 0) return;
+  dispatch_float(b.dtype, "add_bias_rows", [&](auto bt) {
+    using B = decltype(bt);
+    add_bias_rows_kernel<B><<<blocks_for(y.numel(), kThreads, l), kThreads, 0, l.stream>>>(b.as<const B>(),
+                                                                                           y.as<float>(), y.rows, y.cols);
+    AMP_CHECK_LAUNCH("add_bias_rows_kernel");
+  });
+}
+
+void bias_grad(const Launch& l, const Tensor& dy, const Tensor& db) {
+  AMP_CHECK(db.numel() == dy.cols, "bias_grad: size mismatch");
+  const size_t cols = dy.cols;
+  if (cols == 0) return;
+  const size_t blocks = (cols + 31) / 32;
+  AMP_CHECK(blocks <= size_t(INT32_MAX), "bias_grad: too many columns");
+  dispatch_float(dy.dtype, "bias_grad", [&](auto gt) {
+    dispatch_float(db.dtype, "bias_grad", [&](auto bt) {
+      using G = decltype(gt);
+      using B = decltype(bt);
+      bias_grad_kernel<G, B><<<unsigned(blocks), dim3(32, kLanes), 0, l.stream>>>(dy.as<const G>(), db.as<B>(),
+                                                                                 dy.rows, cols);
+      AMP_CHECK_LAUNCH("bias_grad_kernel");
+    });
+  });
+}
+
+}  // namespace amp::cuda
