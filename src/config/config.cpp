@@ -45,7 +45,6 @@ struct Key {
   FieldRef (*field)(Config&);
   Range range = {};
   std::vector<const char*> choices = {};  // non-empty: an enumeration
-  const char* unsupported = nullptr;      // non-null: feature not built yet (the reason)
 };
 
 #define F(m) [](Config& c) -> FieldRef { return &c.m; }
@@ -123,14 +122,15 @@ const std::vector<Key>& keys() {
       {"distributed.first_bucket_mb", "1", "size of the first (last-layer) bucket in MiB", F(distributed.first_bucket_mb), above(0), {}},
       {"distributed.hash_interval", "100", "steps between cross-rank parameter hash checks (0: only at the end)", F(distributed.hash_interval), at_least(0), {}},
       // checkpoint
-      {"checkpoint.interval", "0", "steps between checkpoints (0: none periodic)", F(checkpoint.interval), at_least(0), {}, "checkpointing is not built yet"},
-      {"checkpoint.keep", "3", "checkpoints kept (older ones are deleted)", F(checkpoint.keep), at_least(1), {}, "checkpointing is not built yet"},
-      {"checkpoint.final", "true", "write a checkpoint at the end of the run", F(checkpoint.final), {}, {}, "checkpointing is not built yet"},
-      {"checkpoint.on_signal", "true", "checkpoint and stop on SIGTERM/SIGUSR1", F(checkpoint.on_signal), {}, {}, "checkpointing is not built yet"},
-      {"checkpoint.dir", "\"\"", "checkpoint folder (\"\": <out_dir>/checkpoints)", F(checkpoint.dir), {}, {}, "checkpointing is not built yet"},
-      {"checkpoint.resume", "\"none\"", "none | auto (newest intact checkpoint in dir) | PATH", F(checkpoint.resume), {}, {}, "checkpointing is not built yet"},
+      {"checkpoint.interval", "0", "steps between checkpoints (0: none periodic)", F(checkpoint.interval), at_least(0)},
+      {"checkpoint.keep", "3", "checkpoints kept (older ones are deleted)", F(checkpoint.keep), at_least(1)},
+      {"checkpoint.final", "true", "write a checkpoint at the end of the run", F(checkpoint.final)},
+      {"checkpoint.on_signal", "true", "checkpoint and stop on SIGTERM/SIGUSR1", F(checkpoint.on_signal)},
+      {"checkpoint.dir", "\"\"", "checkpoint folder (\"\": <out_dir>/checkpoints)", F(checkpoint.dir)},
+      {"checkpoint.resume", "\"none\"", "none | auto (newest intact checkpoint in dir) | PATH", F(checkpoint.resume)},
       // faults
       {"faults.inject_nonfinite", "[]", "list of {step, rank, tensor, value: inf|nan}: plant a non-finite gradient", F(faults.inject_nonfinite)},
+      {"faults.raise_signal", "[]", "list of {step, rank, signal: TERM|USR1}: deliver a stop signal after that step", F(faults.raise_signal)},
   };
   return k;
 }
@@ -352,15 +352,19 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
     }
     **p = v;
   } else if (auto* p = std::get_if<std::vector<FaultSpec>*>(&ref)) {
-    const std::string what = "a list of {step, rank, tensor, value}";
-    if (!node.IsSequence()) expect(what);
+    // Two lists share this shape: inject_nonfinite {step, rank, tensor, value: inf|nan} and
+    // raise_signal {step, rank, signal: TERM|USR1} (the signal is kept in FaultSpec::value).
+    const bool signal = path == "faults.raise_signal";
+    const std::vector<std::string> allowed =
+        signal ? std::vector<std::string>{"step", "rank", "signal"} : std::vector<std::string>{"step", "rank", "tensor", "value"};
+    const std::string shape = signal ? "{step, rank, signal}" : "{step, rank, tensor, value}";
+    if (!node.IsSequence()) expect("a list of " + shape);
     std::vector<FaultSpec> v;
     for (const auto& item : node) {
       const std::string ipath = path + "[" + std::to_string(v.size()) + "]";
-      if (!item.IsMap())
-        rep.fail(item.Mark(), ipath, "expected a mapping {step, rank, tensor, value}, got " + describe_node(item));
+      if (!item.IsMap()) rep.fail(item.Mark(), ipath, "expected a mapping " + shape + ", got " + describe_node(item));
       FaultSpec f;
-      f.value = "inf";
+      f.value = signal ? "TERM" : "inf";
       bool have_step = false;
       for (const auto& kv : item) {
         const std::string k = kv.first.Scalar();
@@ -374,15 +378,19 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
                          ", got " + describe_node(val));
           (is_step ? f.step : f.rank) = x;
           have_step |= is_step;
-        } else if (k == "tensor") {
+        } else if (k == "tensor" && !signal) {
           if (!val.IsScalar()) rep.fail(val.Mark(), ipath + ".tensor", "expected a tensor name, got " + describe_node(val));
           f.tensor = val.Scalar();
-        } else if (k == "value") {
+        } else if (k == "value" && !signal) {
           if (!val.IsScalar() || (val.Scalar() != "inf" && val.Scalar() != "nan"))
             rep.fail(val.Mark(), ipath + ".value", "expected inf or nan, got " + describe_node(val));
           f.value = val.Scalar();
+        } else if (k == "signal" && signal) {
+          if (!val.IsScalar() || (val.Scalar() != "TERM" && val.Scalar() != "USR1"))
+            rep.fail(val.Mark(), ipath + ".signal", "expected TERM or USR1, got " + describe_node(val));
+          f.value = val.Scalar();
         } else {
-          const std::string near = closest(k, {"step", "rank", "tensor", "value"});
+          const std::string near = closest(k, allowed);
           rep.fail(kv.first.Mark(), ipath + "." + k,
                    "unknown key" + (near.empty() ? std::string() : " (did you mean \"" + near + "\"?)"));
         }
@@ -399,10 +407,8 @@ void unknown_key(const std::string& path, const YAML::Mark& m, const Reporter& r
   rep.fail(m, path, "unknown key" + (near.empty() ? std::string() : " (did you mean \"" + near + "\"?)"));
 }
 
-void apply_key(Config& cfg, const Key& key, const YAML::Node& value, const YAML::Mark& key_mark,
-               const Reporter& rep, const std::string& origin) {
-  if (key.unsupported)
-    rep.fail(key_mark, key.path, std::string("not supported yet (") + key.unsupported + ")");
+void apply_key(Config& cfg, const Key& key, const YAML::Node& value, const Reporter& rep,
+               const std::string& origin) {
   set_value(cfg, key, value, rep);
   cfg.origin[key.path] = origin;
 }
@@ -413,7 +419,7 @@ void walk(Config& cfg, const YAML::Node& map, const std::string& prefix, const R
     if (!k.IsScalar()) rep.fail(k.Mark(), prefix, "expected a key name, got " + describe_node(k));
     const std::string path = prefix.empty() ? k.Scalar() : prefix + "." + k.Scalar();
     if (const Key* key = find_key(path)) {
-      apply_key(cfg, *key, kv.second, k.Mark(), rep, rep.where(kv.second.Mark()));
+      apply_key(cfg, *key, kv.second, rep, rep.where(kv.second.Mark()));
     } else if (is_section(path)) {
       if (kv.second.IsNull()) continue;  // an empty section keeps its defaults
       if (!kv.second.IsMap())
@@ -526,7 +532,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     } catch (const YAML::Exception& e) {
       set_rep.fail(YAML::Mark::null_mark(), key_path, "malformed value: " + e.msg);
     }
-    apply_key(cfg, *key, value, YAML::Mark::null_mark(), set_rep, "--set");
+    apply_key(cfg, *key, value, set_rep, "--set");
   }
   validate(cfg);
   return cfg;
@@ -537,7 +543,6 @@ std::string config_to_yaml(const Config& const_cfg) {
   std::ostringstream os;
   std::vector<std::string> open;  // currently open sections
   for (const auto& k : keys()) {
-    if (k.unsupported) continue;
     std::vector<std::string> parts;
     std::string p = k.path;
     for (size_t s = 0, d; ; s = d + 1) {
@@ -576,10 +581,14 @@ std::string config_to_yaml(const Config& const_cfg) {
             os << "[";
             for (size_t i = 0; i < v->size(); ++i) {
               const FaultSpec& f = (*v)[i];
-              YAML::Emitter e;
-              e << YAML::DoubleQuoted << f.tensor;
-              os << (i ? ", " : "") << "{step: " << f.step << ", rank: " << f.rank << ", tensor: " << e.c_str()
-                 << ", value: " << f.value << "}";
+              os << (i ? ", " : "") << "{step: " << f.step << ", rank: " << f.rank;
+              if (std::string(k.path) == "faults.raise_signal") {
+                os << ", signal: " << f.value << "}";
+              } else {
+                YAML::Emitter e;
+                e << YAML::DoubleQuoted << f.tensor;
+                os << ", tensor: " << e.c_str() << ", value: " << f.value << "}";
+              }
             }
             os << "]";
           }
@@ -598,7 +607,6 @@ std::string config_keys_help() {
   std::ostringstream os;
   os << "Config keys (YAML sections; override any with --set key=value):\n";
   for (const auto& k : keys()) {
-    if (k.unsupported) continue;
     std::string type;
     Config dummy;
     FieldRef ref = k.field(dummy);

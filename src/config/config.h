@@ -76,6 +76,7 @@ struct Config {
   } checkpoint;
   struct Faults {
     std::vector<FaultSpec> inject_nonfinite;
+    std::vector<FaultSpec> raise_signal;  // value holds the signal: TERM or USR1
   } faults;
 
   // Where each key's value came from: "file.yaml:12:5", "--set" or "default".

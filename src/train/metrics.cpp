@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 
@@ -43,6 +44,22 @@ void write_file_atomic(const std::string& path, const std::string& data) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+void truncate_metrics(const std::string& path, int64_t last_step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    try {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("step") && j["step"].get<int64_t>() > last_step) continue;
+    } catch (const std::exception&) {
+      continue;  // a line cut short by a crash
+    }
+    kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
 }
 
 MetricsWriter::MetricsWriter(const std::string& out_dir, bool enabled, bool append)

@@ -27,6 +27,10 @@ class MetricsWriter {
   std::FILE* f_ = nullptr;
 };
 
+// Keeps the records of metrics.jsonl whose step is at most last_step (a resumed run appends after
+// its checkpoint; records written after that checkpoint by the stopped run are dropped).
+void truncate_metrics(const std::string& path, int64_t last_step);
+
 // Writes a file atomically: temporary file, fsync, rename, directory fsync.
 void write_file_atomic(const std::string& path, const std::string& data);
 

@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <csignal>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,6 +12,8 @@
 #include <thread>
 
 #include "comm/agree.h"
+#include "train/checkpoint.h"
+#include "train/signals.h"
 #include "comm/comm_factory.h"
 #include "core/convert.h"
 #include "core/error.h"
@@ -182,16 +186,160 @@ void Trainer::setup() {
   }
 
   const bool lead = rank_ == 0;
-  metrics_ = std::make_unique<MetricsWriter>(cfg_.resolved_out_dir(), lead, false);
-  metrics_->write_text("config.yaml", config_to_yaml(cfg_));
   progress_ = std::make_unique<Progress>(cfg_.run.progress, lead);
+  if (cfg_.checkpoint.resume != "none") resume();
+  // A resumed run keeps the records up to its checkpoint and appends after them.
+  if (lead && start_step_ > 1) truncate_metrics(cfg_.resolved_out_dir() + "/metrics.jsonl", start_step_ - 1);
+  metrics_ = std::make_unique<MetricsWriter>(cfg_.resolved_out_dir(), lead, start_step_ > 1);
+  metrics_->write_text("config.yaml", config_to_yaml(cfg_));
+  if (cfg_.checkpoint.on_signal) install_stop_signals();
   if (lead) {
+    if (!resumed_from_.empty())
+      progress_->message(strcat("resumed from ", resumed_from_, " at step ", start_step_ - 1, " (scale ", seen_.scaler.scale,
+                                ", ", seen_.scaler.overflow_steps, " skipped so far)"));
     progress_->message(strcat("amp_ddp ", AMP_VERSION, " | ", nranks_, " rank(s) x ", be_->name(), " | ",
                               precision_name(compute_), " compute, loss scale ", cfg_.loss_scale_mode(), " | ",
                               L.n_params(), " parameters | global batch ", sampler_->global_batch(), " | ",
                               total_steps_, " steps (", sampler_->steps_per_epoch(), " per epoch) | out ",
                               cfg_.resolved_out_dir()));
   }
+}
+
+namespace {
+
+nlohmann::json layout_json(const ParamLayout& L) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& t : L.tensors) j.push_back({{"name", t.name}, {"rows", t.rows}, {"cols", t.cols}});
+  return j;
+}
+
+template <typename T>
+std::vector<char> bytes_of(const T* p, size_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  return std::vector<char>(c, c + n * sizeof(T));
+}
+
+}  // namespace
+
+std::string Trainer::save(int64_t step) {
+  if (rank_ != 0) return "";
+  const size_t n = model_->layout().total;
+  Checkpoint ck;
+  std::vector<float> host(n);
+  auto grab = [&](const Buffer& b, const char* name) {
+    if (!b.data()) return;
+    be_->download(host.data(), b.data(), n * sizeof(float));
+    ck.sections[name] = bytes_of(host.data(), n);
+  };
+  grab(master_, "master");
+  grab(state1_, "state1");
+  grab(state2_, "state2");
+  StepScalarsDev scal;
+  be_->download(&scal, dev_, sizeof scal);
+  ck.sections["scalars"] = bytes_of(&scal, 1);
+  ck.header = {{"program", "amp_ddp"},
+               {"version", AMP_VERSION},
+               {"step", step},
+               {"epoch", double(step) / double(sampler_->steps_per_epoch())},
+               {"world_size", nranks_},
+               {"global_batch", sampler_->global_batch()},
+               {"precision", precision_name(compute_)},
+               {"optimizer", cfg_.optimizer.type},
+               {"config_hash", hex64(config_hash(cfg_))},
+               {"params_hash", hex64(hash64(ck.sections["master"].data(), ck.sections["master"].size()))},
+               {"layout", layout_json(model_->layout())},
+               {"scaler", {{"scale", scal.scaler.scale},
+                           {"growth_tracker", scal.scaler.growth_tracker},
+                           {"hysteresis_left", scal.scaler.hysteresis_left},
+                           {"overflow_steps", scal.scaler.overflow_steps},
+                           {"optimizer_steps", scal.scaler.optimizer_steps}}},
+               {"interval_steps", interval_steps_},
+               {"last_eval_loss", last_eval_loss_},
+               {"last_eval_accuracy", last_eval_acc_},
+               {"train_seconds", train_seconds_},
+               {"sizeof_scalars", sizeof(StepScalarsDev)}};
+  return save_checkpoint(cfg_.resolved_checkpoint_dir(), ck, int(cfg_.checkpoint.keep));
+}
+
+void Trainer::resume() {
+  // Rank 0 finds, reads and checks the checkpoint; every rank receives its bytes (no shared
+  // file system needed). Status first, so no rank waits for bytes that never come.
+  int64_t head[2] = {0, 0};  // status (0 ok, -1 nothing to resume, > 0 exit code), bytes
+  std::string data, path, message;
+  if (rank_ == 0) {
+    try {
+      const std::string dir = cfg_.resolved_checkpoint_dir();
+      if (cfg_.checkpoint.resume == "auto") {
+        std::vector<std::string> skipped;
+        path = find_latest_intact(dir, &skipped);
+        for (const auto& s : skipped) progress_->message("skipping " + s);
+        if (path.empty()) {
+          progress_->message("checkpoint.resume is auto but " + dir + " holds no intact checkpoint: starting from step 1");
+          head[0] = -1;
+        }
+      } else {
+        path = cfg_.checkpoint.resume;
+      }
+      if (head[0] == 0) {
+        data = read_file_bytes(path);
+        const Checkpoint ck = parse_checkpoint(data, path);
+        auto mismatch = [&](const std::string& what, const nlohmann::json& theirs, const nlohmann::json& ours) {
+          throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": written by a run with ", what, " ",
+                                                    theirs.dump(), ", this run has ", ours.dump()));
+        };
+        const auto& h = ck.header;
+        if (h.value("world_size", -1) != nranks_) mismatch("world size", h.value("world_size", -1), nranks_);
+        if (h.value("layout", nlohmann::json()) != layout_json(model_->layout()))
+          mismatch("another model: parameter tensors", h.value("layout", nlohmann::json()), layout_json(model_->layout()));
+        if (h.value("precision", "") != precision_name(compute_)) mismatch("precision", h.value("precision", ""), precision_name(compute_));
+        if (h.value("optimizer", "") != cfg_.optimizer.type) mismatch("optimizer", h.value("optimizer", ""), cfg_.optimizer.type);
+        if (h.value("sizeof_scalars", size_t(0)) != sizeof(StepScalarsDev))
+          mismatch("a different scaler-state layout (program version)", h.value("version", ""), AMP_VERSION);
+        if (h.value("config_hash", "") != hex64(config_hash(cfg_)))
+          progress_->message("note: " + path + " was written with a different configuration; continuing with this one");
+        head[1] = int64_t(data.size());
+      }
+    } catch (const Error& e) {
+      head[0] = e.exit_code();
+      message = e.what();
+    }
+  }
+  world_.broadcast(BufView{head, sizeof head, DType::U8}, 0);
+  if (head[0] > 0)
+    throw Error(static_cast<ErrorKind>(head[0]), rank_ == 0 ? message : "rank 0 could not resume from its checkpoint");
+  if (head[0] < 0) return;
+  data.resize(size_t(head[1]));
+  world_.broadcast(BufView{data.data(), data.size(), DType::U8}, 0);
+  const Checkpoint ck = parse_checkpoint(data, path.empty() ? "checkpoint from rank 0" : path);
+  const size_t n = model_->layout().total;
+  auto put = [&](Buffer& b, const char* name) {
+    auto it = ck.sections.find(name);
+    if (!b.data()) return;
+    if (it == ck.sections.end() || it->second.size() != n * sizeof(float))
+      throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": section ", name, " is missing or has the wrong size"));
+    be_->upload(b.data(), it->second.data(), it->second.size());
+  };
+  put(master_, "master");
+  put(state1_, "state1");
+  put(state2_, "state2");
+  if (compute_ != DType::F32) be_->cast(master_.data(), DType::F32, lp_.data(), compute_, n);
+  const auto& sc = ck.sections.at("scalars");
+  std::memcpy(&seen_, sc.data(), sizeof seen_);
+  be_->upload(dev_, &seen_, sizeof seen_);
+  start_step_ = ck.step() + 1;
+  interval_steps_ = ck.header.value("interval_steps", int64_t(0));
+  last_eval_loss_ = ck.header.value("last_eval_loss", -1.0);
+  last_eval_acc_ = ck.header.value("last_eval_accuracy", -1.0);
+  train_seconds_ = ck.header.value("train_seconds", 0.0);
+  resumed_from_ = path;
+}
+
+bool Trainer::stop_requested(int64_t step) {
+  for (const FaultSpec& f : cfg_.faults.raise_signal)
+    if (f.step == step && f.rank == rank_) raise_stop_signal(f.value == "USR1" ? SIGUSR1 : SIGTERM);
+  int32_t sig = stop_signal();
+  if (nranks_ > 1) world_.allreduce(BufView{&sig, 1, DType::I32}, ReduceOp::Max);
+  return sig != 0;
 }
 
 std::vector<float> Trainer::master_weights() {
@@ -448,10 +596,10 @@ void Trainer::check_params_in_sync(int64_t step) {
                 true);
 }
 
-nlohmann::json Trainer::summary_json(double wall_seconds) {
+nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
   StepScalarsDev now;
   be_->download(&now, dev_, sizeof now);
-  const double sps = train_seconds_ > 0 ? double(total_steps_) * double(sampler_->global_batch()) / train_seconds_ : 0.0;
+  const double sps = train_seconds_ > 0 ? double(steps_done) * double(sampler_->global_batch()) / train_seconds_ : 0.0;
   nlohmann::json j = {
       {"version", AMP_VERSION},
       {"backend", be_->name()},
@@ -459,7 +607,7 @@ nlohmann::json Trainer::summary_json(double wall_seconds) {
       {"loss_scale_mode", cfg_.loss_scale_mode()},
       {"world_size", nranks_},
       {"global_batch", sampler_->global_batch()},
-      {"steps", total_steps_},
+      {"steps", steps_done},
       {"skipped_steps", now.scaler.overflow_steps},
       {"optimizer_steps", now.scaler.optimizer_steps},
       {"final_scale", now.scaler.scale},
@@ -489,7 +637,8 @@ int Trainer::run() {
   const bool lead = rank_ == 0;
   const int64_t spe = int64_t(sampler_->steps_per_epoch());
   interval_start_ = now_seconds();
-  for (int64_t step = 1; step <= total_steps_; ++step) {
+  std::string last_saved;
+  for (int64_t step = start_step_; step <= total_steps_; ++step) {
     train_step(step);
     ++interval_steps_;
     if (observer_) {
@@ -505,7 +654,9 @@ int Trainer::run() {
                                                      : epoch_end || step == total_steps_;
     const bool do_hash = nranks_ > 1 && ((cfg_.distributed.hash_interval > 0 && step % cfg_.distributed.hash_interval == 0) ||
                                          step == total_steps_);
-    if (do_eval || do_hash) {
+    const bool do_ckpt = (cfg_.checkpoint.interval > 0 && step % cfg_.checkpoint.interval == 0) ||
+                         (cfg_.checkpoint.final && step == total_steps_);
+    if (do_eval || do_hash || do_ckpt) {
       const double t0 = now_seconds();  // kept out of the throughput numbers
       if (do_hash) check_params_in_sync(step);
       if (do_eval && data_.eval.n > 0) {
@@ -522,11 +673,29 @@ int Trainer::run() {
           metrics_->record(j);
         }
       }
+      if (do_ckpt) {
+        last_saved = save(step);
+        if (lead) progress_->message(strcat("checkpoint step ", step, " -> ", last_saved));
+      }
       interval_pause_ += now_seconds() - t0;
+    }
+    if (cfg_.checkpoint.on_signal && step < total_steps_ && stop_requested(step)) {
+      // Every rank finished this step; write its checkpoint (unless just written) and stop cleanly.
+      if (!do_ckpt) last_saved = save(step);
+      progress_->finish();
+      nlohmann::json summary = summary_json(now_seconds() - run_start_, step);
+      summary["stopped_early"] = true;
+      summary["stop_signal"] = signal_name(stop_signal() ? stop_signal() : SIGTERM);
+      summary["checkpoint"] = last_saved;
+      metrics_->write_summary(summary);
+      if (lead)
+        progress_->message(strcat("stop requested (", summary["stop_signal"].get<std::string>(), "): stopped after step ", step,
+                                  "; checkpoint ", last_saved, "; run again with checkpoint.resume=auto to continue"));
+      return 0;
     }
   }
   progress_->finish();
-  const nlohmann::json summary = summary_json(now_seconds() - run_start_);
+  const nlohmann::json summary = summary_json(now_seconds() - run_start_, total_steps_);
   metrics_->write_summary(summary);
   if (lead) {
     std::string line = strcat("done: ", total_steps_, " steps, ", summary["skipped_steps"].get<int64_t>(),

@@ -60,9 +60,12 @@ class Trainer {
   void observe(int64_t step, bool force_log);
   void log_interval(int64_t step);
   EvalResult evaluate();
+  void resume();                      // checkpoint.resume: load and apply on every rank
+  std::string save(int64_t step);     // rank 0 writes; returns the path ("" on other ranks)
+  bool stop_requested(int64_t step);  // a stop signal on any rank (agreed by every rank)
   void check_params_in_sync(int64_t step);
   uint64_t params_hash();
-  nlohmann::json summary_json(double wall_seconds);
+  nlohmann::json summary_json(double wall_seconds, int64_t steps_done);
   std::string overflow_where(const ScalerState& s) const;
 
   const Config& cfg_;
@@ -107,6 +110,8 @@ class Trainer {
   size_t comm_bytes_ = 0;
   int64_t comm_steps_ = 0;
   double run_start_ = 0;
+  int64_t start_step_ = 1;         // 1, or the step after the checkpoint resumed from
+  std::string resumed_from_;
   StepObserver observer_;
 };
 

@@ -129,11 +129,6 @@ TEST_CASE("cross-key rules", "[config]") {
                {"precision.loss_scale.init_scale: must lie in [min_scale, max_scale]"});
 }
 
-TEST_CASE("keys of features not built yet are refused, not ignored", "[config]") {
-  TempDir t;
-  expect_error(t.write("a.yaml", "checkpoint:\n  interval: 10\n"), {}, {"a.yaml:2:3: checkpoint.interval: not supported yet"});
-}
-
 TEST_CASE("--help lists the keys with their defaults", "[config]") {
   const std::string help = amp::config_keys_help();
   CHECK_THAT(help, Contains("optimizer.lr"));
