@@ -1,0 +1,116 @@
+"""Checkpoints: a run stopped (SIGTERM drill) and resumed reproduces the uninterrupted run bit for
+bit on 1 and 2 ranks, with overflows before and after the stop; a rank killed with SIGKILL ends
+the job promptly with the rank named and the last checkpoint intact; corrupted, truncated and
+mismatched checkpoints are clear errors and auto-resume falls back to the newest intact one."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import time
+from e2e_util import args, check, done, metrics, run, source, summary, tmpdir
+
+base = tmpdir()
+cfg = os.path.join(base, "small.yaml")
+with open(cfg, "w") as f:
+    f.write("run: {name: resume, steps: 60, log_interval: 1, progress: off}\n"
+            "model: {hidden: [32, 16]}\n"
+            "data: {format: synthetic, batch_size: 8, synthetic: {train_samples: 1024, eval_samples: 128}}\n"
+            "precision: {compute: fp16, loss_scale: {mode: dynamic, init_scale: 4096, growth_interval: 8}}\n"
+            "optimizer: {type: adamw, lr: 0.01}\n"
+            "faults:\n  inject_nonfinite: [{step: 10, rank: 0}, {step: 45, rank: 0, tensor: fc2.weight, value: nan}]\n")
+
+TIMING = ("step_ms", "samples_per_second")
+
+
+def records(out):
+    return [{k: v for k, v in m.items() if k not in TIMING} for m in metrics(out)]
+
+
+for np in (None, 2):
+    tag = f"np={np or 1}"
+    ref, cut = os.path.join(base, f"ref{np}"), os.path.join(base, f"cut{np}")
+    rc, _, err = run(cfg, [f"run.out_dir={ref}"], np=np)
+    check(rc == 0, f"{tag}: reference run ({err[-300:]})")
+    rc, out, err = run(cfg, [f"run.out_dir={cut}", "faults.raise_signal=[{step: 30, rank: 0}]"], np=np)
+    s = summary(cut)
+    check(rc == 0 and s.get("stopped_early") and s["steps"] == 30 and "stopped after step 30" in out,
+          f"{tag}: the SIGTERM drill stops after step 30 with exit 0 ({err[-300:]})")
+    check(any(m.get("skipped") == 1 for m in metrics(cut)), f"{tag}: an overflow happened before the stop")
+    rc, out, err = run(cfg, [f"run.out_dir={cut}", "checkpoint.resume=auto"], np=np)
+    check(rc == 0 and "resumed from" in out and "at step 30" in out, f"{tag}: resumed at step 30 ({err[-300:]})")
+    a, b = records(ref), records(cut)
+    check(a == b, f"{tag}: every logged loss, scale and skip count identical ({len(a)} vs {len(b)} records)")
+    sa, sb = summary(ref), summary(cut)
+    check(sa["params_hash"] == sb["params_hash"] and sa["skipped_steps"] == sb["skipped_steps"] == 2,
+          f"{tag}: params_hash {sa['params_hash']} == {sb['params_hash']}, 2 skipped steps each")
+
+# ---- a rank killed with SIGKILL: the job ends promptly, the rank is named, the checkpoint survives
+kill_dir = os.path.join(base, "kill")
+long_cfg = [f"run.out_dir={kill_dir}", "run.steps=100000", "checkpoint.interval=200", "data.synthetic.train_samples=4096"]
+cmd = [source("scripts", "mpirun.sh"), "-np", "2", args().binary, cfg] + [a for s in long_cfg for a in ("--set", s)]
+env = dict(os.environ, OMP_NUM_THREADS="1")
+p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+ckdir = os.path.join(kill_dir, "checkpoints")
+deadline = time.time() + 120
+while time.time() < deadline and len(glob.glob(os.path.join(ckdir, "ckpt_*.bin"))) < 2:
+    time.sleep(0.2)
+victim = None
+for pid in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split():
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            if b"OMPI_COMM_WORLD_RANK=1\0" in f.read():
+                victim = int(pid)
+    except OSError:
+        pass
+check(victim is not None, "found rank 1's process")
+t0 = time.time()
+if victim:
+    os.kill(victim, signal.SIGKILL)
+try:
+    out, err = p.communicate(timeout=60)
+except subprocess.TimeoutExpired:
+    p.kill()
+    out, err = p.communicate()
+elapsed = time.time() - t0
+check(p.returncode != 0 and elapsed < 30, f"killed rank: job ended in {elapsed:.1f} s with exit {p.returncode}")
+check("rank 1" in (out + err), "the message names rank 1")
+ckpts = sorted(glob.glob(os.path.join(ckdir, "ckpt_*.bin")))
+check(len(ckpts) >= 1, f"checkpoints survive ({len(ckpts)})")
+rc, out, err = run(cfg, long_cfg[:1] + ["run.steps=1000", "checkpoint.resume=auto", "checkpoint.interval=200",
+                                         "data.synthetic.train_samples=4096"], np=2)
+check(rc == 0 and "resumed from" in out, f"resume after the kill works ({err[-300:]})")
+
+# ---- damaged and mismatched checkpoints
+good = os.path.join(base, "ref2", "checkpoints")  # the 2-rank reference run
+final = sorted(glob.glob(os.path.join(good, "ckpt_*.bin")))[-1]
+data = open(final, "rb").read()
+bad_dir = os.path.join(base, "bad", "checkpoints")
+os.makedirs(bad_dir)
+older = os.path.join(bad_dir, "ckpt_step0000000040.bin")
+newer = os.path.join(bad_dir, "ckpt_step0000000060.bin")
+with open(older, "wb") as f:  # an intact (step 60) checkpoint under an older name
+    f.write(data)
+flipped = bytearray(data)
+flipped[len(flipped) // 2] ^= 0x40
+with open(newer, "wb") as f:
+    f.write(flipped)
+bad_args = [f"run.out_dir={os.path.join(base, 'bad')}", "run.steps=70"]
+rc, out, err = run(cfg, bad_args + [f"checkpoint.resume={newer}"], np=2)
+check(rc == 4 and "checksum mismatch" in err and newer in err, f"corrupted checkpoint: exit {rc}, named ({err[-300:]})")
+rc, out, err = run(cfg, bad_args + ["checkpoint.resume=auto"], np=2)
+check(rc == 0 and "skipping checkpoint error: " + newer in out and "resumed from " + older in out,
+      f"auto skips the corrupted one and resumes from the intact one ({out[-400:]} {err[-200:]})")
+trunc = os.path.join(base, "trunc.bin")
+with open(trunc, "wb") as f:
+    f.write(data[: len(data) - 100])
+rc, out, err = run(cfg, bad_args + [f"checkpoint.resume={trunc}"], np=2)
+check(rc == 4 and "truncated" in err, f"truncated checkpoint: exit {rc} ({err[-200:]})")
+rc, out, err = run(cfg, bad_args + [f"checkpoint.resume={final}"])
+check(rc == 4 and "world size 2, this run has 1" in err, f"another world size: exit {rc} ({err[-200:]})")
+rc, out, err = run(cfg, bad_args + [f"checkpoint.resume={final}", "model.hidden=[32,8]"], np=2)
+check(rc == 4 and "another model" in err, f"another model: exit {rc} ({err[-200:]})")
+rc, out, err = run(cfg, bad_args + ["checkpoint.resume=/nonexistent/ckpt.bin"], np=2)
+check(rc == 4 and "/nonexistent/ckpt.bin: cannot open" in err, f"missing checkpoint: exit {rc}")
+check(len(glob.glob(os.path.join(ckdir, "ckpt_*.bin"))) <= 3, "only checkpoint.keep (3) checkpoints are kept")
+done()
