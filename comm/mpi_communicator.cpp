@@ -47,12 +47,17 @@ namespace {
 MPI_Comm as_comm(void* p) { return *static_cast<MPI_Comm*>(p); }
 
 // ---- user-defined reductions on 16-bit floats (and NaN-propagating float max) ------------
-// The arithmetic is FP32 with one rounding per combining step, in chunks small enough to stay in
-// the L1 cache, through the vectorized conversions.
+// The arithmetic is FP32 with one rounding per combining step (sums: the vectorized f16_add /
+// bf16_add; maxima, used for small flag buffers only: chunks through the conversions).
 constexpr int kChunk = 512;
 
-template <bool kBf16, bool kMax>
-void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
+template <bool kBf16>
+void sum16(void* in, void* inout, int* len, MPI_Datatype*) {
+  (kBf16 ? bf16_add : f16_add)(static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), size_t(*len));
+}
+
+template <bool kBf16>
+void max16(void* in, void* inout, int* len, MPI_Datatype*) {
   auto* a = static_cast<uint16_t*>(in);
   auto* b = static_cast<uint16_t*>(inout);
   alignas(64) float fa[kChunk], fb[kChunk];
@@ -66,12 +71,8 @@ void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
       f16_to_f32(b + off, fb, n);
     }
     for (int i = 0; i < n; ++i) {
-      if (kMax) {
-        const float x = fa[i], y = fb[i];
-        fb[i] = (x != x || y != y) ? x + y : (x > y ? x : y);
-      } else {
-        fb[i] += fa[i];
-      }
+      const float x = fa[i], y = fb[i];
+      fb[i] = (x != x || y != y) ? x + y : (x > y ? x : y);
     }
     if (kBf16) f32_to_bf16(fb, b + off, n);
     else f32_to_f16(fb, b + off, n);
@@ -93,10 +94,10 @@ struct Ops {
 Ops g_ops;  // created once after MPI_Init, freed before MPI_Finalize
 
 void create_ops() {
-  MPI_CHECK(MPI_Op_create(&reduce16<false, false>, 1, &g_ops.f16_sum));
-  MPI_CHECK(MPI_Op_create(&reduce16<true, false>, 1, &g_ops.bf16_sum));
-  MPI_CHECK(MPI_Op_create(&reduce16<false, true>, 1, &g_ops.f16_max));
-  MPI_CHECK(MPI_Op_create(&reduce16<true, true>, 1, &g_ops.bf16_max));
+  MPI_CHECK(MPI_Op_create(&sum16<false>, 1, &g_ops.f16_sum));
+  MPI_CHECK(MPI_Op_create(&sum16<true>, 1, &g_ops.bf16_sum));
+  MPI_CHECK(MPI_Op_create(&max16<false>, 1, &g_ops.f16_max));
+  MPI_CHECK(MPI_Op_create(&max16<true>, 1, &g_ops.bf16_max));
   MPI_CHECK(MPI_Op_create(&max_f32, 1, &g_ops.f32_max));
 }
 

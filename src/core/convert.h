@@ -24,6 +24,12 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t 
 // The same, split over the OpenMP threads of the caller for large n.
 void convert_parallel(const void* src, DType src_type, void* dst, DType dst_type, size_t n);
 
+// b[i] = round(float(a[i]) + float(b[i])) for 16-bit a, b: the combining step of a 16-bit sum
+// (FP32 arithmetic, one rounding), as the all-reduce's user-defined MPI ops use it. Bit-identical
+// to the scalar conversions of core/half.h around a float addition.
+void f16_add(const uint16_t* a, uint16_t* b, size_t n);
+void bf16_add(const uint16_t* a, uint16_t* b, size_t n);
+
 // One set of conversion kernels; tests and benchmarks iterate over every path this CPU runs.
 struct ConvertKernels {
   std::string name;  // "scalar", "f16c", "avx512", "avx512bf16"
