@@ -68,6 +68,7 @@ const std::vector<Key>& keys() {
       {"model.hidden", "[1024, 1024]", "hidden layer widths (input and output come from the data)", F(model.hidden), at_least(1)},
       {"model.activation", "\"relu\"", "hidden activation", F(model.activation), {}, {"relu", "gelu"}},
       {"model.init", "\"pytorch\"", "weight init: pytorch (U(+-1/sqrt(fan_in))), xavier, normal (std init_std)", F(model.init), {}, {"pytorch", "xavier", "normal"}},
+      {"model.loss_weight", "1", "coefficient of the training loss (gradients scale with it; reported losses do not)", F(model.loss_weight), above(0)},
       {"model.init_std", "0.01", "standard deviation of model.init=normal", F(model.init_std), above(0)},
       // data
       {"data.format", "\"idx\"", "data source", F(data.format), {}, {"idx", "csv", "synthetic"}},
@@ -83,6 +84,7 @@ const std::vector<Key>& keys() {
       {"data.eval_fraction", "0", "CSV: fraction of the training file held out for evaluation", F(data.eval_fraction), between(0, 1, false, true)},
       {"data.n_classes", "0", "classes (0: largest training label + 1)", F(data.n_classes), at_least(0)},
       {"data.normalize", "\"none\"", "feature normalization fitted on the training set", F(data.normalize), {}, {"none", "global", "per_feature"}},
+      {"data.autoencode", "false", "regression onto the (normalized) inputs themselves: an autoencoder task", F(data.autoencode)},
       {"data.batch_size", "128", "samples per rank per step (global batch = batch_size x ranks)", F(data.batch_size), at_least(1)},
       {"data.eval_batch_size", "1000", "samples per rank per evaluation batch", F(data.eval_batch_size), at_least(1)},
       {"data.shuffle", "true", "reshuffle the training set every epoch (seeded, same on every rank)", F(data.shuffle)},

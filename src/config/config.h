@@ -38,7 +38,7 @@ struct Config {
   struct Model {
     std::string type, activation, init;
     std::vector<int64_t> hidden;
-    double init_std = 0;
+    double init_std = 0, loss_weight = 1;
   } model;
   struct Synthetic {
     int64_t train_samples = 0, eval_samples = 0, features = 0, outputs = 0;
@@ -47,7 +47,7 @@ struct Config {
   struct Data {
     std::string format, train_images, train_labels, eval_images, eval_labels, train_csv, eval_csv,
         target, task, normalize;
-    bool csv_header = true, shuffle = true;
+    bool csv_header = true, shuffle = true, autoencode = false;
     double eval_fraction = 0;
     int64_t n_classes = 0, batch_size = 0, eval_batch_size = 0;
     Synthetic synthetic;

@@ -415,10 +415,10 @@ void Trainer::device_step(int64_t step) {
   // all-reduce is a plain sum of pre-divided gradients (it cannot overflow where the mean would not).
   const float* scale = &dev_->scaler.scale;
   if (classification_) {
-    const float inv_count = 1.0f / float(batch_ * size_t(nranks_));
+    const float inv_count = float(cfg_.model.loss_weight / double(batch_ * size_t(nranks_)));
     be_->softmax_xent(logits, labels_.as<int32_t>(), scale, inv_count, dlogits, &dev_->loss_sum, &dev_->correct);
   } else {
-    const float inv_count = 1.0f / float(batch_ * size_t(nranks_) * n_out_);
+    const float inv_count = float(cfg_.model.loss_weight / double(batch_ * size_t(nranks_) * n_out_));
     be_->mse(logits, targets_.tensor(DType::F32, batch_, n_out_), scale, inv_count, dlogits, &dev_->loss_sum);
   }
 
