@@ -8,7 +8,7 @@ namespace amp::cuda {
 namespace {
 
 template <typename S, typename D, int N>
-__global__ void __launch_bounds__(kThreads) cast_kernel(const S* __restrict__ src, D* __restrict__ dst, size_t n,
+__global__ void __launch_bounds__(kThreads) cast_kernel(const S* src, D* dst, size_t n,
                                                         bool vec) {
   const size_t stride = size_t(gridDim.x) * blockDim.x * N;
   for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * N; i < n; i += stride) {

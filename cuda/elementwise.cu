@@ -1,6 +1,7 @@
 // Elementwise kernels: ReLU/GELU forward and backward (FP32 math, results rounded to each tensor's
 // dtype, the CPU twins' expressions), the bias add of the f32 fallback path and the bias gradient
-// (column sums in FP32, one rounding each, in a fixed order).
+// (column sums in FP32, one rounding each, in a fixed order). Inputs and outputs may be the same
+// memory (the MLP's backward runs in place), so they are not __restrict__.
 #include "cuda/kernel_util.cuh"
 
 namespace amp::cuda {
@@ -24,8 +25,8 @@ __device__ __forceinline__ float act_backward(Activation a, float x, float g) {
 }
 
 template <typename Z, typename Y>
-__global__ void __launch_bounds__(kThreads) act_forward_kernel(Activation a, const Z* __restrict__ z,
-                                                               Y* __restrict__ y, size_t n, bool vec) {
+__global__ void __launch_bounds__(kThreads) act_forward_kernel(Activation a, const Z* z, Y* y, size_t n,
+                                                               bool vec) {
   const size_t stride = size_t(gridDim.x) * blockDim.x * kVec;
   for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n; i += stride) {
     float v[kVec];
@@ -37,9 +38,8 @@ __global__ void __launch_bounds__(kThreads) act_forward_kernel(Activation a, con
 }
 
 template <typename Z, typename G, typename D>
-__global__ void __launch_bounds__(kThreads) act_backward_kernel(Activation a, const Z* __restrict__ z,
-                                                                const G* __restrict__ dy, D* __restrict__ dz,
-                                                                size_t n, bool vec) {
+__global__ void __launch_bounds__(kThreads) act_backward_kernel(Activation a, const Z* z, const G* dy,
+                                                                D* dz, size_t n, bool vec) {
   const size_t stride = size_t(gridDim.x) * blockDim.x * kVec;
   for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n; i += stride) {
     float x[kVec], g[kVec];

@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 
 namespace amp::cuda {
@@ -45,7 +46,7 @@ inline bool aligned_to(const void* p, size_t a) { return reinterpret_cast<uintpt
 // Loads elements [i, i + N) of p as floats; `vec` says p is aligned to the pack and i % N == 0.
 // Elements at or past n read as 0.
 template <int N, typename T>
-__device__ __forceinline__ void load_floats(const T* __restrict__ p, size_t i, size_t n, bool vec, float (&out)[N]) {
+__device__ __forceinline__ void load_floats(const T* p, size_t i, size_t n, bool vec, float (&out)[N]) {
   if (vec && i + N <= n) {
     const Pack<T, N> pk = *reinterpret_cast<const Pack<T, N>*>(p + i);
 #pragma unroll
@@ -57,7 +58,7 @@ __device__ __forceinline__ void load_floats(const T* __restrict__ p, size_t i, s
 }
 
 template <int N, typename T>
-__device__ __forceinline__ void store_floats(T* __restrict__ p, size_t i, size_t n, bool vec, const float (&in)[N]) {
+__device__ __forceinline__ void store_floats(T* p, size_t i, size_t n, bool vec, const float (&in)[N]) {
   if (vec && i + N <= n) {
     Pack<T, N> pk;
 #pragma unroll

@@ -84,7 +84,6 @@ const std::vector<Key>& keys() {
       {"data.eval_fraction", "0", "CSV: fraction of the training file held out for evaluation", F(data.eval_fraction), between(0, 1, false, true)},
       {"data.n_classes", "0", "classes (0: largest training label + 1)", F(data.n_classes), at_least(0)},
       {"data.normalize", "\"none\"", "feature normalization fitted on the training set", F(data.normalize), {}, {"none", "global", "per_feature"}},
-      {"data.autoencode", "false", "regression onto the (normalized) inputs themselves: an autoencoder task", F(data.autoencode)},
       {"data.batch_size", "128", "samples per rank per step (global batch = batch_size x ranks)", F(data.batch_size), at_least(1)},
       {"data.eval_batch_size", "1000", "samples per rank per evaluation batch", F(data.eval_batch_size), at_least(1)},
       {"data.shuffle", "true", "reshuffle the training set every epoch (seeded, same on every rank)", F(data.shuffle)},

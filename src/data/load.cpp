@@ -59,17 +59,6 @@ DataSets load_datasets(const Config& cfg) {
   norm.fit(out.train, mode);
   norm.apply(out.train);
   if (out.eval.n) norm.apply(out.eval);
-  if (d.autoencode) {
-    // Reconstruct the inputs: MSE over every feature (a mean over batch x features, so its
-    // gradients are small: what loss scaling exists for).
-    for (Dataset* s : {&out.train, &out.eval}) {
-      s->task = Task::Regression;
-      s->n_targets = s->n_features;
-      s->y = s->x;
-      s->labels.clear();
-      s->n_classes = 0;
-    }
-  }
   return out;
 }
 
