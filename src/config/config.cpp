@@ -131,6 +131,7 @@ const std::vector<Key>& keys() {
       {"checkpoint.resume", "\"none\"", "none | auto (newest intact checkpoint in dir) | PATH", F(checkpoint.resume)},
       // faults
       {"faults.inject_nonfinite", "[]", "list of {step, rank, tensor, value: inf|nan}: plant a non-finite gradient", F(faults.inject_nonfinite)},
+      {"faults.corrupt_params", "[]", "list of {step, rank}: perturb one master weight on that rank after that step (desync drill)", F(faults.corrupt_params)},
       {"faults.raise_signal", "[]", "list of {step, rank, signal: TERM|USR1}: deliver a stop signal after that step", F(faults.raise_signal)},
   };
   return k;
@@ -355,10 +356,12 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
   } else if (auto* p = std::get_if<std::vector<FaultSpec>*>(&ref)) {
     // Two lists share this shape: inject_nonfinite {step, rank, tensor, value: inf|nan} and
     // raise_signal {step, rank, signal: TERM|USR1} (the signal is kept in FaultSpec::value).
-    const bool signal = path == "faults.raise_signal";
-    const std::vector<std::string> allowed =
-        signal ? std::vector<std::string>{"step", "rank", "signal"} : std::vector<std::string>{"step", "rank", "tensor", "value"};
-    const std::string shape = signal ? "{step, rank, signal}" : "{step, rank, tensor, value}";
+    // corrupt_params {step, rank} uses step and rank only.
+    const bool signal = path == "faults.raise_signal", bare = path == "faults.corrupt_params";
+    const std::vector<std::string> allowed = signal ? std::vector<std::string>{"step", "rank", "signal"}
+                                             : bare ? std::vector<std::string>{"step", "rank"}
+                                                    : std::vector<std::string>{"step", "rank", "tensor", "value"};
+    const std::string shape = signal ? "{step, rank, signal}" : bare ? "{step, rank}" : "{step, rank, tensor, value}";
     if (!node.IsSequence()) expect("a list of " + shape);
     std::vector<FaultSpec> v;
     for (const auto& item : node) {
@@ -379,10 +382,10 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
                          ", got " + describe_node(val));
           (is_step ? f.step : f.rank) = x;
           have_step |= is_step;
-        } else if (k == "tensor" && !signal) {
+        } else if (k == "tensor" && !signal && !bare) {
           if (!val.IsScalar()) rep.fail(val.Mark(), ipath + ".tensor", "expected a tensor name, got " + describe_node(val));
           f.tensor = val.Scalar();
-        } else if (k == "value" && !signal) {
+        } else if (k == "value" && !signal && !bare) {
           if (!val.IsScalar() || (val.Scalar() != "inf" && val.Scalar() != "nan"))
             rep.fail(val.Mark(), ipath + ".value", "expected inf or nan, got " + describe_node(val));
           f.value = val.Scalar();
@@ -585,6 +588,8 @@ std::string config_to_yaml(const Config& const_cfg) {
               os << (i ? ", " : "") << "{step: " << f.step << ", rank: " << f.rank;
               if (std::string(k.path) == "faults.raise_signal") {
                 os << ", signal: " << f.value << "}";
+              } else if (std::string(k.path) == "faults.corrupt_params") {
+                os << "}";
               } else {
                 YAML::Emitter e;
                 e << YAML::DoubleQuoted << f.tensor;

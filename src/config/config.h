@@ -77,6 +77,7 @@ struct Config {
   struct Faults {
     std::vector<FaultSpec> inject_nonfinite;
     std::vector<FaultSpec> raise_signal;  // value holds the signal: TERM or USR1
+    std::vector<FaultSpec> corrupt_params;
   } faults;
 
   // Where each key's value came from: "file.yaml:12:5", "--set" or "default".

@@ -641,6 +641,13 @@ int Trainer::run() {
   for (int64_t step = start_step_; step <= total_steps_; ++step) {
     train_step(step);
     ++interval_steps_;
+    for (const FaultSpec& f : cfg_.faults.corrupt_params) {
+      if (f.step != step || f.rank != rank_) continue;  // desync drill: this rank's weights drift
+      float w0;
+      be_->download(&w0, master_.data(), sizeof w0);
+      w0 += 1e-3f;
+      be_->upload(master_.data(), &w0, sizeof w0);
+    }
     if (observer_) {
       StepScalarsDev now;
       std::vector<int32_t> flags(OverflowFlags::count(nranks_));

@@ -128,3 +128,19 @@ TEST_CASE("ranks that resolve different configs stop with the differing rank nam
     CHECK_THAT(e.what(), Catch::Contains("rank(s) 1 resolved a different config"));
   }
 }
+
+TEST_CASE("weights that drift on one rank are caught by the hash check, naming rank and step", "[mpi][ddp]") {
+  if (world().size() < 2) return;
+  const int last = world().size() - 1;
+  Config cfg = config_from(small_run(30), {"distributed.hash_interval=10",
+                                           "faults.corrupt_params=[{step: 12, rank: " + std::to_string(last) + "}]"});
+  Trainer t(cfg, world());
+  try {
+    t.run();
+    FAIL("expected the desync check to stop the run");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Comm);
+    CHECK(e.agreed());
+    CHECK_THAT(e.what(), Catch::Contains("after step 20 the master weights of rank(s) " + std::to_string(last)));
+  }
+}
