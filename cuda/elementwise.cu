@@ -1,5 +1,5 @@
 // Elementwise kernels: ReLU/GELU forward and backward (FP32 math, results rounded to each tensor's
-// dtype, the CPU twins' expressions), the bias add of the f32 fallback path and the bias gradient
+// dtype, the CPU twins' expressions), the bias add of the non-epilogue path and the bias gradient
 // (column sums in FP32, one rounding each, in a fixed order). Inputs and outputs may be the same
 // memory (the MLP's backward runs in place), so they are not __restrict__.
 #include "cuda/kernel_util.cuh"
@@ -51,11 +51,12 @@ __global__ void __launch_bounds__(kThreads) act_backward_kernel(Activation a, co
   }
 }
 
-template <typename B>
-__global__ void __launch_bounds__(kThreads) add_bias_rows_kernel(const B* __restrict__ b, float* __restrict__ y,
+template <typename B, typename Y>
+__global__ void __launch_bounds__(kThreads) add_bias_rows_kernel(const B* __restrict__ b, Y* __restrict__ y,
                                                                  size_t rows, size_t cols) {
   const size_t n = rows * cols, stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] += to_f32(b[i % cols]);
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = from_f32<Y>(to_f32(y[i]) + to_f32(b[i % cols]));
 }
 
 // Block (32 columns) x (kLanes row lanes): lane r sums rows r, r + kLanes, ... of its column in
@@ -119,13 +120,16 @@ void activation_backward(const Launch& l, Activation a, const Tensor& z, const T
 }
 
 void add_bias_rows(const Launch& l, const Tensor& b, const Tensor& y) {
-  AMP_CHECK(y.dtype == DType::F32 && b.numel() == y.cols, "add_bias_rows: y must be f32 with one bias per column");
+  AMP_CHECK(b.numel() == y.cols, "add_bias_rows: one bias per column");
   if (y.numel() == 0) return;
   dispatch_float(b.dtype, "add_bias_rows", [&](auto bt) {
-    using B = decltype(bt);
-    add_bias_rows_kernel<B><<<blocks_for(y.numel(), kThreads, l), kThreads, 0, l.stream>>>(b.as<const B>(),
-                                                                                           y.as<float>(), y.rows, y.cols);
-    AMP_CHECK_LAUNCH("add_bias_rows_kernel");
+    dispatch_float(y.dtype, "add_bias_rows", [&](auto yt) {
+      using B = decltype(bt);
+      using Y = decltype(yt);
+      add_bias_rows_kernel<B, Y><<<blocks_for(y.numel(), kThreads, l), kThreads, 0, l.stream>>>(b.as<const B>(),
+                                                                                              y.as<Y>(), y.rows, y.cols);
+      AMP_CHECK_LAUNCH("add_bias_rows_kernel");
+    });
   });
 }
 

@@ -33,7 +33,7 @@ void cast(const Launch& l, const void* src, DType src_type, void* dst, DType dst
 // ---- elementwise.cu
 void activation_forward(const Launch& l, Activation a, const Tensor& z, const Tensor& y);
 void activation_backward(const Launch& l, Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz);
-void add_bias_rows(const Launch& l, const Tensor& b, const Tensor& y);  // y[r][c] += b[c]; y is f32
+void add_bias_rows(const Launch& l, const Tensor& b, const Tensor& y);  // y[r][c] += b[c] (in FP32, rounded once)
 void bias_grad(const Launch& l, const Tensor& dy, const Tensor& db);    // db[c] = sum_r dy[r][c] (FP32)
 
 // ---- loss.cu

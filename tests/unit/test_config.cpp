@@ -47,7 +47,7 @@ TEST_CASE("defaults and file values resolve", "[config]") {
   CHECK(c.resolved_out_dir() == "runs/demo");
 }
 
-TEST_CASE("--set overrides the file and accepts YAML values", "[config]") {
+TEST_CASE("set overrides the file and accepts YAML values", "[config]") {
   TempDir t;
   const auto p = t.write("a.yaml", "optimizer:\n  lr: 0.1\n");
   Config c = load_config(p, {"optimizer.lr=0.5", "model.hidden=[8,8,8]", "precision.compute=fp16",

@@ -1,0 +1,107 @@
+// Step time of the CUDA backend on an MLP, from a CUDA graph as the trainer runs it, and its parts:
+// forward + backward, the GEMMs alone (achieved rate), the mixed-precision bookkeeping
+// (zero flags + unscale_check + update_scale) and the optimizer, each timed with CUDA events as
+// the median of repeats. One JSON line on stdout.
+// Usage: bench_gpu_step [--dims 784,1024,1024,10] [--batch 128] [--dtype f16|bf16] [--iters 50]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "step_rig.h"
+
+namespace {
+
+using namespace amp;
+
+// Milliseconds per replay of what `body` enqueues, captured once into a graph (after one eager
+// run, so first-use set-up stays out of it).
+double graph_ms(Backend& be, const std::function<void()>& body, int iters) {
+  body();
+  be.begin_capture();
+  body();
+  be.end_capture();
+  return bench::median_ms(static_cast<cudaStream_t>(be.native_stream()), [&] { be.replay(); }, iters);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<size_t> dims{784, 1024, 1024, 10};
+  size_t batch = 128;
+  std::string dtype = "f16";
+  int iters = 50;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--dims") dims = bench::parse_dims(v);
+    else if (k == "--batch") batch = std::stoul(v);
+    else if (k == "--dtype") dtype = v;
+    else if (k == "--iters") iters = std::stoi(v);
+    else {
+      std::fprintf(stderr, "usage: bench_gpu_step [--dims 784,1024,1024,10] [--batch N] [--dtype f16|bf16] [--iters N]\n");
+      return 2;
+    }
+  }
+  if (!cuda_available()) {
+    std::fprintf(stderr, "bench_gpu_step: no CUDA device\n");
+    return 1;
+  }
+  try {
+    const DType compute = dtype == "bf16" ? DType::BF16 : DType::F16;
+    auto be = make_backend("cuda", 0, 1);
+    ScalerParams sp;
+    sp.mode = compute == DType::F16 ? ScaleMode::Dynamic : ScaleMode::None;
+    sp.init_scale = compute == DType::F16 ? 1024.0f : 1.0f;
+    bench::StepRig rig(*be, compute, dims, batch, Activation::Relu, sp);
+    rig.inputs(1);
+
+    const double step = graph_ms(*be, [&] { rig.device_step(); }, iters);
+    const double fwd_bwd = graph_ms(*be, [&] { rig.forward_backward(); }, iters);
+    const double amp = graph_ms(*be, [&] {
+      rig.unscale_check();
+      rig.update_scale();
+    }, iters);
+    const double opt = graph_ms(*be, [&] { rig.optimizer(); }, iters);
+
+    // The GEMMs of one step alone (the linear layers' calls, bias epilogue and bias gradient
+    // included), on the rig's buffers.
+    Mlp& m = rig.model();
+    const size_t L = dims.size() - 1;
+    double flops = 0;  // forward, weight gradient, and input gradient except for the first layer
+    for (size_t l = 0; l < L; ++l) flops += 2.0 * double(batch) * double(dims[l]) * double(dims[l + 1]) * (l ? 3 : 2);
+    const size_t widest = *std::max_element(dims.begin(), dims.end());
+    Buffer a = be->alloc(batch * widest * 2), b = be->alloc(batch * widest * 2);
+    const auto& layout = m.layout();
+    auto param = [&](const void* base, size_t i) {
+      const ParamInfo& p = layout.tensors[i];
+      return Tensor{static_cast<char*>(const_cast<void*>(base)) + p.span.offset * 2, compute, p.rows, p.cols};
+    };
+    const double gemm = graph_ms(*be, [&] {
+      for (size_t l = 0; l < L; ++l) {
+        const Tensor x{a.data(), compute, batch, dims[l]}, y{b.data(), compute, batch, dims[l + 1]};
+        be->linear_forward(x, param(rig.lp(), 2 * l), param(rig.lp(), 2 * l + 1), y);
+      }
+      for (size_t l = L; l-- > 0;) {
+        const Tensor dy{b.data(), compute, batch, dims[l + 1]}, x{a.data(), compute, batch, dims[l]};
+        be->linear_backward_weight(dy, x, param(rig.grads(), 2 * l), param(rig.grads(), 2 * l + 1));
+        if (l > 0) be->linear_backward_input(dy, param(rig.lp(), 2 * l), Tensor{a.data(), compute, batch, dims[l]});
+      }
+    }, iters);
+
+    std::string d;
+    for (size_t i = 0; i < dims.size(); ++i) d += (i ? "-" : "") + std::to_string(dims[i]);
+    std::printf("{\"bench\": \"amp_step\", \"model\": \"%s\", \"batch\": %zu, \"dtype\": \"%s\", \"params\": %zu, "
+                "\"step_ms\": %.5f, \"fwd_bwd_ms\": %.5f, \"gemm_ms\": %.5f, \"gemm_tflops\": %.2f, "
+                "\"amp_ms\": %.5f, \"optimizer_ms\": %.5f, \"amp_share\": %.5f}\n",
+                d.c_str(), batch, dtype.c_str(), layout.n_params(), step, fwd_bwd, gemm, flops / (gemm * 1e-3) / 1e12,
+                amp, opt, amp / step);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gpu_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,274 @@
+#include "cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "core/error.h"
+
+namespace amp::cuda {
+
+namespace {
+
+constexpr size_t kStagingBytes = size_t(64) << 20;   // pinned upload ring
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt workspace (32 MiB suits Hopper)
+constexpr unsigned kLossBlocks = 1024;                // partial slots of the loss reductions
+
+// Frees device memory handed out by alloc(): waits for the stream first (work enqueued on it may
+// still read the memory; cudaFree's own implicit synchronization is not documented as a promise).
+void release_device(void* p, cudaStream_t s) noexcept {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone)
+    AMP_CUDA_WARN(cudaStreamSynchronize(s));
+  AMP_CUDA_WARN(cudaFree(p));
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  name_ = strcat("cuda:", device, " (", prop.name, ")");
+  // One wave of 256-thread blocks at full occupancy: the grid-stride kernels loop beyond it.
+  max_blocks_ = unsigned(std::max(1, prop.multiProcessorCount)) * 8u;
+  stream_ = std::make_shared<Stream>(0);
+  ring_ = std::make_unique<StagingRing>(kStagingBytes);
+  gemm_ = std::make_unique<LtGemm>(kWorkspaceBytes);
+  loss_partials_ = DeviceBuffer<double>(kLossBlocks);
+  hit_partials_ = DeviceBuffer<long long>(kLossBlocks);
+}
+
+CudaBackend::~CudaBackend() {
+  if (capturing_) {  // an exception left a capture open: close it and drop the graph
+    cudaGraph_t g = nullptr;
+    if (cudaStreamEndCapture(stream_->get(), &g) == cudaSuccess && g) AMP_CUDA_WARN(cudaGraphDestroy(g));
+    cudaGetLastError();
+  }
+  // Pending copies read the staging ring and kernels the workspace: finish them before those go.
+  AMP_CUDA_WARN(cudaStreamSynchronize(stream_->get()));
+}
+
+void CudaBackend::not_capturing(const char* what) const {
+  if (capturing_)
+    throw Error(ErrorKind::Internal, strcat("cuda backend: ", what, " is not allowed while a CUDA graph is being "
+                                            "captured (it would synchronize with the host or replay stale data)"));
+}
+
+// ---- memory ---------------------------------------------------------------------------------
+
+Buffer CudaBackend::alloc(size_t bytes) {
+  not_capturing("alloc");
+  const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, rounded);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw Error(ErrorKind::Device, strcat("out of device memory on ", name_, ": allocating ", bytes, " bytes (",
+                                          free_b >> 20, " MiB free of ", total_b >> 20, " MiB): ",
+                                          cuda_error_string(e)));
+  }
+  std::shared_ptr<Stream> keep = stream_;
+  Buffer buf(p, bytes, [keep](void* q) { release_device(q, keep->get()); });
+  CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_->get()));
+  return buf;
+}
+
+void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
+  not_capturing("upload");
+  if (bytes) ring_->upload(dst, host_src, bytes, stream_->get());
+}
+
+void CudaBackend::download(void* host_dst, const void* src, size_t bytes) {
+  not_capturing("download");
+  if (bytes) CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_->get()));
+  CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+}
+
+void CudaBackend::zero(void* dst, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_->get()));
+}
+
+void CudaBackend::synchronize() {
+  not_capturing("synchronize");
+  CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+}
+
+// ---- elementwise ----------------------------------------------------------------------------
+
+void CudaBackend::cast(const void* src, DType src_type, void* dst, DType dst_type, size_t n) {
+  cuda::cast(launch(), src, src_type, dst, dst_type, n);
+}
+
+void CudaBackend::activation_forward(Activation a, const Tensor& z, const Tensor& y) {
+  cuda::activation_forward(launch(), a, z, y);
+}
+
+void CudaBackend::activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) {
+  cuda::activation_backward(launch(), a, z, dy, dz);
+}
+
+// ---- linear layers (the GEMM mapping is derived in gemm.cpp) ------------------------------
+
+namespace {
+
+void check_gemm_types(DType ab, DType b2, DType out, const char* op) {
+  AMP_CHECK(ab == b2, op, ": operands must share a dtype (", dtype_name(ab), " vs ", dtype_name(b2), ")");
+  const bool ok = (ab == DType::F32 && out == DType::F32) ||
+                  ((ab == DType::F16 || ab == DType::BF16) && (out == ab || out == DType::F32));
+  if (!ok)
+    throw Error(ErrorKind::Internal, strcat(op, ": the CUDA backend multiplies f32 x f32 -> f32 and 16-bit x 16-bit -> "
+                                            "same 16-bit or f32, not ", dtype_name(ab), " -> ", dtype_name(out)));
+}
+
+}  // namespace
+
+void CudaBackend::gemm(const GemmCall& c) { gemm_->run(c, stream_->get()); }
+
+void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
+  AMP_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows && b.numel() == w.rows,
+            "linear_forward: shapes x ", x.rows, "x", x.cols, " w ", w.rows, "x", w.cols);
+  check_gemm_types(x.dtype, w.dtype, y.dtype, "linear_forward");
+  // A 16-bit y gets its bias (of y's dtype) from the BIAS epilogue, before the one rounding. An f32 y
+  // gets it in a second f32 pass, which rounds exactly as the epilogue would (y is already f32).
+  GemmCall c = linear_forward_call(x, w, y);
+  c.bias = y.dtype != DType::F32 && b.dtype == y.dtype ? b.data : nullptr;
+  if (c.bias && !gemm_->supported(c)) {
+    // Not expected on sm_90; kept so that a cuBLASLt without this epilogue still trains.
+    if (!warned_bias_) {
+      std::fprintf(stderr, "warning: cuBLASLt has no bias-epilogue GEMM for %zux%zu -> %zu (%s); the bias is added "
+                           "in a separate pass (one more rounding)\n", x.rows, x.cols, w.rows, dtype_name(y.dtype));
+      warned_bias_ = true;
+    }
+    c.bias = nullptr;
+  }
+  if (!c.bias && y.dtype != DType::F32 && b.dtype != y.dtype)
+    throw Error(ErrorKind::Internal, strcat("linear_forward: a ", dtype_name(b.dtype), " bias with a ",
+                                            dtype_name(y.dtype), " output is not supported by the CUDA backend"));
+  gemm(c);
+  if (!c.bias) cuda::add_bias_rows(launch(), b, y);
+}
+
+void CudaBackend::linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) {
+  AMP_CHECK(dy.cols == w.rows && dx.rows == dy.rows && dx.cols == w.cols, "linear_backward_input: shapes");
+  check_gemm_types(dy.dtype, w.dtype, dx.dtype, "linear_backward_input");
+  gemm(linear_backward_input_call(dy, w, dx));
+}
+
+void CudaBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
+  AMP_CHECK(dy.rows == x.rows && dw.rows == dy.cols && dw.cols == x.cols && db.numel() == dy.cols,
+            "linear_backward_weight: shapes");
+  check_gemm_types(dy.dtype, x.dtype, dw.dtype, "linear_backward_weight");
+  gemm(linear_backward_weight_call(dy, x, dw));
+  cuda::bias_grad(launch(), dy, db);
+}
+
+// ---- losses ---------------------------------------------------------------------------------
+
+void CudaBackend::softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
+                               const Tensor& dlogits, float* loss_sum, int32_t* correct) {
+  cuda::softmax_xent(launch(), logits, labels, scale, inv_count, dlogits, loss_sum, correct,
+                     LossScratch{loss_partials_.get(), hit_partials_.get(), kLossBlocks});
+}
+
+void CudaBackend::mse(const Tensor& pred, const Tensor& target, const float* scale, float inv_count,
+                      const Tensor& dpred, float* loss_sum) {
+  cuda::mse(launch(), pred, target, scale, inv_count, dpred, loss_sum,
+            LossScratch{loss_partials_.get(), hit_partials_.get(), kLossBlocks});
+}
+
+// ---- mixed-precision bookkeeping ------------------------------------------------------------
+
+void CudaBackend::find_nonfinite(const void* grads, DType dtype, const std::vector<TensorSpan>& spans, size_t begin,
+                                 size_t end, int32_t* flag) {
+  const SpanTable& t = spans_.get(spans, begin, end, stream_->get(), *ring_);
+  cuda::find_nonfinite(launch(), grads, dtype, t, flag);
+}
+
+void CudaBackend::unscale_check(const void* grads, DType dtype, const std::vector<TensorSpan>& spans,
+                                const float* scale, float* out32, int32_t* flags, float* norm_sq) {
+  const SpanTable& t = spans_.get(spans, 0, spans_extent(spans), stream_->get(), *ring_);
+  cuda::unscale_check(launch(), grads, dtype, t, scale, out32, flags, norm_sq);
+}
+
+std::vector<GradStats> CudaBackend::grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) {
+  not_capturing("grad_stats");
+  const SpanTable& t = spans_.get(spans, 0, spans_extent(spans), stream_->get(), *ring_);
+  cuda::grad_stats_chunks(launch(), grads, dtype, t);
+  std::vector<ChunkStats> chunk(t.size());
+  download(chunk.data(), t.stats.get(), chunk.size() * sizeof(ChunkStats));
+  std::vector<size_t> zeros(spans.size(), 0), subs(spans.size(), 0);
+  std::vector<float> mx(spans.size(), 0.0f);
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    const size_t k = size_t(t.host[i].tensor);
+    zeros[k] += chunk[i].zeros;
+    subs[k] += chunk[i].subnormals;
+    const float m = chunk[i].max_abs;
+    if (std::isnan(m) || std::isnan(mx[k])) mx[k] = std::numeric_limits<float>::quiet_NaN();
+    else mx[k] = std::max(mx[k], m);
+  }
+  std::vector<GradStats> out(spans.size());
+  for (size_t k = 0; k < spans.size(); ++k) {
+    const double n = double(std::max<size_t>(1, spans[k].count));
+    out[k] = GradStats{double(zeros[k]) / n, double(subs[k]) / n, mx[k]};
+  }
+  return out;
+}
+
+void CudaBackend::optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master,
+                                 const float* g32, float* state1, float* state2, size_t n, void* lp, DType lp_dtype,
+                                 const int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
+  cuda::optimizer_step(launch(), p, lr, max_norm, master, g32, state1, state2, n, lp, lp_dtype, flags, norm_sq,
+                       scaler);
+}
+
+void CudaBackend::update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) {
+  cuda::update_scale(launch(), state, params, flags, world);
+}
+
+// ---- capture --------------------------------------------------------------------------------
+
+bool CudaBackend::begin_capture() {
+  AMP_CHECK(!capturing_, "begin_capture: a capture is already open");
+  if (graph_) {  // a replay of the old graph may still run
+    CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+    graph_.reset();
+  }
+  // Thread-local mode: only this thread's unsafe calls break the capture (NCCL's and MPI's own
+  // threads go on as usual).
+  CUDA_CHECK(cudaStreamBeginCapture(stream_->get(), cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  return true;
+}
+
+void CudaBackend::end_capture() {
+  AMP_CHECK(capturing_, "end_capture without begin_capture");
+  capturing_ = false;
+  cudaGraph_t g = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(stream_->get(), &g);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (g) cudaGraphDestroy(g);
+    throw Error(ErrorKind::Device, strcat("capturing the step into a CUDA graph failed: ", cuda_error_string(e),
+                                          " (a call in the step synchronized with the host, or a stream it forked "
+                                          "did not join back); set run.cuda_graph: false to run without graphs"));
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t ie = cudaGraphInstantiate(&exec, g, 0);
+  if (ie != cudaSuccess) {
+    cudaGraphDestroy(g);
+    throw_device_error(__FILE__, __LINE__, "cudaGraphInstantiate(&exec, graph, 0)", cuda_error_string(ie));
+  }
+  graph_ = GraphExec(g, exec);
+  CUDA_CHECK(cudaGraphUpload(graph_.get(), stream_->get()));
+}
+
+void CudaBackend::replay() {
+  AMP_CHECK(bool(graph_), "replay without a captured graph");
+  CUDA_CHECK(cudaGraphLaunch(graph_.get(), stream_->get()));
+}
+
+}  // namespace amp::cuda

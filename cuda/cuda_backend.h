@@ -1,0 +1,81 @@
+// The CUDA backend: one device, one stream; every operation of amp::Backend as a kernel or a
+// cuBLASLt call enqueued on that stream. Only download(), synchronize() and grad_stats() wait
+// for the device (and upload() when the host runs a whole staging ring ahead of it); the rest never
+// does, so the device part of a step can be captured into a CUDA graph and replayed. Calls that
+// cannot be captured (alloc, upload, download, ...) throw while a capture is open.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gemm.h"
+#include "cuda/kernels.h"
+#include "cuda/span_table.h"
+#include "cuda/staging_ring.h"
+
+namespace amp::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return name_; }
+  bool host_accessible() const override { return false; }
+  void* native_stream() override { return stream_->get(); }
+  int device() const { return device_; }
+
+  Buffer alloc(size_t bytes) override;
+  void upload(void* dst, const void* host_src, size_t bytes) override;
+  void download(void* host_dst, const void* src, size_t bytes) override;
+  void zero(void* dst, size_t bytes) override;
+  void synchronize() override;
+
+  void cast(const void* src, DType src_type, void* dst, DType dst_type, size_t n) override;
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
+  void linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
+  void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override;
+  void activation_forward(Activation a, const Tensor& z, const Tensor& y) override;
+  void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) override;
+  void softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
+                    const Tensor& dlogits, float* loss_sum, int32_t* correct) override;
+  void mse(const Tensor& pred, const Tensor& target, const float* scale, float inv_count, const Tensor& dpred,
+           float* loss_sum) override;
+  void find_nonfinite(const void* grads, DType dtype, const std::vector<TensorSpan>& spans, size_t begin,
+                      size_t end, int32_t* flag) override;
+  void unscale_check(const void* grads, DType dtype, const std::vector<TensorSpan>& spans, const float* scale,
+                     float* out32, int32_t* flags, float* norm_sq) override;
+  std::vector<GradStats> grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) override;
+  void optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master, const float* g32,
+                      float* state1, float* state2, size_t n, void* lp, DType lp_dtype, const int32_t* flags,
+                      const float* norm_sq, const ScalerState* scaler) override;
+  void update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) override;
+
+  bool begin_capture() override;
+  void end_capture() override;
+  void replay() override;
+
+ private:
+  Launch launch() const { return Launch{stream_->get(), max_blocks_}; }
+  void not_capturing(const char* what) const;  // throws if a capture is open
+  void gemm(const GemmCall& c);
+
+  int device_ = 0;
+  std::string name_;
+  unsigned max_blocks_ = 1;
+  std::shared_ptr<Stream> stream_;  // shared with the release functions of the buffers handed out
+  std::unique_ptr<StagingRing> ring_;
+  std::unique_ptr<LtGemm> gemm_;
+  SpanTableCache spans_;
+  DeviceBuffer<double> loss_partials_;
+  DeviceBuffer<long long> hit_partials_;
+  GraphExec graph_;
+  bool capturing_ = false;
+  bool warned_bias_ = false;
+};
+
+}  // namespace amp::cuda

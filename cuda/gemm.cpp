@@ -1,0 +1,186 @@
+#include "cuda/gemm.h"
+
+#include "core/error.h"
+
+namespace amp::cuda {
+
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::F16: return CUDA_R_16F;
+    case DType::BF16: return CUDA_R_16BF;
+    default: break;
+  }
+  throw Error(ErrorKind::Internal, strcat("gemm: unsupported dtype ", dtype_name(t)));
+}
+
+// Largest power of two (up to 256) that divides the address: what cuBLASLt may assume.
+uint32_t alignment_of(const void* p) {
+  const uintptr_t x = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 1;
+  while (a < 256 && x % (2 * a) == 0) a *= 2;
+  return a;
+}
+
+template <typename T>
+void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v));
+}
+
+}  // namespace
+
+// cuBLAS is column-major: a row-major R x C matrix with leading dimension C is, to cuBLAS, the
+// C x R matrix (its transpose) with the same leading dimension. With Xc = x^T (in x B, ld in),
+// Wc = w^T (in x out, ld in), Yc = y^T (out x B, ld out), and likewise for the gradients:
+//   forward         y = x w^T + b   <=>  Yc  = Wc^T * Xc    A = w  (T, stored in x out, lda in)
+//                                                           B = x  (N, stored in x B,   ldb in)
+//                                                           D = y  (out x B, ldd out); m=out, n=B,   k=in
+//   backward input  dx = dy w       <=>  dXc = Wc * dYc     A = w  (N, stored in x out, lda in)
+//                                                           B = dy (N, stored out x B,  ldb out)
+//                                                           D = dx (in x B, ldd in);   m=in,  n=B,   k=out
+//   backward weight dw = dy^T x     <=>  dWc = Xc * dYc^T   A = x  (N, stored in x B,   lda in)
+//                                                           B = dy (T, stored out x B,  ldb out)
+//                                                           D = dw (in x out, ldd in); m=in,  n=out, k=B
+// The bias (one per output feature) is one value per row of Yc: the BIAS epilogue's broadcast.
+GemmCall linear_forward_call(const Tensor& x, const Tensor& w, const Tensor& y) {
+  const size_t batch = x.rows, in = x.cols, out = w.rows;
+  GemmCall c;
+  c.trans_a = true;
+  c.trans_b = false;
+  c.m = out, c.n = batch, c.k = in;
+  c.a = w.data, c.lda = int64_t(in);
+  c.b = x.data, c.ldb = int64_t(in);
+  c.d = y.data, c.ldd = int64_t(out);
+  c.ab = x.dtype, c.dt = y.dtype;
+  return c;
+}
+
+GemmCall linear_backward_input_call(const Tensor& dy, const Tensor& w, const Tensor& dx) {
+  const size_t batch = dy.rows, in = w.cols, out = w.rows;
+  GemmCall c;
+  c.trans_a = false;
+  c.trans_b = false;
+  c.m = in, c.n = batch, c.k = out;
+  c.a = w.data, c.lda = int64_t(in);
+  c.b = dy.data, c.ldb = int64_t(out);
+  c.d = dx.data, c.ldd = int64_t(in);
+  c.ab = dy.dtype, c.dt = dx.dtype;
+  return c;
+}
+
+GemmCall linear_backward_weight_call(const Tensor& dy, const Tensor& x, const Tensor& dw) {
+  const size_t batch = dy.rows, in = x.cols, out = dy.cols;
+  GemmCall c;
+  c.trans_a = false;
+  c.trans_b = true;
+  c.m = in, c.n = out, c.k = batch;
+  c.a = x.data, c.lda = int64_t(in);
+  c.b = dy.data, c.ldb = int64_t(out);
+  c.d = dw.data, c.ldd = int64_t(in);
+  c.ab = dy.dtype, c.dt = dw.dtype;
+  return c;
+}
+
+struct LtGemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    const auto warn = [](cublasStatus_t s, const char* what) {
+      if (s != CUBLAS_STATUS_SUCCESS) warn_device_error(__FILE__, __LINE__, what, cublas_error_string(s));
+    };
+    if (a) warn(cublasLtMatrixLayoutDestroy(a), "cublasLtMatrixLayoutDestroy(a)");
+    if (b) warn(cublasLtMatrixLayoutDestroy(b), "cublasLtMatrixLayoutDestroy(b)");
+    if (d) warn(cublasLtMatrixLayoutDestroy(d), "cublasLtMatrixLayoutDestroy(d)");
+    if (desc) warn(cublasLtMatmulDescDestroy(desc), "cublasLtMatmulDescDestroy");
+  }
+};
+
+LtGemm::LtGemm(size_t workspace_bytes) : workspace_(workspace_bytes) {}
+LtGemm::~LtGemm() = default;
+
+LtGemm::Key LtGemm::key_of(const GemmCall& c) const {
+  return Key{c.trans_a, c.trans_b, c.m, c.n, c.k, c.lda, c.ldb, c.ldd, int(c.ab), int(c.dt), c.bias != nullptr,
+             alignment_of(c.a), alignment_of(c.b), alignment_of(c.d), c.bias ? alignment_of(c.bias) : 0u};
+}
+
+LtGemm::Plan* LtGemm::find_plan(const GemmCall& c, std::string* why) {
+  const Key key = key_of(c);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) {
+    if (!it->second && why) *why = "no heuristic result";
+    return it->second.get();
+  }
+
+  auto p = std::make_unique<Plan>();
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const int32_t ta = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, ta);
+  set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, tb);
+  if (c.bias) {
+    // The bias has D's dtype (cuBLASLt's default for the BIAS epilogue, so no BIAS_DATA_TYPE).
+    set_desc(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(CUBLASLT_EPILOGUE_BIAS));
+    set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);  // its alignment guides the heuristic
+  }
+  // Stored shapes: A is (k x m) when transposed, else (m x k); B is (n x k) when transposed, else (k x n).
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, cuda_type(c.ab), c.trans_a ? c.k : c.m, c.trans_a ? c.m : c.k, c.lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, cuda_type(c.ab), c.trans_b ? c.n : c.k, c.trans_b ? c.k : c.n, c.ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, cuda_type(c.dt), c.m, c.n, c.ldd));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const uint64_t ws = workspace_.bytes();
+  const uint32_t al_a = alignment_of(c.a), al_b = alignment_of(c.b), al_d = alignment_of(c.d);
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(handle_.get(), p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    if (why) *why = st != CUBLAS_STATUS_SUCCESS ? cublas_error_string(st) : std::string("no heuristic result");
+    plans_.emplace(key, nullptr);
+    return nullptr;
+  }
+  p->algo = result.algo;
+  return plans_.emplace(key, std::move(p)).first->second.get();
+}
+
+LtGemm::Plan& LtGemm::plan_for(const GemmCall& c) {
+  std::string why;
+  Plan* p = find_plan(c, &why);
+  if (!p)
+    throw Error(ErrorKind::Device,
+                strcat("cuBLASLt has no algorithm for the GEMM m=", c.m, " n=", c.n, " k=", c.k, " (", dtype_name(c.ab),
+                       " operands, ", dtype_name(c.dt), " output", c.bias ? ", bias epilogue" : "", ", trans ",
+                       c.trans_a ? "T" : "N", c.trans_b ? "T" : "N", ", ld ", c.lda, "/", c.ldb, "/", c.ldd, "): ", why));
+  return *p;
+}
+
+bool LtGemm::supported(const GemmCall& c) { return c.m == 0 || c.n == 0 || c.k == 0 || find_plan(c, nullptr); }
+
+void LtGemm::run(const GemmCall& c, cudaStream_t stream) {
+  if (c.m == 0 || c.n == 0) return;
+  if (c.k == 0) {  // an empty sum: D = bias (not needed by the backend) or 0
+    AMP_CHECK(!c.bias, "gemm: k = 0 with a bias");
+    CUDA_CHECK(cudaMemset2DAsync(c.d, size_t(c.ldd) * dtype_size(c.dt), 0, c.m * dtype_size(c.dt), c.n, stream));
+    return;
+  }
+  Plan& p = plan_for(c);
+  if (c.bias) set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(handle_.get(), p.desc, &alpha, c.a, p.a, c.b, p.b, &beta, c.d, p.d, c.d, p.d, &p.algo,
+                              workspace_.get(), workspace_.bytes(), stream));
+}
+
+}  // namespace amp::cuda

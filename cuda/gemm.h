@@ -1,0 +1,70 @@
+// Matrix products through cuBLASLt: 16-bit (or f32) operands, FP32 accumulation (CUBLAS_COMPUTE_32F),
+// output in D's dtype, optional bias added by the epilogue before the one rounding. Plans
+// (descriptors, layouts and the algorithm the heuristic picked) are cached per shape, dtype and
+// pointer alignment; the workspace is allocated once, so a call allocates nothing and can be
+// captured into a CUDA graph.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "backend/tensor.h"
+#include "core/dtype.h"
+#include "cuda/device_buffer.h"
+
+namespace amp::cuda {
+
+// D = op(A) * op(B) (+ bias broadcast along D's columns), all column-major as cuBLAS sees them:
+// op(A) is m x k, op(B) is k x n, D is m x n with leading dimension ldd; bias has m elements of
+// D's dtype. A is stored k x m when trans_a (m x k otherwise), B is stored n x k when trans_b.
+struct GemmCall {
+  bool trans_a = false, trans_b = false;
+  uint64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* d = nullptr;
+  int64_t ldd = 0;
+  DType ab = DType::F32;  // A's and B's dtype
+  DType dt = DType::F32;  // D's dtype
+  const void* bias = nullptr;
+};
+
+// The row-major linear layers as column-major GEMMs (see gemm.cpp for the derivation). The bias
+// is left out; linear_forward_call's caller sets it when the epilogue applies.
+GemmCall linear_forward_call(const Tensor& x, const Tensor& w, const Tensor& y);        // y = x w^T
+GemmCall linear_backward_input_call(const Tensor& dy, const Tensor& w, const Tensor& dx);  // dx = dy w
+GemmCall linear_backward_weight_call(const Tensor& dy, const Tensor& x, const Tensor& dw);  // dw = dy^T x
+
+class LtGemm {
+ public:
+  explicit LtGemm(size_t workspace_bytes);
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  void run(const GemmCall& c, cudaStream_t stream);
+  // False when cuBLASLt has no algorithm for this call (remembered; nothing is enqueued).
+  bool supported(const GemmCall& c);
+
+ private:
+  struct Plan;
+  using Key = std::tuple<bool, bool, uint64_t, uint64_t, uint64_t, int64_t, int64_t, int64_t, int, int, bool,
+                         uint32_t, uint32_t, uint32_t, uint32_t>;
+  Key key_of(const GemmCall& c) const;
+  Plan* find_plan(const GemmCall& c, std::string* why);  // nullptr (and why) when there is none
+  Plan& plan_for(const GemmCall& c);                     // throws when there is none
+
+  CublasLtHandle handle_;
+  DeviceBuffer<unsigned char> workspace_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;  // a null entry: no algorithm
+};
+
+}  // namespace amp::cuda

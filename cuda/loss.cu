@@ -1,0 +1,192 @@
+// Losses in FP32/FP64 from low-precision predictions: softmax cross-entropy (one warp per row) and
+// squared error. Each block writes its partial sum; one more block adds the partials in a fixed
+// order and adds the batch total to the accumulators once, as the CPU twin does (no atomics, so
+// eager runs and graph replays give the same bits).
+#include <algorithm>
+#include <cmath>
+
+#include "cuda/kernel_util.cuh"
+
+namespace amp::cuda {
+
+namespace {
+
+constexpr unsigned kWarpsPerBlock = kThreads / 32;
+
+// Arg-max with the CPU's sequential semantics (mx = v[0]; v[j] > mx moves it): a NaN in column 0
+// wins, other NaNs are ignored, ties go to the smaller column. As a total order it can be reduced
+// in any tree shape.
+struct Best {
+  float v;
+  long long i;  // -1: nothing yet
+};
+
+__device__ __forceinline__ int best_class(const Best& b) {
+  if (b.i < 0) return -1;
+  if (b.v != b.v) return b.i == 0 ? 2 : 0;
+  return 1;
+}
+
+__device__ __forceinline__ Best better(const Best& a, const Best& b) {
+  const int ca = best_class(a), cb = best_class(b);
+  if (ca != cb) return ca > cb ? a : b;
+  if (ca == 1 && a.v != b.v) return a.v > b.v ? a : b;
+  return a.i <= b.i ? a : b;
+}
+
+__device__ __forceinline__ Best warp_best(Best b) {
+  for (int m = 16; m > 0; m >>= 1) {
+    Best o;
+    o.v = __shfl_xor_sync(0xffffffffu, b.v, m);
+    o.i = __shfl_xor_sync(0xffffffffu, b.i, m);
+    b = better(b, o);
+  }
+  return b;
+}
+
+// Butterfly sum: every lane ends with the same value (a + b == b + a exactly at each level).
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+
+template <typename L, typename G>
+__global__ void __launch_bounds__(kThreads) softmax_xent_kernel(const L* logits,
+                                                                const int32_t* __restrict__ labels,
+                                                                const float* __restrict__ scale, float inv_count,
+                                                                G* dlogits, size_t rows, size_t c,
+                                                                double* part_loss, long long* part_hits) {
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const size_t total_warps = size_t(gridDim.x) * kWarpsPerBlock;
+  const float gmul = *scale * inv_count;
+  double loss = 0.0;
+  long long hits = 0;
+  for (size_t r = size_t(blockIdx.x) * kWarpsPerBlock + warp; r < rows; r += total_warps) {
+    const L* row = logits + r * c;
+    Best best{0.0f, -1};
+    for (size_t j = lane; j < c; j += 32) best = better(best, Best{to_f32(row[j]), (long long)j});
+    best = warp_best(best);
+    const float mx = best.v;
+    double se = 0.0;
+    for (size_t j = lane; j < c; j += 32) se += exp(double(to_f32(row[j]) - mx));
+    se = warp_sum(se);
+    const double lse = double(mx) + log(se);
+    const int32_t y = labels[r];
+    const bool valid = y >= 0 && size_t(y) < c;
+    if (lane == 0) {
+      loss += valid ? lse - double(to_f32(row[y])) : double(NAN);
+      hits += (valid && best.i == (long long)y) ? 1 : 0;
+    }
+    __syncwarp();  // every lane has read the row before any lane writes (dlogits may be logits)
+    if (dlogits) {
+      G* out = dlogits + r * c;
+      for (size_t j = lane; j < c; j += 32) {
+        const double p = exp(double(to_f32(row[j])) - lse);
+        out[j] = from_f32<G>(float((p - (valid && j == size_t(y) ? 1.0 : 0.0)) * gmul));
+      }
+    }
+  }
+  __shared__ double sl[kWarpsPerBlock];
+  __shared__ long long sh[kWarpsPerBlock];
+  if (lane == 0) {
+    sl[warp] = loss;
+    sh[warp] = hits;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0.0;
+    long long h = 0;
+    for (unsigned w = 0; w < kWarpsPerBlock; ++w) {
+      s += sl[w];
+      h += sh[w];
+    }
+    part_loss[blockIdx.x] = s;
+    part_hits[blockIdx.x] = h;
+  }
+}
+
+template <typename P, typename G>
+__global__ void __launch_bounds__(kThreads) mse_kernel(const P* pred, const float* __restrict__ target,
+                                                       const float* __restrict__ scale, float inv_count,
+                                                       G* dpred, size_t n, double* part_loss) {
+  __shared__ double sh[kThreads];
+  const float gmul = 2.0f * *scale * inv_count;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  double s = 0.0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float d = to_f32(pred[i]) - target[i];
+    s += double(d) * d;
+    if (dpred) dpred[i] = from_f32<G>(d * gmul);
+  }
+  s = block_sum(s, sh);
+  if (threadIdx.x == 0) part_loss[blockIdx.x] = s;
+}
+
+// One block: adds the partials in a fixed order, then the totals to the accumulators.
+__global__ void __launch_bounds__(kThreads) loss_finish_kernel(const double* part_loss, const long long* part_hits,
+                                                               unsigned n, float* loss_sum, int32_t* correct) {
+  __shared__ double sd[kThreads];
+  __shared__ long long sh[kThreads];
+  double s = 0.0;
+  long long h = 0;
+  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
+    s += part_loss[i];
+    if (part_hits) h += part_hits[i];
+  }
+  s = block_sum(s, sd);
+  h = block_sum(h, sh);
+  if (threadIdx.x == 0) {
+    *loss_sum += float(s);
+    if (correct) *correct += int32_t(h);
+  }
+}
+
+}  // namespace
+
+void softmax_xent(const Launch& l, const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
+                  const Tensor& dlogits, float* loss_sum, int32_t* correct, const LossScratch& scratch) {
+  const size_t rows = logits.rows, c = logits.cols;
+  AMP_CHECK(c > 0, "softmax_xent: no classes");
+  AMP_CHECK(!dlogits.data || (dlogits.rows == rows && dlogits.cols == c), "softmax_xent: dlogits shape");
+  if (rows == 0) return;
+  const size_t want = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const unsigned blocks = unsigned(std::min<size_t>({want, size_t(scratch.capacity), size_t(l.max_blocks)}));
+  // The dtype of a missing dlogits does not matter: use the logits' type for the (unused) pointer.
+  const DType gtype = dlogits.data ? dlogits.dtype : logits.dtype;
+  dispatch_float(logits.dtype, "softmax_xent", [&](auto lt) {
+    dispatch_float(gtype, "softmax_xent", [&](auto gt) {
+      using L = decltype(lt);
+      using G = decltype(gt);
+      softmax_xent_kernel<L, G><<<blocks, kThreads, 0, l.stream>>>(logits.as<const L>(), labels, scale, inv_count,
+                                                                  static_cast<G*>(dlogits.data), rows, c,
+                                                                  scratch.loss, scratch.hits);
+      AMP_CHECK_LAUNCH("softmax_xent_kernel");
+    });
+  });
+  loss_finish_kernel<<<1, kThreads, 0, l.stream>>>(scratch.loss, scratch.hits, blocks, loss_sum, correct);
+  AMP_CHECK_LAUNCH("loss_finish_kernel");
+}
+
+void mse(const Launch& l, const Tensor& pred, const Tensor& target, const float* scale, float inv_count,
+         const Tensor& dpred, float* loss_sum, const LossScratch& scratch) {
+  AMP_CHECK(pred.numel() == target.numel() && target.dtype == DType::F32, "mse: bad target");
+  AMP_CHECK(!dpred.data || dpred.numel() == pred.numel(), "mse: dpred shape");
+  const size_t n = pred.numel();
+  if (n == 0) return;
+  const unsigned blocks =
+      unsigned(std::min<size_t>({(n + kThreads - 1) / kThreads, size_t(scratch.capacity), size_t(l.max_blocks)}));
+  const DType gtype = dpred.data ? dpred.dtype : pred.dtype;
+  dispatch_float(pred.dtype, "mse", [&](auto pt) {
+    dispatch_float(gtype, "mse", [&](auto gt) {
+      using P = decltype(pt);
+      using G = decltype(gt);
+      mse_kernel<P, G><<<blocks, kThreads, 0, l.stream>>>(pred.as<const P>(), target.as<const float>(), scale,
+                                                         inv_count, static_cast<G*>(dpred.data), n, scratch.loss);
+      AMP_CHECK_LAUNCH("mse_kernel");
+    });
+  });
+  loss_finish_kernel<<<1, kThreads, 0, l.stream>>>(scratch.loss, nullptr, blocks, loss_sum, nullptr);
+  AMP_CHECK_LAUNCH("loss_finish_kernel");
+}
+
+}  // namespace amp::cuda

@@ -1,0 +1,151 @@
+// Shared by the GPU test cases: the MPI world (created in main), the CUDA backend under test next
+// to its CPU twin, mirrored buffers holding the same bits on both, and per-dtype comparisons.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "comm/mpi_communicator.h"
+#include "core/convert.h"
+#include "core/half.h"
+#include "core/rng.h"
+
+extern amp::MpiCommunicator* g_world;
+
+namespace gpu_test {
+
+inline amp::MpiCommunicator& world() { return *g_world; }
+
+// The CUDA backend (REQUIREs a visible device: these cases are hidden behind [.cuda]).
+inline std::unique_ptr<amp::Backend> make_cuda() {
+  REQUIRE(amp::cuda_available());
+  return amp::make_backend("cuda", 0, 1);
+}
+
+inline std::vector<float> randn(size_t n, uint64_t seed, double scale = 1.0) {
+  amp::Rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    x = float(scale * r.normal());
+    if (x == 0.0f) x = 1e-3f;  // never zeros: they hide unwritten outputs
+  }
+  return v;
+}
+
+// The same values, stored in `dtype`, in memory of the CPU backend and of the CUDA backend.
+struct Mirror {
+  amp::Buffer cbuf, gbuf;
+  amp::Tensor c, g;  // views on each side
+  Mirror() = default;
+  Mirror(amp::Backend& cpu, amp::Backend& gpu, const std::vector<float>& v, amp::DType dt, size_t rows, size_t cols,
+         size_t pad_elems = 0) {
+    REQUIRE(v.size() == rows * cols);
+    const size_t es = amp::dtype_size(dt), bytes = (pad_elems + v.size()) * es;
+    std::vector<unsigned char> raw(bytes, 0);
+    amp::convert(v.data(), amp::DType::F32, raw.data() + pad_elems * es, dt, v.size());
+    cbuf = cpu.alloc(bytes);
+    gbuf = gpu.alloc(bytes);
+    cpu.upload(cbuf.data(), raw.data(), bytes);
+    gpu.upload(gbuf.data(), raw.data(), bytes);
+    c = cbuf.tensor(dt, rows, cols, pad_elems * es);
+    g = gbuf.tensor(dt, rows, cols, pad_elems * es);
+  }
+  // An output: zero-filled on both sides (the backends' alloc zero-fills).
+  static Mirror output(amp::Backend& cpu, amp::Backend& gpu, amp::DType dt, size_t rows, size_t cols) {
+    Mirror m;
+    const size_t bytes = std::max<size_t>(1, rows * cols) * amp::dtype_size(dt);
+    m.cbuf = cpu.alloc(bytes);
+    m.gbuf = gpu.alloc(bytes);
+    m.c = m.cbuf.tensor(dt, rows, cols);
+    m.g = m.gbuf.tensor(dt, rows, cols);
+    return m;
+  }
+};
+
+// A tensor's values as floats (downloaded, then widened exactly).
+inline std::vector<float> read(amp::Backend& be, const amp::Tensor& t) {
+  std::vector<unsigned char> raw(t.bytes());
+  be.download(raw.data(), t.data, raw.size());
+  std::vector<float> v(t.numel());
+  amp::convert(raw.data(), t.dtype, v.data(), amp::DType::F32, v.size());
+  return v;
+}
+
+inline std::vector<unsigned char> read_raw(amp::Backend& be, const void* p, size_t bytes) {
+  std::vector<unsigned char> raw(bytes);
+  be.download(raw.data(), p, bytes);
+  return raw;
+}
+
+template <typename T>
+T read_one(amp::Backend& be, const void* p) {
+  T v;
+  be.download(&v, p, sizeof v);
+  return v;
+}
+
+// One ulp of the dtype at 1.0: the relative tolerance of one rounding.
+inline double eps_of(amp::DType t) {
+  return t == amp::DType::F16 ? 0x1p-10 : t == amp::DType::BF16 ? 0x1p-7 : 0x1p-23;
+}
+
+struct Compare {
+  size_t bad = 0, first = 0, nan_mismatch = 0;
+  double worst = 0;  // largest |g - c| / tol
+  std::string describe(const std::vector<float>& g, const std::vector<float>& c) const {
+    std::ostringstream os;
+    os << bad << " of " << c.size() << " outside tolerance (" << nan_mismatch << " NaN mismatches), worst "
+       << worst << " x tol";
+    if (bad) os << "; first at " << first << ": gpu " << g[first] << " cpu " << c[first];
+    return os.str();
+  }
+};
+
+// |g - c| <= atol + rtol |c| elementwise; NaN must meet NaN, inf the same inf.
+inline Compare compare(const std::vector<float>& g, const std::vector<float>& c, double rtol, double atol) {
+  Compare r;
+  REQUIRE(g.size() == c.size());
+  for (size_t i = 0; i < c.size(); ++i) {
+    const double a = g[i], b = c[i];
+    bool ok;
+    if (std::isnan(b) || std::isnan(a)) {
+      ok = std::isnan(a) && std::isnan(b);
+      if (!ok) ++r.nan_mismatch;
+    } else if (std::isinf(b) || std::isinf(a)) {
+      ok = a == b;
+    } else {
+      const double tol = atol + rtol * std::fabs(b);
+      const double d = std::fabs(a - b);
+      r.worst = std::max(r.worst, tol > 0 ? d / tol : (d > 0 ? 1e30 : 0.0));
+      ok = d <= tol;
+    }
+    if (!ok && r.bad++ == 0) r.first = i;
+  }
+  return r;
+}
+
+#define GPU_REQUIRE_CLOSE(gv, cv, rtol, atol)                     \
+  do {                                                            \
+    const auto gpu_cmp_ = ::gpu_test::compare((gv), (cv), (rtol), (atol)); \
+    INFO(gpu_cmp_.describe((gv), (cv)));                          \
+    REQUIRE(gpu_cmp_.bad == 0);                                   \
+  } while (0)
+
+inline double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v)
+    if (std::isfinite(x)) m = std::max(m, double(std::fabs(x)));
+  return m;
+}
+
+}  // namespace gpu_test

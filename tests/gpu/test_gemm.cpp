@@ -1,0 +1,134 @@
+// The linear layers (cuBLASLt GEMMs with the bias epilogue, the bias gradient) against the CPU
+// backend for f32, f16 and bf16 operands (and f32 output from 16-bit operands) on odd shapes, with
+// the weights at the 32-element offsets the parameter layout gives them.
+#include "cuda/gemm.h"
+#include "gpu_env.h"
+
+using namespace amp;
+using namespace gpu_test;
+
+namespace {
+
+// Elementwise within one rounding of the output dtype plus a small absolute term (FP32
+// accumulation order differs), and a normalized squared error far below one rounding.
+void check_gemm_output(const std::vector<float>& g, const std::vector<float>& c, DType out, size_t k) {
+  const double eps = out == DType::F32 ? 1e-6 * std::sqrt(double(k)) : eps_of(out);
+  const double scale = max_abs(c);
+  GPU_REQUIRE_CLOSE(g, c, 2 * eps, 2 * eps * scale);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    num += (double(g[i]) - c[i]) * (double(g[i]) - c[i]);
+    den += double(c[i]) * c[i];
+  }
+  INFO("normalized squared error " << num / std::max(den, 1e-30));
+  CHECK(num <= 4 * eps * eps * std::max(den, 1e-30));
+}
+
+struct Shape {
+  size_t batch, in, out;
+};
+
+// What cuBLAS computes for a GemmCall on f32 data, element by element from the column-major
+// definition: D[i + j ldd] = sum_p op(A)(i, p) op(B)(p, j) (+ bias[i]).
+void reference_gemm(const cuda::GemmCall& c) {
+  const float* a = static_cast<const float*>(c.a);
+  const float* b = static_cast<const float*>(c.b);
+  float* d = static_cast<float*>(c.d);
+  for (uint64_t j = 0; j < c.n; ++j)
+    for (uint64_t i = 0; i < c.m; ++i) {
+      double s = c.bias ? double(static_cast<const float*>(c.bias)[i]) : 0.0;
+      for (uint64_t p = 0; p < c.k; ++p) {
+        const double av = c.trans_a ? a[p + i * uint64_t(c.lda)] : a[i + p * uint64_t(c.lda)];
+        const double bv = c.trans_b ? b[j + p * uint64_t(c.ldb)] : b[p + j * uint64_t(c.ldb)];
+        s += av * bv;
+      }
+      d[i + j * uint64_t(c.ldd)] = float(s);
+    }
+}
+
+}  // namespace
+
+// Runs without a device: the row-major -> column-major mapping of the three linear GEMMs,
+// evaluated by the column-major definition, against the CPU backend.
+TEST_CASE("the linear layers' cuBLAS mapping computes the row-major products", "[.cuda][gemm]") {
+  CpuBackend cpu(1);
+  for (const Shape& s : {Shape{1, 1, 1}, Shape{3, 5, 7}, Shape{37, 129, 65}, Shape{8, 2, 33}}) {
+    INFO("batch " << s.batch << " in " << s.in << " out " << s.out);
+    const auto x = randn(s.batch * s.in, 1), w = randn(s.out * s.in, 2), b = randn(s.out, 3);
+    const auto dy = randn(s.batch * s.out, 4);
+    auto t = [&](const std::vector<float>& v, size_t r, size_t c) {
+      return Tensor{const_cast<float*>(v.data()), DType::F32, r, c};
+    };
+    std::vector<float> y(s.batch * s.out), y_ref(y.size()), dx(s.batch * s.in), dx_ref(dx.size());
+    std::vector<float> dw(s.out * s.in), dw_ref(dw.size()), db(s.out);
+    cpu.linear_forward(t(x, s.batch, s.in), t(w, s.out, s.in), t(b, 1, s.out), t(y, s.batch, s.out));
+    cuda::GemmCall c = cuda::linear_forward_call(t(x, s.batch, s.in), t(w, s.out, s.in), t(y_ref, s.batch, s.out));
+    c.bias = b.data();
+    reference_gemm(c);
+    GPU_REQUIRE_CLOSE(y_ref, y, 1e-5, 1e-5);
+    cpu.linear_backward_input(t(dy, s.batch, s.out), t(w, s.out, s.in), t(dx, s.batch, s.in));
+    reference_gemm(cuda::linear_backward_input_call(t(dy, s.batch, s.out), t(w, s.out, s.in), t(dx_ref, s.batch, s.in)));
+    GPU_REQUIRE_CLOSE(dx_ref, dx, 1e-5, 1e-5);
+    cpu.linear_backward_weight(t(dy, s.batch, s.out), t(x, s.batch, s.in), t(dw, s.out, s.in), t(db, 1, s.out));
+    reference_gemm(cuda::linear_backward_weight_call(t(dy, s.batch, s.out), t(x, s.batch, s.in), t(dw_ref, s.out, s.in)));
+    GPU_REQUIRE_CLOSE(dw_ref, dw, 1e-5, 1e-5);
+  }
+}
+
+TEST_CASE("linear forward, backward input and backward weight match the CPU", "[.cuda][gemm]") {
+  auto gpu = make_cuda();
+  CpuBackend cpu(2);
+  const Shape shapes[] = {{1, 1, 1}, {3, 5, 7}, {37, 129, 65}, {64, 33, 31}, {257, 1024, 10}, {128, 784, 1024}};
+  struct Types {
+    DType ab, out;
+  };
+  const Types types[] = {{DType::F32, DType::F32},
+                         {DType::F16, DType::F16},
+                         {DType::BF16, DType::BF16},
+                         {DType::F16, DType::F32},
+                         {DType::BF16, DType::F32}};
+  uint64_t seed = 100;
+  for (const Shape& s : shapes) {
+    for (const Types& t : types) {
+      INFO("batch " << s.batch << " in " << s.in << " out " << s.out << " operands " << dtype_name(t.ab)
+                    << " output " << dtype_name(t.out));
+      const std::vector<float> x = randn(s.batch * s.in, ++seed), w = randn(s.out * s.in, ++seed, 1.0 / std::sqrt(s.in));
+      const std::vector<float> b = randn(s.out, ++seed), dy = randn(s.batch * s.out, ++seed);
+      // Weights and bias 32 elements into their buffers (64/128-byte alignment, as in the layout).
+      Mirror X(cpu, *gpu, x, t.ab, s.batch, s.in), W(cpu, *gpu, w, t.ab, s.out, s.in, 32);
+      // A bias of the output's dtype uses the epilogue; a 16-bit bias with f32 output the f32 add.
+      Mirror B(cpu, *gpu, b, t.ab, 1, s.out, 32);
+      Mirror DY(cpu, *gpu, dy, t.ab, s.batch, s.out);
+      Mirror Y = Mirror::output(cpu, *gpu, t.out, s.batch, s.out), DX = Mirror::output(cpu, *gpu, t.out, s.batch, s.in);
+      Mirror DW = Mirror::output(cpu, *gpu, t.out, s.out, s.in), DB = Mirror::output(cpu, *gpu, t.ab, 1, s.out);
+
+      cpu.linear_forward(X.c, W.c, B.c, Y.c);
+      gpu->linear_forward(X.g, W.g, B.g, Y.g);
+      check_gemm_output(read(*gpu, Y.g), read(cpu, Y.c), t.out, s.in);
+
+      cpu.linear_backward_input(DY.c, W.c, DX.c);
+      gpu->linear_backward_input(DY.g, W.g, DX.g);
+      check_gemm_output(read(*gpu, DX.g), read(cpu, DX.c), t.out, s.out);
+
+      cpu.linear_backward_weight(DY.c, X.c, DW.c, DB.c);
+      gpu->linear_backward_weight(DY.g, X.g, DW.g, DB.g);
+      check_gemm_output(read(*gpu, DW.g), read(cpu, DW.c), t.out, s.batch);
+      check_gemm_output(read(*gpu, DB.g), read(cpu, DB.c), t.ab, s.batch);
+    }
+  }
+}
+
+TEST_CASE("linear layers on row slices of a larger batch buffer (evaluation batches)", "[.cuda][gemm]") {
+  auto gpu = make_cuda();
+  CpuBackend cpu(2);
+  const size_t max_batch = 100, batch = 61, in = 96, out = 40;
+  const std::vector<float> x = randn(max_batch * in, 7), w = randn(out * in, 8, 0.1), b = randn(out, 9);
+  Mirror X(cpu, *gpu, x, DType::F16, max_batch, in), W(cpu, *gpu, w, DType::F16, out, in, 32);
+  Mirror B(cpu, *gpu, b, DType::F16, 1, out);
+  Mirror Y = Mirror::output(cpu, *gpu, DType::F16, max_batch, out);
+  cpu.linear_forward(X.c.row_slice(0, batch), W.c, B.c, Y.c.row_slice(0, batch));
+  gpu->linear_forward(X.g.row_slice(0, batch), W.g, B.g, Y.g.row_slice(0, batch));
+  const std::vector<float> yc = read(cpu, Y.c), yg = read(*gpu, Y.g);
+  check_gemm_output(yg, yc, DType::F16, in);
+  for (size_t i = batch * out; i < max_batch * out; ++i) REQUIRE(yg[i] == 0.0f);  // rows past the slice untouched
+}

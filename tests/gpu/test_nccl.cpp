@@ -1,0 +1,130 @@
+// The NCCL communicator on device buffers (any number of ranks; one GPU per rank): sums, averages
+// and maxima with closed-form results, non-blocking collectives ordered on the compute stream,
+// broadcast, all-gather, barrier, and an all-reduce captured into a CUDA graph.
+#include "comm/nccl/nccl_communicator.h"
+#include "gpu_env.h"
+
+using namespace amp;
+using namespace gpu_test;
+
+namespace {
+
+std::unique_ptr<Backend> rank_backend() {
+  REQUIRE(cuda_available());
+  return make_backend("cuda", world().local_rank(), 1);
+}
+
+}  // namespace
+
+TEST_CASE("nccl: all-reduce sum, average and max with exact expectations", "[.cuda][nccl]") {
+  auto be = rank_backend();
+  NcclCommunicator comm(world(), be->native_stream());
+  const int n = comm.size(), r = comm.rank();
+  const size_t count = 100001;
+  // f32 and i32 sums of rank-valued integers are exact; 16-bit sums of small integers too.
+  std::vector<float> f(count);
+  std::vector<int32_t> k(count);
+  for (size_t i = 0; i < count; ++i) {
+    f[i] = float((r + 1) * int(i % 7 + 1));
+    k[i] = (r + 1) * int(i % 11) - 5;
+  }
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    INFO(dtype_name(dt));
+    Buffer b = be->alloc(count * dtype_size(dt));
+    std::vector<unsigned char> raw(count * dtype_size(dt));
+    convert(f.data(), DType::F32, raw.data(), dt, count);
+    be->upload(b.data(), raw.data(), raw.size());
+    comm.allreduce(BufView{b.data(), count, dt}, ReduceOp::Sum);
+    const std::vector<float> got = read(*be, b.tensor(dt, 1, count));
+    const int ranks_sum = n * (n + 1) / 2;
+    for (size_t i = 0; i < count; i += 997) REQUIRE(got[i] == float(ranks_sum * int(i % 7 + 1)));
+    be->upload(b.data(), raw.data(), raw.size());
+    comm.allreduce(BufView{b.data(), count, dt}, ReduceOp::Max);
+    const std::vector<float> mx = read(*be, b.tensor(dt, 1, count));
+    for (size_t i = 0; i < count; i += 997) REQUIRE(mx[i] == float(n * int(i % 7 + 1)));
+  }
+  Buffer kb = be->alloc(count * 4);
+  be->upload(kb.data(), k.data(), count * 4);
+  comm.allreduce(BufView{kb.data(), count, DType::I32}, ReduceOp::Sum);
+  std::vector<int32_t> ks(count);
+  be->download(ks.data(), kb.data(), count * 4);
+  for (size_t i = 0; i < count; ++i) REQUIRE(ks[i] == (n * (n + 1) / 2) * int(i % 11) - 5 * n);
+  // Average of f32: (sum of 1..n) / n.
+  std::vector<float> one(8, float(r + 1));
+  Buffer ab = be->alloc(8 * 4);
+  be->upload(ab.data(), one.data(), 32);
+  comm.allreduce(BufView{ab.data(), 8, DType::F32}, ReduceOp::Avg);
+  CHECK(read(*be, ab.tensor(DType::F32, 1, 8))[3] == Approx(float(n + 1) / 2.0f));
+  CHECK_THROWS(comm.allreduce(BufView{kb.data(), 4, DType::I32}, ReduceOp::Avg));
+}
+
+TEST_CASE("nccl: non-blocking all-reduces are ordered after earlier compute and before later compute",
+          "[.cuda][nccl]") {
+  auto be = rank_backend();
+  NcclCommunicator comm(world(), be->native_stream());
+  const size_t count = 1 << 20;
+  Buffer src = be->alloc(count * 4), b1 = be->alloc(count * 2), b2 = be->alloc(count * 2);
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = float(i % 5 + 1);
+  be->upload(src.data(), v.data(), count * 4);
+  // Compute writes the buffers (cast), the collectives must see those values...
+  be->cast(src.data(), DType::F32, b1.data(), DType::F16, count);
+  auto r1 = comm.iallreduce(BufView{b1.data(), count, DType::F16}, ReduceOp::Sum);
+  be->cast(src.data(), DType::F32, b2.data(), DType::BF16, count);
+  auto r2 = comm.iallreduce(BufView{b2.data(), count, DType::BF16}, ReduceOp::Sum);
+  r1->wait();
+  r2->wait();
+  // ...and compute after wait() must see the reduced values.
+  Buffer out = be->alloc(count * 4);
+  be->cast(b1.data(), DType::F16, out.data(), DType::F32, count);
+  const std::vector<float> got = read(*be, out.tensor(DType::F32, 1, count));
+  const float n = float(comm.size());
+  for (size_t i = 0; i < count; i += 4099) REQUIRE(got[i] == n * float(i % 5 + 1));
+  be->synchronize();
+  CHECK(r1->test());
+  CHECK(r2->seconds() >= 0.0);
+}
+
+TEST_CASE("nccl: broadcast, all-gather and barrier", "[.cuda][nccl]") {
+  auto be = rank_backend();
+  NcclCommunicator comm(world(), be->native_stream());
+  const int n = comm.size(), r = comm.rank();
+  std::vector<int32_t> v(1000, r == 0 ? 42 : -1);
+  Buffer b = be->alloc(v.size() * 4);
+  be->upload(b.data(), v.data(), v.size() * 4);
+  comm.broadcast(BufView{b.data(), v.size(), DType::I32}, 0);
+  std::vector<int32_t> got(v.size());
+  be->download(got.data(), b.data(), got.size() * 4);
+  CHECK(got == std::vector<int32_t>(v.size(), 42));
+  const int32_t mine[2] = {r, 10 * r};
+  Buffer s = be->alloc(8), all = be->alloc(size_t(n) * 8);
+  be->upload(s.data(), mine, 8);
+  comm.allgather(s.data(), all.data(), 8);
+  std::vector<int32_t> g(size_t(n) * 2);
+  be->download(g.data(), all.data(), g.size() * 4);
+  for (int q = 0; q < n; ++q) CHECK((g[size_t(q) * 2] == q && g[size_t(q) * 2 + 1] == 10 * q));
+  comm.barrier();
+}
+
+TEST_CASE("nccl: an all-reduce inside a captured step replays", "[.cuda][nccl]") {
+  auto be = rank_backend();
+  NcclCommunicator comm(world(), be->native_stream());
+  const size_t count = 4096;
+  Buffer src = be->alloc(count * 4), buf = be->alloc(count * 4);
+  std::vector<float> v(count, float(comm.rank() + 1));
+  be->upload(src.data(), v.data(), count * 4);
+  auto step = [&] {
+    be->cast(src.data(), DType::F32, buf.data(), DType::F32, count);  // reset the buffer on the stream
+    auto req = comm.iallreduce(BufView{buf.data(), count, DType::F32}, ReduceOp::Sum);
+    req->wait();
+  };
+  step();  // eager warm-up
+  REQUIRE(be->begin_capture());
+  step();
+  be->end_capture();
+  const float want = float(comm.size() * (comm.size() + 1) / 2);
+  for (int i = 0; i < 3; ++i) {
+    be->replay();
+    CHECK(read(*be, buf.tensor(DType::F32, 1, count))[count - 1] == want);
+  }
+}
