@@ -52,7 +52,7 @@ void GradReducer::begin_step() {
 void GradReducer::tensor_ready(int tensor) {
   if (!active()) return;
   for (size_t b : of_tensor_[size_t(tensor)])
-    if (--pending_[b] == 0) launch(b);
+    if (--pending_[b] == 0 && overlap_) launch(b);
 }
 
 void GradReducer::launch(size_t b) {
@@ -69,6 +69,20 @@ void GradReducer::launch(size_t b) {
 
 void GradReducer::finish() {
   if (!active()) return;
+  if (!overlap_) {
+    // Blocking, in bucket order, on this thread; the time is all exposed.
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const Bucket& bk = buckets_[b];
+      be_.find_nonfinite(grads_, dtype_, spans_, bk.begin, bk.end, local_flag_);
+      BufView view{static_cast<char*>(grads_) + bk.begin * dtype_size(dtype_), bk.end - bk.begin, dtype_};
+      comm_.allreduce(view, ReduceOp::Sum);
+      last_.bytes += view.bytes();
+    }
+    last_.exposed_seconds = last_.comm_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return;
+  }
   AMP_CHECK(launched_ == buckets_.size(), "backward finished with ", buckets_.size() - launched_,
             " gradient buckets never ready");
   const auto t0 = std::chrono::steady_clock::now();

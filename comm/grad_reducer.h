@@ -31,6 +31,11 @@ class GradReducer {
   GradReducer(Communicator& comm, Backend& be, std::vector<TensorSpan> spans, size_t total, DType dtype,
               void* grads, size_t first_bucket_bytes, size_t bucket_bytes, int32_t* local_flag);
 
+  // overlap = false: buckets are reduced one after the other, blocking, in finish() (no
+  // communication thread competing with backward for the cores).
+  void set_overlap(bool overlap) { overlap_ = overlap; }
+  bool overlap() const { return overlap_; }
+
   void begin_step();
   void tensor_ready(int tensor);  // backward finished this tensor's gradient
   void finish();                  // waits for every bucket; afterwards grads hold the sum
@@ -53,6 +58,7 @@ class GradReducer {
   std::vector<std::vector<size_t>> of_tensor_;  // tensor -> buckets it overlaps
   std::vector<std::unique_ptr<Request>> requests_;
   size_t launched_ = 0;
+  bool overlap_ = true;
   ReducerStats last_;
 };
 

@@ -119,6 +119,7 @@ const std::vector<Key>& keys() {
       {"optimizer.min_lr", "0", "warmup_cosine: final learning rate", F(optimizer.min_lr), at_least(0)},
       // distributed
       {"distributed.comm", "\"auto\"", "gradient communicator (auto: nccl on CUDA, mpi on CPU)", F(distributed.comm), {}, {"auto", "mpi", "nccl"}},
+      {"distributed.overlap", "\"auto\"", "all-reduce buckets during backward (auto: on GPUs, and on CPUs with a core to spare)", F(distributed.overlap), {}, {"auto", "on", "off"}},
       {"distributed.bucket_mb", "25", "gradient bucket size in MiB", F(distributed.bucket_mb), above(0), {}},
       {"distributed.first_bucket_mb", "1", "size of the first (last-layer) bucket in MiB", F(distributed.first_bucket_mb), above(0), {}},
       {"distributed.hash_interval", "100", "steps between cross-rank parameter hash checks (0: only at the end)", F(distributed.hash_interval), at_least(0), {}},

@@ -67,7 +67,7 @@ struct Config {
   struct Distributed {
     double bucket_mb = 0, first_bucket_mb = 0;
     int64_t hash_interval = 0;
-    std::string comm;
+    std::string comm, overlap;
   } distributed;
   struct Checkpoint {
     int64_t interval = 0, keep = 0;

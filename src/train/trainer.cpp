@@ -31,10 +31,8 @@ double now_seconds() {
 DType dtype_of(const std::string& p) { return p == "fp32" ? DType::F32 : p == "bf16" ? DType::BF16 : DType::F16; }
 const char* precision_name(DType t) { return t == DType::F32 ? "fp32" : t == DType::BF16 ? "bf16" : "fp16"; }
 
-// CPU threads per rank: what the config says, else the CPUs this process may run on (a launcher
-// that binds ranks to cores gives one each), shared among the ranks of this node.
-int pick_threads(int64_t configured, int local_size) {
-  if (configured > 0) return int(configured);
+// The CPUs this rank may use: those a binding launcher gave it, else its share of the node.
+int cpus_per_rank(int local_size) {
   cpu_set_t set;
   CPU_ZERO(&set);
   const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -42,6 +40,11 @@ int pick_threads(int64_t configured, int local_size) {
   if (sched_getaffinity(0, sizeof set, &set) == 0) allowed = CPU_COUNT(&set);
   if (allowed < hw) return std::max(1, allowed);
   return std::max(1, hw / std::max(1, local_size));
+}
+
+// CPU threads per rank: what the config says, else all the CPUs of this rank.
+int pick_threads(int64_t configured, int local_size) {
+  return configured > 0 ? int(configured) : cpus_per_rank(local_size);
 }
 
 ScalerParams scaler_params_of(const Config& c) {
@@ -183,6 +186,11 @@ void Trainer::setup() {
     reducer_ = std::make_unique<GradReducer>(
         *grad_comm_, *be_, spans_, n, compute_, grads_.data(), size_t(cfg_.distributed.first_bucket_mb * 1048576.0),
         size_t(cfg_.distributed.bucket_mb * 1048576.0), flags_dev_ + OverflowFlags::kRank0 + rank_);
+    // Overlap needs a core for the communication thread: on a CPU rank whose cores all compute,
+    // the all-reduce would only steal time from backward, so it runs after it instead.
+    const std::string& ov = cfg_.distributed.overlap;
+    reducer_->set_overlap(ov == "on" ||
+                          (ov == "auto" && (!be_->host_accessible() || cpus_per_rank(world_.local_size()) > threads)));
   }
 
   const bool lead = rank_ == 0;

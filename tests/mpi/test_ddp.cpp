@@ -57,7 +57,11 @@ TEST_CASE("one global overflow flag: every rank skips exactly the planted steps"
                              "    - {step: 7, rank: 0, tensor: fc2.weight, value: nan}\n"
                              "    - {step: 8, rank: 0, tensor: fc3.bias}\n"
                              "    - {step: 20, rank: " + std::to_string(last) + ", tensor: fc1.bias}\n";
-  Config cfg = config_from(small_run(30) + faults);
+  // Both ways of reducing: buckets overlapped with backward on the communication thread, and
+  // buckets reduced after backward.
+  const std::string overlap = GENERATE(std::string("on"), std::string("off"));
+  INFO("distributed.overlap=" << overlap);
+  Config cfg = config_from(small_run(30) + faults, {"distributed.overlap=" + overlap});
   Trainer t(cfg, world());
   std::set<int64_t> skipped;
   uint64_t prev_hash = hash64(t.master_weights().data(), t.master_weights().size() * 4);
