@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-cpp-dev catch2 libdnnl-dev
-      zlib1g-dev nlohmann-json3-dev libcli11-dev dataset-fashion-mnist python3)
+      zlib1g-dev nlohmann-json3-dev libcli11-dev dataset-fashion-mnist python3
+      slurmctld slurmd slurm-client munge iproute2)   # the SLURM and network-namespace e2e tests
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

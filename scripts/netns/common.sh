@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Shared settings of scripts/netns/*.sh (sourced). Every value can be set in the environment.
 #   AMP_NETNS_PREFIX  namespace name prefix: the "nodes" are ${PREFIX}1 and ${PREFIX}2, which are
 #                     also their hostnames inside (default ampnode; at most 12 characters)

@@ -40,4 +40,5 @@ for i in 1 2; do   # both ends up and carrying (LOWER_UP once the peer is up)
   ip -n "$(ns_name $i)" link show "$(ns_if $i)" | grep -q LOWER_UP ||
     { echo "netns/up.sh: $(ns_if $i) in $(ns_name $i) is not up" >&2; exit 1; }
 done
+[[ "$rate" == none ]] && rate=""
 echo "netns: $n1 ($(ns_addr 1)) <-> $n2 ($(ns_addr 2)), link ${rate:-unlimited}"

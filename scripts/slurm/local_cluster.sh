@@ -131,13 +131,13 @@ EOF
 }
 
 down() {
-  local jobs i p
+  local jobs p
   if [[ -f "$conf" ]]; then
     jobs=$(squeue -h -o %i 2>/dev/null || true)
     if [[ -n "$jobs" ]]; then
       # shellcheck disable=SC2086
       scancel $jobs 2>/dev/null || true
-      for i in $(seq 1 75); do [[ -z "$(squeue -h -o %i 2>/dev/null)" ]] && break; sleep 0.2; done
+      for _ in $(seq 1 75); do [[ -z "$(squeue -h -o %i 2>/dev/null)" ]] && break; sleep 0.2; done
     fi
   fi
   stop_pid "$(pid_of "$dir/slurmd.pid")" slurmd

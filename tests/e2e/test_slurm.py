@@ -42,8 +42,9 @@ env = dict(os.environ, SLURM_CONF=os.path.join(cluster, "slurm.conf"), AMP_BIN=o
            # for the mpirun variant (root, and the transports this container allows)
            OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
            OMPI_MCA_pml="ob1", OMPI_MCA_btl="self,vader,tcp", OMPI_MCA_btl_vader_single_copy_mechanism="none")
-for k in [k for k in env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k != "SLURM_CONF"]:
-    del env[k]  # run from inside another allocation? talk to our cluster only
+for k in [k for k in env if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "AMP_"))
+          and k not in ("SLURM_CONF", "AMP_BIN", "AMP_ROOT")]:
+    del env[k]  # inside another allocation, or AMP_* settings of the caller: ours only
 train = source("scripts", "slurm", "train.sbatch")
 
 
