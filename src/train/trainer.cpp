@@ -90,16 +90,12 @@ Trainer::~Trainer() = default;
 void Trainer::setup() {
   run_start_ = now_seconds();
   // Every rank must run the same program on the same config.
-  const uint64_t my_hash = config_hash(cfg_);
-  std::vector<uint64_t> hashes(static_cast<size_t>(nranks_));
-  world_.allgather(&my_hash, hashes.data(), sizeof my_hash);
-  std::string differ;
-  for (int r = 1; r < nranks_; ++r)
-    if (hashes[size_t(r)] != hashes[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  uint64_t rank0_hash = 0;
+  const std::string differ = ranks_differing_from_0(config_hash(cfg_), &rank0_hash);
   if (!differ.empty())
     throw Error(ErrorKind::Comm, "ranks disagree on the configuration: rank(s) " + differ +
                                      " resolved a different config (or program version) than rank 0 (" +
-                                     hex64(hashes[0]) + "); start every rank with the same config, --set and binary");
+                                     hex64(rank0_hash) + "); start every rank with the same config, --set and binary");
 
   const int threads = pick_threads(cfg_.run.threads, world_.local_size());
   be_ = make_backend(cfg_.run.device, world_.local_rank(), threads);
@@ -589,17 +585,23 @@ EvalResult Trainer::evaluate() {
   return r;
 }
 
-void Trainer::check_params_in_sync(int64_t step) {
-  const uint64_t h = params_hash();
+std::string Trainer::ranks_differing_from_0(uint64_t mine, uint64_t* rank0) {
   std::vector<uint64_t> all(static_cast<size_t>(nranks_));
-  world_.allgather(&h, all.data(), sizeof h);
+  world_.allgather(&mine, all.data(), sizeof mine);
   std::string differ;
   for (int r = 1; r < nranks_; ++r)
     if (all[size_t(r)] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  *rank0 = all[0];
+  return differ;
+}
+
+void Trainer::check_params_in_sync(int64_t step) {
+  uint64_t rank0_hash = 0;
+  const std::string differ = ranks_differing_from_0(params_hash(), &rank0_hash);
   if (!differ.empty())
     throw Error(ErrorKind::Comm,
                 strcat("ranks diverged: after step ", step, " the master weights of rank(s) ", differ,
-                       " differ from rank 0's (hash ", hex64(all[0]), "); the all-reduce or an update was not "
+                       " differ from rank 0's (hash ", hex64(rank0_hash), "); the all-reduce or an update was not "
                        "identical on every rank"),
                 true);
 }

@@ -64,6 +64,8 @@ class Trainer {
   std::string save(int64_t step);     // rank 0 writes; returns the path ("" on other ranks)
   bool stop_requested(int64_t step);  // a stop signal on any rank (agreed by every rank)
   void check_params_in_sync(int64_t step);
+  // Collective: the ranks whose value differs from rank 0's ("1, 3"; "" when all agree).
+  std::string ranks_differing_from_0(uint64_t mine, uint64_t* rank0);
   uint64_t params_hash();
   nlohmann::json summary_json(double wall_seconds, int64_t steps_done);
   std::string overflow_where(const ScalerState& s) const;
