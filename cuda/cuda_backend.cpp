@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 
@@ -136,20 +137,44 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
   // gets it in a second f32 pass, which rounds exactly as the epilogue would (y is already f32).
   GemmCall c = linear_forward_call(x, w, y);
   c.bias = y.dtype != DType::F32 && b.dtype == y.dtype ? b.data : nullptr;
-  if (c.bias && !gemm_->supported(c)) {
+  // No heuristic preference describes the bias pointer's alignment, and epilogue kernels have been
+  // seen to fail on biases below 16 bytes: such a bias takes the separate pass (the parameter
+  // layout's 32-element boundaries keep every bias of the model at 64 bytes or more).
+  if (c.bias && (reinterpret_cast<uintptr_t>(c.bias) % 16 != 0 || !gemm_->supported(c))) {
     // Not expected on sm_90; kept so that a cuBLASLt without this epilogue still trains.
     if (!warned_bias_) {
-      std::fprintf(stderr, "warning: cuBLASLt has no bias-epilogue GEMM for %zux%zu -> %zu (%s); the bias is added "
-                           "in a separate pass (one more rounding)\n", x.rows, x.cols, w.rows, dtype_name(y.dtype));
+      std::fprintf(stderr, "warning: no cuBLASLt bias-epilogue GEMM for %zux%zu -> %zu (%s%s); the product goes "
+                           "through an FP32 buffer and the bias is added in a separate pass (still one rounding)\n",
+                   x.rows, x.cols, w.rows, dtype_name(y.dtype),
+                   reinterpret_cast<uintptr_t>(c.bias) % 16 != 0 ? ", bias not 16-byte aligned" : "");
       warned_bias_ = true;
     }
     c.bias = nullptr;
   }
-  if (!c.bias && y.dtype != DType::F32 && b.dtype != y.dtype)
-    throw Error(ErrorKind::Internal, strcat("linear_forward: a ", dtype_name(b.dtype), " bias with a ",
-                                            dtype_name(y.dtype), " output is not supported by the CUDA backend"));
-  gemm(c);
-  if (!c.bias) cuda::add_bias_rows(launch(), b, y);
+  if (c.bias || y.dtype == DType::F32) {
+    gemm(c);
+    if (!c.bias) cuda::add_bias_rows(launch(), b, y, y);
+    return;
+  }
+  // A 16-bit y without the epilogue: rounding the product to y's dtype and then the sum would round
+  // twice (off by far more than one rounding where the bias cancels the product), so the product
+  // goes to an FP32 buffer (y's row-major layout: ldd is y.cols) and the bias pass rounds once.
+  GemmCall c32 = c;
+  c32.d = f32_scratch(y.numel());
+  c32.dt = DType::F32;
+  gemm(c32);
+  cuda::add_bias_rows(launch(), b, Tensor{c32.d, DType::F32, y.rows, y.cols}, y);
+}
+
+float* CudaBackend::f32_scratch(size_t n) {
+  if (gemm_scratch_.size() < n) {
+    not_capturing("growing the GEMM scratch buffer (a new shape)");
+    // A captured graph may hold the old buffer's address (a larger evaluation batch grows it after
+    // the training step was captured): it is kept, never freed while the backend lives.
+    retired_scratch_.push_back(std::move(gemm_scratch_));
+    gemm_scratch_ = DeviceBuffer<float>(n);
+  }
+  return gemm_scratch_.get();
 }
 
 void CudaBackend::linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) {

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "cuda/device_buffer.h"
@@ -63,6 +64,9 @@ class CudaBackend final : public Backend {
   Launch launch() const { return Launch{stream_->get(), max_blocks_}; }
   void not_capturing(const char* what) const;  // throws if a capture is open
   void gemm(const GemmCall& c);
+  // An FP32 buffer of at least n elements for GEMM results that still get a bias (grown outside
+  // captures only: the eager warm-up steps size it).
+  float* f32_scratch(size_t n);
 
   int device_ = 0;
   std::string name_;
@@ -73,6 +77,8 @@ class CudaBackend final : public Backend {
   SpanTableCache spans_;
   DeviceBuffer<double> loss_partials_;
   DeviceBuffer<long long> hit_partials_;
+  DeviceBuffer<float> gemm_scratch_;
+  std::vector<DeviceBuffer<float>> retired_scratch_;  // outgrown ones: a graph may still write them
   GraphExec graph_;
   bool capturing_ = false;
   bool warned_bias_ = false;

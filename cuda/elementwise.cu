@@ -51,12 +51,13 @@ __global__ void __launch_bounds__(kThreads) act_backward_kernel(Activation a, co
   }
 }
 
-template <typename B, typename Y>
-__global__ void __launch_bounds__(kThreads) add_bias_rows_kernel(const B* __restrict__ b, Y* __restrict__ y,
+// in and y may be the same memory (each element is read, then written, by one thread).
+template <typename B, typename X, typename Y>
+__global__ void __launch_bounds__(kThreads) add_bias_rows_kernel(const B* __restrict__ b, const X* in, Y* y,
                                                                  size_t rows, size_t cols) {
   const size_t n = rows * cols, stride = size_t(gridDim.x) * blockDim.x;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    y[i] = from_f32<Y>(to_f32(y[i]) + to_f32(b[i % cols]));
+    y[i] = from_f32<Y>(to_f32(in[i]) + to_f32(b[i % cols]));
 }
 
 // Block (32 columns) x (kLanes row lanes): lane r sums rows r, r + kLanes, ... of its column in
@@ -119,16 +120,19 @@ void activation_backward(const Launch& l, Activation a, const Tensor& z, const T
   });
 }
 
-void add_bias_rows(const Launch& l, const Tensor& b, const Tensor& y) {
-  AMP_CHECK(b.numel() == y.cols, "add_bias_rows: one bias per column");
+void add_bias_rows(const Launch& l, const Tensor& b, const Tensor& in, const Tensor& y) {
+  AMP_CHECK(b.numel() == y.cols && in.rows == y.rows && in.cols == y.cols, "add_bias_rows: shapes");
   if (y.numel() == 0) return;
   dispatch_float(b.dtype, "add_bias_rows", [&](auto bt) {
-    dispatch_float(y.dtype, "add_bias_rows", [&](auto yt) {
-      using B = decltype(bt);
-      using Y = decltype(yt);
-      add_bias_rows_kernel<B, Y><<<blocks_for(y.numel(), kThreads, l), kThreads, 0, l.stream>>>(b.as<const B>(),
-                                                                                              y.as<Y>(), y.rows, y.cols);
-      AMP_CHECK_LAUNCH("add_bias_rows_kernel");
+    dispatch_float(in.dtype, "add_bias_rows", [&](auto xt) {
+      dispatch_float(y.dtype, "add_bias_rows", [&](auto yt) {
+        using B = decltype(bt);
+        using X = decltype(xt);
+        using Y = decltype(yt);
+        add_bias_rows_kernel<B, X, Y><<<blocks_for(y.numel(), kThreads, l), kThreads, 0, l.stream>>>(
+            b.as<const B>(), in.as<const X>(), y.as<Y>(), y.rows, y.cols);
+        AMP_CHECK_LAUNCH("add_bias_rows_kernel");
+      });
     });
   });
 }

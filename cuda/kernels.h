@@ -33,7 +33,8 @@ void cast(const Launch& l, const void* src, DType src_type, void* dst, DType dst
 // ---- elementwise.cu
 void activation_forward(const Launch& l, Activation a, const Tensor& z, const Tensor& y);
 void activation_backward(const Launch& l, Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz);
-void add_bias_rows(const Launch& l, const Tensor& b, const Tensor& y);  // y[r][c] += b[c] (in FP32, rounded once)
+// y[r][c] = in[r][c] + b[c] in FP32, rounded once to y's dtype; in may be y itself.
+void add_bias_rows(const Launch& l, const Tensor& b, const Tensor& in, const Tensor& y);
 void bias_grad(const Launch& l, const Tensor& dy, const Tensor& db);    // db[c] = sum_r dy[r][c] (FP32)
 
 // ---- loss.cu

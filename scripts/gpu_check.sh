@@ -47,7 +47,14 @@ command -v nvcc >/dev/null && say "nvcc: $(nvcc --version | tail -2 | head -1)" 
 CXX_BIN=$(command -v g++ || command -v c++ || true)
 [ -n "$CXX_BIN" ] || { fail "no host C++ compiler (g++) found"; finish; }
 say "host compiler: $("$CXX_BIN" --version | head -1)"
+# A cmake that runs: the image's (on PATH, or PyTorch's venv's pip package, which is static), else
+# the one from .gpu_debs/ below (that one needs libarchive13 and libcurl4 from the image).
+cmake_runs() { [ -n "$1" ] && "$1" --version >/dev/null 2>&1; }
 SYS_CMAKE=$(command -v cmake || true)
+if ! cmake_runs "$SYS_CMAKE"; then
+  SYS_CMAKE=$(python3 -c "import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, 'cmake'))" 2>/dev/null || true)
+  cmake_runs "$SYS_CMAKE" || SYS_CMAKE=
+fi
 
 # ---------------------------------------------------------------- Debian packages -> private prefix
 if compgen -G ".gpu_debs/*.deb" >/dev/null; then
@@ -78,7 +85,11 @@ export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_co
 export OMPI_MCA_btl_base_warn_component_unused=0 OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 
 CMAKE=${SYS_CMAKE:-$(command -v cmake || true)}
-[ -n "$CMAKE" ] || { fail "no cmake (neither the image's nor .gpu_debs/)"; finish; }
+if ! cmake_runs "$CMAKE"; then
+  fail "no cmake that runs (neither the image's nor .gpu_debs/'s${CMAKE:+: $CMAKE})"
+  [ -n "$CMAKE" ] && ldd "$CMAKE" 2>&1 | grep "not found" | tee -a "$REPORT"
+  finish
+fi
 say "cmake: $("$CMAKE" --version | head -1) ($CMAKE)"
 
 # ---------------------------------------------------------------- NCCL: the toolkit's, else PyTorch's wheel
@@ -86,8 +97,18 @@ NCCL_ARGS=()
 if [ -f /usr/local/cuda/include/nccl.h ] || [ -f /usr/include/nccl.h ]; then
   say "NCCL: system"
 else
-  nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null ||
-             python3 -c "import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])" 2>/dev/null || true)
+  # nvidia-nccl-cu12/-cu13 install nvidia/nccl/{include,lib} (cu13 keeps NCCL there while the
+  # other CUDA 13 wheels moved to nvidia/cu13/); nvidia is a namespace package (no __file__).
+  nccl_dir=$(python3 - 2>/dev/null <<'PY' || true
+import glob, os
+import nvidia
+for root in list(nvidia.__path__):
+    for d in [os.path.join(root, "nccl")] + sorted(glob.glob(os.path.join(root, "cu*"))):
+        if os.path.isfile(os.path.join(d, "include", "nccl.h")) and glob.glob(os.path.join(d, "lib", "libnccl.so*")):
+            print(d)
+            raise SystemExit(0)
+PY
+)
   nccl_lib=$(ls "$nccl_dir"/lib/libnccl.so* 2>/dev/null | head -1)
   if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ] && [ -n "$nccl_lib" ]; then
     NCCL_ARGS=(-DNCCL_INCLUDE_DIR="$nccl_dir/include" -DNCCL_LIBRARY="$nccl_lib")

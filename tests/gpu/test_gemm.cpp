@@ -132,3 +132,24 @@ TEST_CASE("linear layers on row slices of a larger batch buffer (evaluation batc
   check_gemm_output(yg, yc, DType::F16, in);
   for (size_t i = batch * out; i < max_batch * out; ++i) REQUIRE(yg[i] == 0.0f);  // rows past the slice untouched
 }
+
+TEST_CASE("linear forward without the bias epilogue (a bias below 16-byte alignment) still rounds once",
+          "[.cuda][gemm]") {
+  auto gpu = make_cuda();
+  CpuBackend cpu(2);
+  const Shape shapes[] = {{3, 5, 7}, {37, 129, 65}, {257, 1024, 10}};
+  uint64_t seed = 500;
+  for (const Shape& s : shapes) {
+    for (DType t : {DType::F16, DType::BF16}) {
+      INFO("batch " << s.batch << " in " << s.in << " out " << s.out << " " << dtype_name(t));
+      const std::vector<float> x = randn(s.batch * s.in, ++seed), w = randn(s.out * s.in, ++seed, 1.0 / std::sqrt(s.in));
+      const std::vector<float> b = randn(s.out, ++seed);
+      Mirror X(cpu, *gpu, x, t, s.batch, s.in), W(cpu, *gpu, w, t, s.out, s.in, 32);
+      Mirror B(cpu, *gpu, b, t, 1, s.out, 1);  // one element in: 2-byte alignment, no epilogue
+      Mirror Y = Mirror::output(cpu, *gpu, t, s.batch, s.out);
+      cpu.linear_forward(X.c, W.c, B.c, Y.c);
+      gpu->linear_forward(X.g, W.g, B.g, Y.g);
+      check_gemm_output(read(*gpu, Y.g), read(cpu, Y.c), t, s.in);
+    }
+  }
+}

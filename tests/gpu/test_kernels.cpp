@@ -197,8 +197,22 @@ TEST_CASE("unscale_check: unscaled values bit-exact, flags and squared norm as t
                           &s.c.as<S>()->norm_sq);
         gpu->unscale_check(G.g.data, dt, spans, &s.g.as<S>()->scale, O.g.as<float>(), s.g.as<S>()->flags,
                            &s.g.as<S>()->norm_sq);
+        // Bit-exact, except that a NaN only has to stay a NaN: x86 keeps the input's payload through
+        // the multiply, the GPU returns its canonical NaN (the contract is "some NaN").
         const auto oc = read_raw(cpu, O.c.data, O.c.bytes()), og = read_raw(*gpu, O.g.data, O.g.bytes());
-        CHECK(oc == og);
+        REQUIRE(oc.size() == og.size());
+        size_t differ = 0, first = 0;
+        for (size_t i = 0; i < oc.size() / 4; ++i) {
+          uint32_t bc, bg;
+          std::memcpy(&bc, &oc[i * 4], 4);
+          std::memcpy(&bg, &og[i * 4], 4);
+          const bool nan_c = (bc & 0x7fffffffu) > 0x7f800000u, nan_g = (bg & 0x7fffffffu) > 0x7f800000u;
+          if ((nan_c || nan_g) ? nan_c != nan_g : bc != bg) {
+            if (differ++ == 0) first = i;
+          }
+        }
+        INFO(differ << " unscaled values differ, first at " << first);
+        CHECK(differ == 0);
         const S want = read_one<S>(cpu, s.c.data()), got = read_one<S>(*gpu, s.g.data());
         for (int i = 0; i < 5; ++i) CHECK(got.flags[i] == want.flags[i]);
         if (plant) CHECK(got.flags[OverflowFlags::kReduced] == 3);
@@ -295,11 +309,16 @@ TEST_CASE("optimizer_step: SGD and AdamW as the CPU, with clipping and the worki
             CHECK(read(*gpu, W.g) == w);
             CHECK(read(*gpu, M.g) == m);
           } else {
+            // The host build contracts a*b + c into FMAs (-march=x86-64-v3, GCC's default
+            // -ffp-contract=fast for C++), the kernels do not (--fmad=false): m = b1 m + (1 - b1) g
+            // may differ by half an ulp of a product (~2e-9 for products near 0.03) where the two
+            // terms cancel, so m's absolute term is 1e-8 (a wrong rule is off by ~1e-3).
             GPU_REQUIRE_CLOSE(read(*gpu, W.g), read(cpu, W.c), 1e-6, 1e-9);
-            GPU_REQUIRE_CLOSE(read(*gpu, M.g), read(cpu, M.c), 1e-6, 1e-9);
+            GPU_REQUIRE_CLOSE(read(*gpu, M.g), read(cpu, M.c), 1e-6, 1e-8);
             GPU_REQUIRE_CLOSE(read(*gpu, V.g), read(cpu, V.c), 1e-6, 1e-12);
           }
-          if (with_lp) GPU_REQUIRE_CLOSE(read(*gpu, LP.g), read(cpu, LP.c), 2 * eps_of(lpt), 0.0);
+          // One 16-bit rounding apart at most; 1e-7 absolute covers a step of the fp16 subnormals.
+          if (with_lp) GPU_REQUIRE_CLOSE(read(*gpu, LP.g), read(cpu, LP.c), 2 * eps_of(lpt), 1e-7);
         }
       }
     }
