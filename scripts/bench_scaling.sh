@@ -3,18 +3,20 @@
 # batch per rank (so 2 ranks do twice the work per step). Efficiency = t1 / t2 (step times); the
 # hidden share is the part of the all-reduce time that overlapped backward (summary.json).
 # Usage: scripts/bench_scaling.sh [steps (default 400)] [precision (default fp16)] [batch per rank (default 128)]
+#        [extra amp_ddp arguments, e.g. --set distributed.overlap=on]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-400}
 prec=${2:-fp16}
 batch=${3:-128}
+shift $(( $# < 3 ? $# : 3 ))
 bin=${AMP_BUILD:-build}
 out=$(mktemp -d)
 common=(--set run.steps="$steps" --set run.log_interval="$steps" --set run.threads=1 --set data.batch_size="$batch"
         --set data.eval_images='""' --set data.eval_labels='""' --set checkpoint.final=false --set run.progress=off)
 for np in 1 2; do
   OMP_NUM_THREADS=1 scripts/mpirun.sh -np "$np" "$bin/amp_ddp" "configs/fmnist_mlp_$prec.yaml" "${common[@]}" \
-      --set run.out_dir="$out/np$np" > /dev/null
+      --set run.out_dir="$out/np$np" "$@" > /dev/null
 done
 python3 - "$out" "$prec" "$batch" <<'PY'
 import json, sys
