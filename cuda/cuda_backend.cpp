@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <mutex>
+#include <vector>
 
 #include "core/error.h"
 
@@ -25,7 +27,20 @@ void release_device(void* p, cudaStream_t s) noexcept {
   AMP_CUDA_WARN(cudaFree(p));
 }
 
+// The live backends, for release_graph_on_stream().
+std::mutex g_live_mutex;
+std::vector<CudaBackend*>& live_backends() {
+  static std::vector<CudaBackend*> live;
+  return live;
+}
+
 }  // namespace
+
+void release_graph_on_stream(cudaStream_t stream) noexcept {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  for (CudaBackend* b : live_backends())
+    if (b->native_stream() == static_cast<void*>(stream)) b->release_graph();
+}
 
 CudaBackend::CudaBackend(int device) : device_(device) {
   CUDA_CHECK(cudaSetDevice(device));
@@ -39,16 +54,31 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   gemm_ = std::make_unique<LtGemm>(kWorkspaceBytes);
   loss_partials_ = DeviceBuffer<double>(kLossBlocks);
   hit_partials_ = DeviceBuffer<long long>(kLossBlocks);
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  live_backends().push_back(this);
 }
 
 CudaBackend::~CudaBackend() {
-  if (capturing_) {  // an exception left a capture open: close it and drop the graph
+  {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    auto& live = live_backends();
+    live.erase(std::remove(live.begin(), live.end(), this), live.end());
+  }
+  release_graph();  // also closes a capture an exception left open
+  // Pending copies read the staging ring and kernels the workspace: finish them before those go.
+  AMP_CUDA_WARN(cudaStreamSynchronize(stream_->get()));
+}
+
+void CudaBackend::release_graph() noexcept {
+  if (capturing_) {  // an exception left a capture open: close it and drop what it recorded
     cudaGraph_t g = nullptr;
     if (cudaStreamEndCapture(stream_->get(), &g) == cudaSuccess && g) AMP_CUDA_WARN(cudaGraphDestroy(g));
     cudaGetLastError();
+    capturing_ = false;
   }
-  // Pending copies read the staging ring and kernels the workspace: finish them before those go.
-  AMP_CUDA_WARN(cudaStreamSynchronize(stream_->get()));
+  // No wait: an executable graph destroyed while a launch of it is in flight is freed when that
+  // launch completes (the CUDA driver's contract), which is what NCCL then waits for.
+  graph_.reset();
 }
 
 void CudaBackend::not_capturing(const char* what) const {

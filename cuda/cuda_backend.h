@@ -59,6 +59,8 @@ class CudaBackend final : public Backend {
   bool begin_capture() override;
   void end_capture() override;
   void replay() override;
+  // Drops the captured graph (closing a capture left open); replay() fails until the next capture.
+  void release_graph() noexcept;
 
  private:
   Launch launch() const { return Launch{stream_->get(), max_blocks_}; }
@@ -83,5 +85,11 @@ class CudaBackend final : public Backend {
   bool capturing_ = false;
   bool warned_bias_ = false;
 };
+
+// Drops the captured graph of the live CUDA backend computing on `stream`, if any. NCCL does not
+// finish ncclCommDestroy or ncclCommAbort while a graph that captured the communicator's collectives
+// lives (it waits for those graphs to go), so the NCCL communicator calls this before either: else
+// destroying the communicator before the backend (the trainer's member order) would hang.
+void release_graph_on_stream(cudaStream_t stream) noexcept;
 
 }  // namespace amp::cuda

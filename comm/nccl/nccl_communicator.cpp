@@ -10,6 +10,7 @@
 
 #include "comm/nccl/nccl_check.h"
 #include "core/error.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/device_buffer.h"
 
 namespace amp {
@@ -128,6 +129,7 @@ struct NcclCommunicator::Impl {
   ncclComm_t comm = nullptr;
   std::shared_ptr<EventPool> events = std::make_shared<EventPool>();
   DeviceBuffer<int32_t> barrier_word;
+  bool captured = false;  // a collective was recorded into a CUDA graph (see the destructor)
 
   explicit Impl(MpiCommunicator& w) : world(w) {}
 
@@ -182,6 +184,10 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& world, void* compute_stream,
 NcclCommunicator::~NcclCommunicator() {
   Impl& m = *impl_;
   if (!m.comm) return;
+  // ncclCommDestroy and ncclCommAbort both wait until every CUDA graph that captured this
+  // communicator's collectives is gone, and the backend (which owns the step's graph) outlives us
+  // in the trainer: drop that graph first, or this would hang at the end of every captured run.
+  if (m.captured) cuda::release_graph_on_stream(m.compute);
   if (std::uncaught_exceptions() > 0) {
     // Error path: peers may never join another collective; do not wait for them.
     ncclCommAbort(m.comm);
@@ -205,6 +211,7 @@ std::unique_ptr<Request> NcclCommunicator::iallreduce(BufView buf, ReduceOp op) 
   m.order_after_compute();
   // Timing events cannot be recorded into a graph for later reading: only outside a capture.
   const bool timed = !is_capturing(m.compute);
+  m.captured = m.captured || !timed;
   Event t0 = timed ? m.events->take(true) : Event(), t1 = timed ? m.events->take(true) : Event();
   if (timed) CUDA_CHECK(cudaEventRecord(t0.get(), m.comm_stream.get()));
   NCCL_CHECK(ncclAllReduce(buf.data, buf.data, buf.count, type, rop, m.comm, m.comm_stream.get()));
@@ -220,6 +227,7 @@ void NcclCommunicator::broadcast(BufView buf, int root) {
   Impl& m = *impl_;
   if (buf.count == 0) return;
   m.order_after_compute();
+  m.captured = m.captured || is_capturing(m.compute);
   NCCL_CHECK(ncclBroadcast(buf.data, buf.data, buf.count, nccl_type(buf.dtype), root, m.comm, m.comm_stream.get()));
   m.join_compute();
 }
@@ -228,6 +236,7 @@ void NcclCommunicator::allgather(const void* send, void* recv, size_t bytes) {
   Impl& m = *impl_;
   if (bytes == 0) return;
   m.order_after_compute();
+  m.captured = m.captured || is_capturing(m.compute);
   NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, m.comm, m.comm_stream.get()));
   m.join_compute();
 }
@@ -242,6 +251,7 @@ void NcclCommunicator::barrier() {
 
 void NcclCommunicator::abort(int exit_code) {
   if (impl_->comm) {
+    if (impl_->captured) cuda::release_graph_on_stream(impl_->compute);  // see the destructor
     ncclCommAbort(impl_->comm);
     impl_->comm = nullptr;
   }

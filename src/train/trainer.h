@@ -74,13 +74,10 @@ class Trainer {
   MpiCommunicator& world_;
   int rank_ = 0, nranks_ = 1;
   std::unique_ptr<Backend> be_;
-  std::unique_ptr<Communicator> nccl_;  // device-buffer communicator when the backend has one
-  Communicator* grad_comm_ = nullptr;   // gradients and overflow flags: nccl_ or the MPI world
   bool use_graph_ = false, graph_ready_ = false;
   DataSets data_;
   std::unique_ptr<ShardedSampler> sampler_;
   std::unique_ptr<Mlp> model_;
-  std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Progress> progress_;
 
@@ -99,6 +96,13 @@ class Trainer {
   Buffer x_stage_, x_lp_, labels_, targets_;
   StepScalarsDev* dev_ = nullptr;
   int32_t* flags_dev_ = nullptr;
+
+  // Declared after the buffers so that they go first on destruction: the reducer (its pending
+  // requests), then the NCCL communicator (an abort must not wait behind buffer frees, which
+  // synchronize the device), then the buffers, and the backend last.
+  std::unique_ptr<Communicator> nccl_;  // device-buffer communicator when the backend has one
+  Communicator* grad_comm_ = nullptr;   // gradients and overflow flags: nccl_ or the MPI world
+  std::unique_ptr<GradReducer> reducer_;
 
   // Host bookkeeping.
   std::vector<float> x_host_;
