@@ -1,7 +1,9 @@
 """Helpers for the end-to-end tests: run amp_ddp (under mpirun when asked) and read its output."""
 import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,7 +53,11 @@ def summary(out_dir):
 
 
 def tmpdir():
-    return tempfile.mkdtemp(prefix="amp_e2e_")
+    """A fresh folder, removed when the test ends (kept with AMP_E2E_KEEP=1, for debugging)."""
+    d = tempfile.mkdtemp(prefix="amp_e2e_")
+    if not os.environ.get("AMP_E2E_KEEP"):
+        atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 failures = []
