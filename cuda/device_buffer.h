@@ -13,19 +13,23 @@
 
 namespace amp::cuda {
 
-// n elements of T in device memory (uninitialized; the backend zero-fills what it hands out).
-template <typename T>
-class DeviceBuffer {
+// n elements of T in device memory (kPinned = false; uninitialized, the backend zero-fills what it
+// hands out) or in page-locked host memory (kPinned = true: the source of asynchronous uploads).
+template <typename T, bool kPinned>
+class CudaMemory {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)));
+  CudaMemory() = default;
+  explicit CudaMemory(size_t n) : n_(n) {
+    if (!n) return;
+    void** out = reinterpret_cast<void**>(&p_);
+    if (kPinned) CUDA_CHECK(cudaMallocHost(out, n * sizeof(T)));
+    else CUDA_CHECK(cudaMalloc(out, n * sizeof(T)));
   }
-  ~DeviceBuffer() { reset(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  ~CudaMemory() { reset(); }
+  CudaMemory(const CudaMemory&) = delete;
+  CudaMemory& operator=(const CudaMemory&) = delete;
+  CudaMemory(CudaMemory&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  CudaMemory& operator=(CudaMemory&& o) noexcept {
     if (this != &o) {
       reset();
       p_ = std::exchange(o.p_, nullptr);
@@ -34,7 +38,10 @@ class DeviceBuffer {
     return *this;
   }
   void reset() noexcept {
-    if (p_) AMP_CUDA_WARN(cudaFree(p_));
+    if (p_) {
+      if (kPinned) AMP_CUDA_WARN(cudaFreeHost(p_));
+      else AMP_CUDA_WARN(cudaFree(p_));
+    }
     p_ = nullptr;
     n_ = 0;
   }
@@ -47,38 +54,10 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
-// n elements of T in page-locked host memory (the source of asynchronous uploads).
 template <typename T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t n) : n_(n) {
-    if (n) CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p_), n * sizeof(T)));
-  }
-  ~PinnedBuffer() { reset(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      p_ = std::exchange(o.p_, nullptr);
-      n_ = std::exchange(o.n_, 0);
-    }
-    return *this;
-  }
-  void reset() noexcept {
-    if (p_) AMP_CUDA_WARN(cudaFreeHost(p_));
-    p_ = nullptr;
-    n_ = 0;
-  }
-  T* get() const { return p_; }
-  size_t size() const { return n_; }
-
- private:
-  T* p_ = nullptr;
-  size_t n_ = 0;
-};
+using DeviceBuffer = CudaMemory<T, false>;
+template <typename T>
+using PinnedBuffer = CudaMemory<T, true>;
 
 // A non-blocking stream (no implicit ordering with the legacy default stream).
 class Stream {
