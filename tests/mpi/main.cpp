@@ -1,5 +1,5 @@
-// Catch2 entry point for the MPI tests: every rank runs every test case in the same order (the
-// cases call collectives), and the job fails if any rank saw a failure.
+// Catch2 entry point for the MPI tests (and the GPU tests): every rank runs every test case in the
+// same order (the cases call collectives), and the job fails if any rank saw a failure.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
