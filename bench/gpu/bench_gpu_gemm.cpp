@@ -45,21 +45,12 @@ void* device_random(size_t n, DType t, uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<size_t> dims{784, 1024, 1024, 10};
-  size_t batch = 128;
-  std::string dtype = "f16";
-  int iters = 50;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--dims") dims = bench::parse_dims(v);
-    else if (k == "--batch") batch = std::stoul(v);
-    else if (k == "--dtype") dtype = v;
-    else if (k == "--iters") iters = std::stoi(v);
-    else {
-      std::fprintf(stderr, "usage: bench_gpu_gemm [--dims 784,1024,1024,10] [--batch N] [--dtype f16|bf16] [--iters N]\n");
-      return 2;
-    }
-  }
+  bench::Args args;
+  if (!bench::parse_args(argc, argv, "bench_gpu_gemm", args)) return 2;
+  const std::vector<size_t>& dims = args.dims;
+  const size_t batch = args.batch;
+  const std::string dtype = args.dtype;
+  const int iters = args.iters;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::fprintf(stderr, "bench_gpu_gemm: no CUDA device\n");

@@ -37,6 +37,29 @@ inline std::vector<size_t> parse_dims(const std::string& s) {
 
 // Milliseconds per call of f (which enqueues work on `stream`): the median of `samples` timings of
 // `iters` back-to-back calls, after `warmup` untimed calls.
+// The options both GPU benchmarks take; false (after printing the usage) on an unknown one.
+struct Args {
+  std::vector<size_t> dims{784, 1024, 1024, 10};
+  size_t batch = 128;
+  std::string dtype = "f16";
+  int iters = 50;
+};
+
+inline bool parse_args(int argc, char** argv, const char* program, Args& a) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--dims") a.dims = parse_dims(v);
+    else if (k == "--batch") a.batch = std::stoul(v);
+    else if (k == "--dtype") a.dtype = v;
+    else if (k == "--iters") a.iters = std::stoi(v);
+    else {
+      std::fprintf(stderr, "usage: %s [--dims 784,1024,1024,10] [--batch N] [--dtype f16|bf16] [--iters N]\n", program);
+      return false;
+    }
+  }
+  return true;
+}
+
 inline double median_ms(cudaStream_t stream, const std::function<void()>& f, int iters, int samples = 5,
                         int warmup = 3) {
   for (int i = 0; i < warmup; ++i) f();

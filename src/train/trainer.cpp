@@ -496,12 +496,10 @@ void Trainer::observe(int64_t step, bool force_log) {
   }
   seen_.scaler = s;
   seen_.norm_sq = now.norm_sq;
-  if (log_step) log_interval(step);
+  if (log_step) log_interval(step, now);
 }
 
-void Trainer::log_interval(int64_t step) {
-  StepScalarsDev now;
-  be_->download(&now, dev_, sizeof now);
+void Trainer::log_interval(int64_t step, const StepScalarsDev& now) {
   // Mean training loss over the interval, over every rank's samples.
   float sums[2] = {now.loss_sum, float(interval_steps_ * int64_t(batch_) * int64_t(classification_ ? 1 : n_out_))};
   if (nranks_ > 1) world_.allreduce(view_of(sums, 2), ReduceOp::Sum);

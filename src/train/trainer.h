@@ -58,7 +58,7 @@ class Trainer {
   void device_step(int64_t step);    // everything else; capturable into a CUDA graph
   void plant_fault(int64_t step, int tensor);
   void observe(int64_t step, bool force_log);
-  void log_interval(int64_t step);
+  void log_interval(int64_t step, const StepScalarsDev& now);  // now: the scalars observe() read
   EvalResult evaluate();
   void resume();                      // checkpoint.resume: load and apply on every rank
   std::string save(int64_t step);     // rank 0 writes; returns the path ("" on other ranks)
