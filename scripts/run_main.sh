@@ -1,9 +1,38 @@
 #!/usr/bin/env bash
 # The main job: set up (packages + build), then train the Fashion-MNIST MLP in FP16 with dynamic
 # loss scaling on 2 MPI ranks (64 samples per rank: the same global batch of 128 as one rank with
-# the config's 128). Idempotent. Extra arguments go to amp_ddp (e.g. --set run.epochs=1).
+# the config's 128), then plot the run to <run folder>/plot.png (scripts/plot_runs.py). Idempotent.
+# Extra arguments go to amp_ddp (e.g. --set run.epochs=1); the run folder is the resolved
+# run.out_dir (default runs/<run.name>), so overriding it moves the plot too. The exit code is
+# training's; a failed plot only prints a warning.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-scripts/mpirun.sh -np 2 build/amp_ddp configs/fmnist_mlp_fp16.yaml --set data.batch_size=64 "$@"
+train=(build/amp_ddp configs/fmnist_mlp_fp16.yaml --set data.batch_size=64 "$@")
+rc=0
+scripts/mpirun.sh -np 2 "${train[@]}" || rc=$?
+((rc == 0)) || exit "$rc"
+
+for a in "$@"; do   # nothing was trained: nothing to plot
+  case "$a" in --dry-run|--help|-h|--version) exit 0 ;; esac
+done
+# The run folder as amp_ddp resolves it: run.out_dir, or runs/<run.name> when it is empty.
+run_dir=$("${train[@]}" --dry-run 2>/dev/null | python3 -c '
+import json, sys
+section, run = None, {}
+for line in sys.stdin:
+    if line[:1].isalpha():
+        section = line.split(":")[0]
+    elif section == "run" and line.startswith("  ") and not line.startswith("   "):
+        key, _, value = line.strip().partition(": ")
+        run[key] = value
+out_dir, name = (json.loads(run.get(k) or "\"\"") for k in ("out_dir", "name"))
+print(out_dir or ("runs/" + name if name else ""))
+' 2>/dev/null) || run_dir=""
+if [ -z "$run_dir" ]; then
+  echo "run_main: warning: could not resolve the run folder (amp_ddp --dry-run); no plot" >&2
+elif ! python3 scripts/plot_runs.py "$run_dir" -o "$run_dir/plot.png"; then
+  echo "run_main: warning: plotting $run_dir failed (see above); the training itself succeeded" >&2
+fi
+exit 0

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-cpp-dev catch2 libdnnl-dev
-      zlib1g-dev nlohmann-json3-dev libcli11-dev dataset-fashion-mnist python3
+      zlib1g-dev nlohmann-json3-dev libcli11-dev dataset-fashion-mnist python3 python3-matplotlib
       slurmctld slurmd slurm-client munge iproute2)   # the SLURM and network-namespace e2e tests
 missing=()
 for p in "${PKGS[@]}"; do
