@@ -31,7 +31,7 @@ void run_agreed(Communicator& world, const std::function<void()>& step) {
       std::fflush(stderr);
     }
     throw Error(static_cast<ErrorKind>(codes[size_t(r)]), message.empty() ? "error on rank " + std::to_string(r) : message,
-                true);
+                true, true);
   }
 }
 

@@ -55,6 +55,10 @@ class Communicator {
   virtual void barrier() = 0;
   // Ends every rank of the job at once (the error path: no rank is left waiting).
   [[noreturn]] virtual void abort(int exit_code) = 0;
+  // The training step later collectives belong to (named by the collective watchdog).
+  virtual void set_step(int64_t /*step*/) {}
+  // Raises an error that a collective enqueued earlier met asynchronously (NCCL); never blocks.
+  virtual void check_async_errors() {}
 };
 
 }  // namespace amp

@@ -51,14 +51,17 @@ void GradReducer::begin_step() {
 
 void GradReducer::tensor_ready(int tensor) {
   if (!active()) return;
-  for (size_t b : of_tensor_[size_t(tensor)])
-    if (--pending_[b] == 0 && overlap_) launch(b);
+  for (size_t b : of_tensor_[size_t(tensor)]) --pending_[b];
+  if (!overlap_) return;
+  // Buckets are launched in bucket order whatever order they complete in (a layer larger than a
+  // bucket completes several at once, and a bucket can wait for a small tensor, such as a bias,
+  // that backward finishes after the weight before it): every rank then issues the same
+  // collectives in the same order.
+  while (launched_ < buckets_.size() && pending_[launched_] == 0) launch(launched_);
 }
 
 void GradReducer::launch(size_t b) {
-  // Buckets complete in order (backward runs from the last tensor to the first), so every rank
-  // issues the same collectives in the same order.
-  AMP_CHECK(b == launched_, "bucket ", b, " became ready before bucket ", launched_);
+  AMP_CHECK(b == launched_, "bucket ", b, " launched out of order (next is ", launched_, ")");
   const Bucket& bk = buckets_[b];
   be_.find_nonfinite(grads_, dtype_, spans_, bk.begin, bk.end, local_flag_);
   BufView view{static_cast<char*>(grads_) + bk.begin * dtype_size(dtype_), bk.end - bk.begin, dtype_};

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstdio>
 #include <future>
+#include <string>
 #include <vector>
 
 #include "core/convert.h"
@@ -160,6 +162,61 @@ class MpiRequest final : public Request {
   std::shared_ptr<double> secs_;  // written by the worker before the future is made ready
 };
 
+// The watchdogs' side channel: small point-to-point messages on a communicator of their own.
+class MpiPeerChannel final : public PeerChannel {
+ public:
+  explicit MpiPeerChannel(MPI_Comm comm) : comm_(comm) {}
+  ~MpiPeerChannel() override {
+    for (auto& p : pending_) MPI_Request_free(&p.first);
+  }
+  void send(int to, int tag, const std::string& msg) override {
+    auto buf = std::make_unique<std::string>(msg);
+    MPI_Request req;
+    if (MPI_Isend(buf->data(), int(buf->size()), MPI_CHAR, to, tag, comm_, &req) == MPI_SUCCESS)
+      pending_.emplace_back(req, std::move(buf));
+    reap();
+  }
+  bool poll(int* from, int* tag, std::string* msg) override {
+    reap();
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, &st) != MPI_SUCCESS || !flag) return false;
+    int n = 0;
+    MPI_Get_count(&st, MPI_CHAR, &n);
+    msg->assign(size_t(std::max(n, 0)), '\0');
+    MPI_Recv(msg->data(), n, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, comm_, MPI_STATUS_IGNORE);
+    *from = st.MPI_SOURCE;
+    *tag = st.MPI_TAG;
+    return true;
+  }
+
+ private:
+  void reap() {
+    for (size_t i = 0; i < pending_.size();) {
+      int done = 0;
+      MPI_Test(&pending_[i].first, &done, MPI_STATUS_IGNORE);
+      if (done) {
+        pending_[i] = std::move(pending_.back());
+        pending_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  MPI_Comm comm_;
+  std::vector<std::pair<MPI_Request, std::unique_ptr<std::string>>> pending_;
+};
+
+// "4.0 MiB f16 sum" for the watchdog's messages.
+std::string describe_buf(BufView buf, const char* op) {
+  char b[64];
+  const double bytes = double(buf.bytes());
+  if (bytes >= 1048576.0) std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
+  else if (bytes >= 1024.0) std::snprintf(b, sizeof b, "%.1f KiB", bytes / 1024.0);
+  else std::snprintf(b, sizeof b, "%.0f B", bytes);
+  return std::string(b) + " " + dtype_name(buf.dtype) + (op ? std::string(" ") + op : std::string());
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(int* argc, char*** argv) {
@@ -186,6 +243,10 @@ MpiCommunicator::MpiCommunicator(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, wc));
   MPI_Comm_set_errhandler(*wc, MPI_ERRORS_RETURN);
   worker_comm_ = wc;
+  auto* dc = new MPI_Comm;
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, dc));
+  MPI_Comm_set_errhandler(*dc, MPI_ERRORS_RETURN);
+  watchdog_comm_ = dc;
   create_ops();
   worker_ = std::thread([this] { worker_loop(); });
 }
@@ -197,10 +258,13 @@ MpiCommunicator::~MpiCommunicator() {
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+  watchdog_.reset();
   free_ops();
-  auto* wc = static_cast<MPI_Comm*>(worker_comm_);
-  MPI_Comm_free(wc);
-  delete wc;
+  for (void* c : {worker_comm_, watchdog_comm_}) {
+    auto* comm = static_cast<MPI_Comm*>(c);
+    MPI_Comm_free(comm);
+    delete comm;
+  }
   delete static_cast<MPI_Comm*>(world_);
   if (finalize_) MPI_Finalize();
 }
@@ -225,6 +289,7 @@ void MpiCommunicator::run_allreduce(void* comm_handle, BufView buf, ReduceOp op)
   }
   AMP_CHECK(!(op == ReduceOp::Avg && (buf.dtype == DType::I32 || buf.dtype == DType::U8)),
             "average of integers is not defined");
+  Watchdog::Wait wait(watchdog_.get(), "all-reduce", describe_buf(buf, reduce_op_name(op)));
   const MPI_Comm comm = as_comm(comm_handle);
   const MPI_Datatype type = mpi_type(buf.dtype);
   const MPI_Op mop = mpi_op(buf.dtype, op);
@@ -269,6 +334,7 @@ void MpiCommunicator::raw_allreduce(BufView buf, ReduceOp op) {
 }
 
 void MpiCommunicator::broadcast(BufView buf, int root) {
+  Watchdog::Wait wait(watchdog_.get(), "broadcast", describe_buf(buf, nullptr) + " from rank " + std::to_string(root));
   constexpr size_t kMaxBytes = size_t(1) << 30;
   char* p = static_cast<char*>(buf.data);
   const size_t bytes = buf.bytes();
@@ -280,11 +346,33 @@ void MpiCommunicator::broadcast(BufView buf, int root) {
 
 void MpiCommunicator::allgather(const void* send, void* recv, size_t bytes) {
   AMP_CHECK(bytes <= size_t(INT_MAX), "allgather is for small buffers");
+  Watchdog::Wait wait(watchdog_.get(), "all-gather", describe_buf(BufView{nullptr, bytes, DType::U8}, nullptr));
   MPI_CHECK(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
                           as_comm(world_)));
 }
 
-void MpiCommunicator::barrier() { MPI_CHECK(MPI_Barrier(as_comm(world_))); }
+void MpiCommunicator::barrier() {
+  Watchdog::Wait wait(watchdog_.get(), "barrier");
+  MPI_CHECK(MPI_Barrier(as_comm(world_)));
+}
+
+void MpiCommunicator::set_step(int64_t step) {
+  if (watchdog_) watchdog_->set_step(step);
+}
+
+void MpiCommunicator::start_watchdog(double timeout_s) {
+  if (size_ < 2) return;
+  if (watchdog_) {
+    watchdog_->set_timeout(timeout_s);
+    return;
+  }
+  watchdog_ = std::make_unique<Watchdog>(rank_, size_, timeout_s,
+                                         std::make_unique<MpiPeerChannel>(as_comm(watchdog_comm_)),
+                                         [](int code) {
+                                           MPI_Abort(MPI_COMM_WORLD, code);
+                                           std::_Exit(code);
+                                         });
+}
 
 void MpiCommunicator::abort(int exit_code) {
   MPI_Abort(MPI_COMM_WORLD, exit_code);

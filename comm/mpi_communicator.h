@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "comm/communicator.h"
+#include "comm/watchdog.h"
 
 namespace amp {
 
@@ -33,6 +34,12 @@ class MpiCommunicator final : public Communicator {
   void allgather(const void* send, void* recv, size_t bytes) override;
   void barrier() override;
   [[noreturn]] void abort(int exit_code) override;
+  void set_step(int64_t step) override;
+
+  // Starts the collective watchdog (several ranks only; a second call changes the timeout). Every
+  // collective of this communicator is watched; watch() marks other waits on other ranks.
+  void start_watchdog(double timeout_s);
+  Watchdog* watchdog() { return watchdog_.get(); }
 
   // Blocking all-reduce on the caller's thread with the plain MPI datatype and op (f32 and i32 only):
   // the peer the 16-bit path is benchmarked against.
@@ -46,6 +53,8 @@ class MpiCommunicator final : public Communicator {
   bool finalize_ = false;
   void* world_ = nullptr;   // MPI_Comm (kept opaque here: no mpi.h in headers)
   void* worker_comm_ = nullptr;
+  void* watchdog_comm_ = nullptr;  // the watchdogs' side channel
+  std::unique_ptr<Watchdog> watchdog_;
   std::thread worker_;
   std::mutex mu_;
   std::condition_variable cv_;

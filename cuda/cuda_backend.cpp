@@ -123,6 +123,12 @@ void CudaBackend::zero(void* dst, size_t bytes) {
   if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_->get()));
 }
 
+size_t CudaBackend::memory_available(int /*ranks_on_node: one device per rank*/) const {
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return 0;
+  return free_bytes;
+}
+
 void CudaBackend::synchronize() {
   not_capturing("synchronize");
   CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
@@ -275,7 +281,7 @@ std::vector<GradStats> CudaBackend::grad_stats(const void* grads, DType dtype, c
 
 void CudaBackend::optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master,
                                  const float* g32, float* state1, float* state2, size_t n, void* lp, DType lp_dtype,
-                                 const int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
+                                 int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
   cuda::optimizer_step(launch(), p, lr, max_norm, master, g32, state1, state2, n, lp, lp_dtype, flags, norm_sq,
                        scaler);
 }

@@ -35,6 +35,7 @@ class CudaBackend final : public Backend {
   void download(void* host_dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
   void synchronize() override;
+  size_t memory_available(int ranks_on_node) const override;  // free device memory
 
   void cast(const void* src, DType src_type, void* dst, DType dst_type, size_t n) override;
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
@@ -52,7 +53,7 @@ class CudaBackend final : public Backend {
                      float* out32, int32_t* flags, float* norm_sq) override;
   std::vector<GradStats> grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) override;
   void optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master, const float* g32,
-                      float* state1, float* state2, size_t n, void* lp, DType lp_dtype, const int32_t* flags,
+                      float* state1, float* state2, size_t n, void* lp, DType lp_dtype, int32_t* flags,
                       const float* norm_sq, const ScalerState* scaler) override;
   void update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) override;
 

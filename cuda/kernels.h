@@ -52,7 +52,7 @@ void grad_stats_chunks(const Launch& l, const void* grads, DType dtype, const Sp
 // ---- optimizer.cu
 void optimizer_step(const Launch& l, const OptimizerParams& p, const float* lr, float max_norm, float* master,
                     const float* g32, float* state1, float* state2, size_t n, void* lp, DType lp_dtype,
-                    const int32_t* flags, const float* norm_sq, const ScalerState* scaler);
+                    int32_t* flags, const float* norm_sq, const ScalerState* scaler);
 
 // ---- scaler.cu
 void update_scale(const Launch& l, ScalerState* state, const ScalerParams& params, const int32_t* flags, int world);

@@ -13,10 +13,18 @@ __global__ void __launch_bounds__(kThreads) optimizer_kernel(OptimizerParams p, 
                                                              float max_norm, float* __restrict__ master,
                                                              const float* __restrict__ g32, float* __restrict__ state1,
                                                              float* __restrict__ state2, size_t n, LP* __restrict__ lp,
-                                                             const int32_t* __restrict__ flags,
+                                                             int32_t* flags,
                                                              const float* __restrict__ norm_sq,
                                                              const ScalerState* __restrict__ scaler) {
-  if (flags[OverflowFlags::kAny]) return;  // the same value for every thread: the whole grid leaves
+  // Clipping by a non-finite norm would zero the update: skip the step and mark it as an overflow
+  // (one thread writes the mark; every thread decides from norm_sq itself, so the write races with
+  // nothing that matters).
+  const bool bad_norm = max_norm > 0.0f && !is_finite_f32(*norm_sq);
+  if (bad_norm && blockIdx.x == 0 && threadIdx.x == 0) {
+    flags[OverflowFlags::kAny] = 1;
+    flags[OverflowFlags::kReduced] = OverflowFlags::kNormOverflow;
+  }
+  if (bad_norm || flags[OverflowFlags::kAny]) return;  // the same for every thread: the whole grid leaves
   __shared__ StepScalars shared_scalars;
   if (threadIdx.x == 0) {
     float grad_mul = 1.0f;
@@ -50,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) optimizer_kernel(OptimizerParams p, 
 
 void optimizer_step(const Launch& l, const OptimizerParams& p, const float* lr, float max_norm, float* master,
                     const float* g32, float* state1, float* state2, size_t n, void* lp, DType lp_dtype,
-                    const int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
+                    int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
   if (n == 0) return;
   AMP_CHECK(p.kind != OptimizerKind::AdamW || (state1 && state2), "optimizer_step: AdamW needs both moment buffers");
   AMP_CHECK(p.kind != OptimizerKind::Sgd || p.momentum == 0.0f || state1, "optimizer_step: SGD momentum needs state1");

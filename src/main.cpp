@@ -1,49 +1,132 @@
 // amp_ddp: `mpirun -np N amp_ddp CONFIG.yaml [--set key=value ...] [--dry-run]`.
-// Parses the command line, starts MPI, loads the config on every rank (ranks agree on success
-// before anything runs), then trains. Any error on any rank ends the whole job with its rank.
+// Parses the command line, starts MPI, makes every rank agree on what to do (an MPMD launch may
+// give ranks different command lines), loads the config on every rank (agreed before anything
+// runs), then trains. Any error on any rank ends the whole job with its rank.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+#include "comm/agree.h"
 #include "comm/mpi_communicator.h"
 #include "config/config.h"
 #include "core/error.h"
-#include "backend/backend.h"
 #include "train/run.h"
 
 namespace {
 
-struct CliOptions {
+// What this rank's command line asks for. Ranks compare it before anything else runs.
+enum class Action : int { Train = 0, DryRun = 1, Help = 2, Version = 3, UsageError = 4 };
+
+const char* action_name(Action a) {
+  switch (a) {
+    case Action::Train: return "train";
+    case Action::DryRun: return "--dry-run";
+    case Action::Help: return "--help";
+    case Action::Version: return "--version";
+    case Action::UsageError: return "a usage error";
+  }
+  return "?";
+}
+
+struct Cli {
   std::string config;
   std::vector<std::string> sets;
   bool dry_run = false;
+  Action action = Action::Train;
+  std::string text;  // what to print for Help, Version and UsageError
 };
 
-// Returns an exit code when the program should stop now (--help, --version, usage error), else -1.
-int parse_cli(int argc, char** argv, CliOptions& opt) {
+// Parses without printing: the caller decides which rank prints.
+Cli parse_cli(int argc, char** argv) {
+  Cli cli;
   CLI::App app{"amp_ddp: data-parallel mixed-precision training (FP16/BF16 compute, FP32 masters,\n"
                "loss scaling, one global overflow flag). Run under mpirun/srun for several ranks.",
                "amp_ddp"};
-  app.add_option("config", opt.config, "YAML config file (see configs/)")->required();
-  app.add_option("--set", opt.sets, "override a config key, e.g. --set optimizer.lr=3e-4 (repeatable)")
+  app.add_option("config", cli.config, "YAML config file (see configs/)")->required();
+  app.add_option("--set", cli.sets, "override a config key, e.g. --set optimizer.lr=3e-4 (repeatable)")
       ->type_name("KEY=VALUE")
       ->expected(1)
+      ->allow_extra_args(false)  // one value per --set: a following positional is the config
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_flag("--dry-run", opt.dry_run, "load, validate and print the resolved config, then exit");
+  app.add_flag("--dry-run", cli.dry_run, "load, validate and print the resolved config, then exit");
   app.set_version_flag("--version", std::string("amp_ddp ") + AMP_VERSION + " (" + amp::build_info() + ")");
   app.footer("\n" + amp::config_keys_help());
+  std::ostringstream out, err;
   try {
     app.parse(argc, argv);
+    cli.action = cli.dry_run ? Action::DryRun : Action::Train;
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    app.exit(e, out, err);
+    cli.action = Action::Help;
+    cli.text = out.str();
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    app.exit(e, out, err);
+    cli.action = Action::Version;
+    cli.text = out.str();
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "usage error: %s\nRun 'amp_ddp --help' for the options and config keys.\n", e.what());
+    cli.action = Action::UsageError;
+    cli.text = std::string("usage error: ") + e.what() + "\nRun 'amp_ddp --help' for the options and config keys.\n";
+  }
+  return cli;
+}
+
+// The exit code of an action that ends the program before training (-1: go on).
+int finish_without_training(const Cli& cli) {
+  switch (cli.action) {
+    case Action::Help:
+    case Action::Version: std::fputs(cli.text.c_str(), stdout); return 0;
+    case Action::UsageError: std::fputs(cli.text.c_str(), stderr); return 2;
+    default: return -1;
+  }
+}
+
+// True when a launcher started this process as one rank of a job: then every other rank waits
+// for it inside MPI_Init, so it must initialize MPI even to print --help.
+bool launched_as_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+// Every rank must have been asked the same thing. Returns an exit code when the job ends here.
+int agree_on_action(amp::MpiCommunicator& world, const Cli& cli) {
+  const int mine = int(cli.action);
+  std::vector<int> all(size_t(world.size()));
+  world.allgather(&mine, all.data(), sizeof mine);
+  const int rank = world.rank();
+  bool same = true;
+  int first_usage_error = -1;
+  for (int r = 0; r < world.size(); ++r) {
+    same = same && all[size_t(r)] == all[0];
+    if (all[size_t(r)] == int(Action::UsageError) && first_usage_error < 0) first_usage_error = r;
+  }
+  if (first_usage_error >= 0) {
+    if (rank == first_usage_error)
+      std::fprintf(stderr, "%s%s", world.size() > 1 ? ("[rank " + std::to_string(rank) + "] ").c_str() : "",
+                   cli.text.c_str());
     return 2;
+  }
+  if (!same) {
+    if (rank == 0) {
+      std::string list;
+      for (int r = 0; r < world.size(); ++r)
+        list += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + ": " + action_name(Action(all[size_t(r)]));
+      std::fprintf(stderr,
+                   "usage error: the ranks were started with different command lines (%s); give every rank the "
+                   "same arguments\n",
+                   list.c_str());
+    }
+    return 2;
+  }
+  if (cli.action == Action::Help || cli.action == Action::Version) {
+    if (rank == 0) std::fputs(cli.text.c_str(), stdout);
+    return 0;
   }
   return -1;
 }
@@ -51,8 +134,9 @@ int parse_cli(int argc, char** argv, CliOptions& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CliOptions cli;
-  if (const int rc = parse_cli(argc, argv, cli); rc >= 0) return rc;
+  const Cli cli = parse_cli(argc, argv);
+  if (!launched_as_rank())
+    if (const int rc = finish_without_training(cli); rc >= 0) return rc;
 
   std::unique_ptr<amp::MpiCommunicator> world;
   try {
@@ -62,44 +146,31 @@ int main(int argc, char** argv) {
     return e.exit_code();
   }
   const int rank = world->rank();
-
-  // Phase 1: the config. Every rank loads it; they agree on the outcome before going on, so a
-  // config error ends every rank cleanly with the same exit code and one message.
-  amp::Config cfg;
-  int code = 0;
-  std::string message;
-  try {
-    cfg = amp::load_config(cli.config, cli.sets);
-  } catch (const amp::Error& e) {
-    code = e.exit_code();
-    message = e.what();
-  }
-  std::vector<int> codes(world->size());
-  world->allgather(&code, codes.data(), sizeof(int));
-  int first_bad = -1;
-  for (int r = 0; r < world->size(); ++r)
-    if (codes[r] != 0 && first_bad < 0) first_bad = r;
-  if (first_bad >= 0) {
-    if (rank == first_bad)
-      std::fprintf(stderr, "%s%s\n", rank == 0 ? "" : ("[rank " + std::to_string(rank) + "] ").c_str(),
-                   message.c_str());
-    const int rc = codes[first_bad];
+  // Until the config says otherwise, a collective that waits this long for a rank ends the job.
+  world->start_watchdog(amp::kDefaultTimeoutSeconds);
+  if (const int rc = agree_on_action(*world, cli); rc >= 0) {
     world.reset();
     return rc;
   }
-  if (cli.dry_run) {
-    if (rank == 0) std::printf("# resolved config (%s)\n%s", cli.config.c_str(), amp::config_to_yaml(cfg).c_str());
-    return 0;
-  }
 
-  // Phase 2: training. Errors end every rank at once.
   try {
+    // The config: every rank loads it; they agree on the outcome before going on, so a config
+    // error ends every rank cleanly with the same exit code and one message.
+    amp::Config cfg;
+    amp::run_agreed(*world, [&] { cfg = amp::load_config(cli.config, cli.sets); });
+    world->start_watchdog(cfg.distributed.timeout_s);
+    if (cli.dry_run) {
+      if (rank == 0) std::printf("# resolved config (%s)\n%s", cli.config.c_str(), amp::config_to_yaml(cfg).c_str());
+      world.reset();
+      return 0;
+    }
     const int rc = amp::run(cfg, *world);
     world.reset();
     return rc;
   } catch (const amp::Error& e) {
-    if (e.agreed()) {  // every rank stopped here and the message was printed once: exit cleanly
-      if (rank == 0 && e.kind() == amp::ErrorKind::Divergence) std::fprintf(stderr, "error: %s\n", e.what());
+    if (e.agreed()) {  // every rank stopped here: print once (unless done) and exit cleanly
+      if (rank == 0 && !e.reported()) std::fprintf(stderr, "%s\n", e.what());
+      std::fflush(stderr);
       const int rc = e.exit_code();
       world.reset();
       return rc;

@@ -35,8 +35,11 @@ struct GradStats {
 // carries who saw what: slot kAny is 1 when any rank found a non-finite value; slot kReduced holds
 // 1 + the first tensor with a non-finite value after the all-reduce; slot kRank0 + r holds 1 + the
 // first tensor with a non-finite value on rank r before the all-reduce.
+// kReduced holds kNormOverflow when every gradient was finite but their norm was not (FP32 gradients
+// near the top of the range) while clipping needs it: the optimizer skips such a step too.
 struct OverflowFlags {
   static constexpr int kAny = 0, kReduced = 1, kRank0 = 2;
+  static constexpr int32_t kNormOverflow = -1;
   static size_t count(int world) { return size_t(kRank0 + world); }
 };
 
@@ -53,6 +56,9 @@ class Backend {
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;  // waits for the stream
   virtual void zero(void* dst, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // Bytes this rank may still allocate (host memory available / ranks of this node, or the
+  // device's free memory); 0 when unknown. Checked before a model is built.
+  virtual size_t memory_available(int ranks_on_node) const = 0;
 
   // ---- elementwise ---------------------------------------------------------------------------
   // Converts between f32/f16/bf16, bit-identical to the scalar conversions of core/half.h.
@@ -97,6 +103,8 @@ class Backend {
                                             const std::vector<TensorSpan>& spans) = 0;
 
   // One optimizer step over n master weights, unless flags[kAny] is set (then nothing changes).
+  // With max_norm > 0 and a non-finite *norm_sq the step is skipped as well and marked as one:
+  // flags[kAny] = 1, flags[kReduced] = kNormOverflow (clipping by an infinite norm would zero it).
   // lr is read from backend memory, so a captured step (CUDA graph) takes each step's value.
   // g32 are unscaled FP32 gradients; state1/state2: SGD momentum / AdamW m and v. The clip
   // coefficient is min(1, max_norm / (sqrt(*norm_sq) + 1e-6)) when max_norm > 0. t is taken from
@@ -104,7 +112,7 @@ class Backend {
   // lp_dtype (the working copy for the next step).
   virtual void optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master,
                               const float* g32, float* state1, float* state2, size_t n, void* lp,
-                              DType lp_dtype, const int32_t* flags, const float* norm_sq,
+                              DType lp_dtype, int32_t* flags, const float* norm_sq,
                               const ScalerState* scaler) = 0;
   // scaler_record_flags(*state, flags, world), then scaler_update(*state, params, flags[kAny] != 0),
   // in backend memory.

@@ -2,6 +2,7 @@
 // Every error names where the bad value came from: FILE:LINE:COL, or the --set argument.
 #include "config/config.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -26,17 +27,36 @@ using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vecto
                               std::vector<FaultSpec>*>;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kFloatMax = std::numeric_limits<float>::max();
 
-// Allowed range of a number (or of each element of a list of integers).
+// Upper bounds of integer keys: what the program can do, so that no size, step count or offset
+// computed from a config value can overflow. Sizes derived from several keys (parameters, buffers)
+// are checked again where they are computed.
+// Steps, intervals and step numbers are at most kMaxSteps (config.h).
+constexpr double kMaxWidth = double(1 << 24);  // a layer width, classes, features, outputs
+constexpr double kMaxLayers = 256;             // hidden layers
+constexpr double kMaxBatch = double(1 << 24);  // samples per rank per batch
+constexpr double kMaxSamples = 1e9;            // synthetic data set sizes
+constexpr double kMaxThreads = 1024;           // CPU threads per rank
+constexpr double kMaxRank = 1 << 20;           // a rank number in fault drills
+constexpr double kInt32Max = double(std::numeric_limits<int32_t>::max());
+constexpr double kMaxBucketMb = 1 << 16;       // 64 GiB
+
+// Allowed range of a number (or of each element of a list of integers). Numbers are finite
+// unless inf_ok; every number must also be representable in FP32 (the step's arithmetic).
 struct Range {
   double lo = -kInf, hi = kInf;
   bool lo_open = false, hi_open = false;
+  bool inf_ok = false;
 };
-Range at_least(double lo) { return Range{lo, kInf, false, false}; }
-Range above(double lo) { return Range{lo, kInf, true, false}; }
 Range between(double lo, double hi, bool lo_open = false, bool hi_open = false) {
   return Range{lo, hi, lo_open, hi_open};
 }
+Range at_least(double lo) { return between(lo, kFloatMax); }
+Range above(double lo) { return between(lo, kFloatMax, true); }
+Range count_upto(double hi) { return between(0, hi); }       // integers 0..hi
+Range positive_upto(double hi) { return between(1, hi); }    // integers 1..hi
+Range above_or_inf(double lo) { Range r = above(lo); r.hi = kInf; r.inf_ok = true; return r; }
 
 struct Key {
   const char* path;
@@ -53,19 +73,20 @@ const std::vector<Key>& keys() {
   static const std::vector<Key> k = {
       // run
       {"run.name", "\"run\"", "run name (default out_dir is runs/<name>)", F(run.name)},
-      {"run.seed", "1", "seed of initialization, shuffling and synthetic data", F(run.seed), at_least(0)},
-      {"run.steps", "0", "training steps (0: use run.epochs)", F(run.steps), at_least(0)},
-      {"run.epochs", "1", "epochs over the training set when run.steps is 0", F(run.epochs), at_least(0)},
-      {"run.log_interval", "50", "steps between progress lines and metrics.jsonl records", F(run.log_interval), at_least(1)},
-      {"run.eval_interval", "0", "steps between evaluations (0: at the end of each epoch)", F(run.eval_interval), at_least(0)},
+      {"run.seed", "1", "seed of initialization, shuffling and synthetic data", F(run.seed), count_upto(9.0e15)},
+      {"run.steps", "0", "training steps (0: use run.epochs)", F(run.steps), count_upto(kMaxSteps)},
+      {"run.epochs", "1", "epochs over the training set when run.steps is 0", F(run.epochs), count_upto(kMaxSteps)},
+      {"run.log_interval", "50", "steps between progress lines and metrics.jsonl records", F(run.log_interval), positive_upto(kMaxSteps)},
+      {"run.eval_interval", "0", "steps between evaluations (0: at the end of each epoch)", F(run.eval_interval), count_upto(kMaxSteps)},
       {"run.out_dir", "\"\"", "output folder (\"\": runs/<run.name>)", F(run.out_dir)},
-      {"run.threads", "0", "CPU threads per rank (0: cores / ranks on this node)", F(run.threads), at_least(0)},
+      {"run.threads", "0", "CPU threads per rank (0: cores / ranks on this node)", F(run.threads), count_upto(kMaxThreads)},
       {"run.device", "\"auto\"", "compute device (auto: CUDA when a GPU is visible)", F(run.device), {}, {"auto", "cpu", "cuda"}},
       {"run.cuda_graph", "true", "CUDA: capture the step into a graph after warm-up and replay it", F(run.cuda_graph)},
+      {"run.max_loss_ratio", "10000", "stop as diverged (exit 5) when a log interval's mean training loss exceeds this multiple of the first interval's (0: off)", F(run.max_loss_ratio), at_least(0)},
       {"run.progress", "\"auto\"", "progress output (auto: bar on a terminal, lines otherwise)", F(run.progress), {}, {"auto", "bar", "lines", "off"}},
       // model
       {"model.type", "\"mlp\"", "model family", F(model.type), {}, {"mlp"}},
-      {"model.hidden", "[1024, 1024]", "hidden layer widths (input and output come from the data)", F(model.hidden), at_least(1)},
+      {"model.hidden", "[1024, 1024]", "hidden layer widths (input and output come from the data)", F(model.hidden), positive_upto(kMaxWidth)},
       {"model.activation", "\"relu\"", "hidden activation", F(model.activation), {}, {"relu", "gelu"}},
       {"model.init", "\"pytorch\"", "weight init: pytorch (U(+-1/sqrt(fan_in))), xavier, normal (std init_std)", F(model.init), {}, {"pytorch", "xavier", "normal"}},
       {"model.loss_weight", "1", "coefficient of the training loss (gradients scale with it; reported losses do not)", F(model.loss_weight), above(0)},
@@ -82,15 +103,15 @@ const std::vector<Key>& keys() {
       {"data.target", "\"\"", "CSV target column: name or 0-based index (\"\": last column)", F(data.target)},
       {"data.task", "\"classification\"", "CSV task", F(data.task), {}, {"classification", "regression"}},
       {"data.eval_fraction", "0", "CSV: fraction of the training file held out for evaluation", F(data.eval_fraction), between(0, 1, false, true)},
-      {"data.n_classes", "0", "classes (0: largest training label + 1)", F(data.n_classes), at_least(0)},
+      {"data.n_classes", "0", "classes (0: largest training label + 1)", F(data.n_classes), count_upto(kMaxWidth)},
       {"data.normalize", "\"none\"", "feature normalization fitted on the training set", F(data.normalize), {}, {"none", "global", "per_feature"}},
-      {"data.batch_size", "128", "samples per rank per step (global batch = batch_size x ranks)", F(data.batch_size), at_least(1)},
-      {"data.eval_batch_size", "1000", "samples per rank per evaluation batch", F(data.eval_batch_size), at_least(1)},
+      {"data.batch_size", "128", "samples per rank per step (global batch = batch_size x ranks)", F(data.batch_size), positive_upto(kMaxBatch)},
+      {"data.eval_batch_size", "1000", "samples per rank per evaluation batch", F(data.eval_batch_size), positive_upto(kMaxBatch)},
       {"data.shuffle", "true", "reshuffle the training set every epoch (seeded, same on every rank)", F(data.shuffle)},
-      {"data.synthetic.train_samples", "1024", "synthetic regression: training samples", F(data.synthetic.train_samples), at_least(1)},
-      {"data.synthetic.eval_samples", "256", "synthetic regression: evaluation samples (0: none)", F(data.synthetic.eval_samples), at_least(0)},
-      {"data.synthetic.features", "10", "synthetic regression: input features", F(data.synthetic.features), at_least(1)},
-      {"data.synthetic.outputs", "1", "synthetic regression: outputs", F(data.synthetic.outputs), at_least(1)},
+      {"data.synthetic.train_samples", "1024", "synthetic regression: training samples", F(data.synthetic.train_samples), positive_upto(kMaxSamples)},
+      {"data.synthetic.eval_samples", "256", "synthetic regression: evaluation samples (0: none)", F(data.synthetic.eval_samples), count_upto(kMaxSamples)},
+      {"data.synthetic.features", "10", "synthetic regression: input features", F(data.synthetic.features), positive_upto(kMaxWidth)},
+      {"data.synthetic.outputs", "1", "synthetic regression: outputs", F(data.synthetic.outputs), positive_upto(kMaxWidth)},
       {"data.synthetic.noise", "0.1", "synthetic regression: noise standard deviation", F(data.synthetic.noise), at_least(0)},
       // precision
       {"precision.compute", "\"fp16\"", "compute precision of GEMMs and activations (masters stay FP32)", F(precision.compute), {}, {"fp32", "fp16", "bf16"}},
@@ -98,12 +119,12 @@ const std::vector<Key>& keys() {
       {"precision.loss_scale.init_scale", "65536", "initial (dynamic) or fixed (static) loss scale", F(precision.loss_scale.init_scale), above(0)},
       {"precision.loss_scale.growth_factor", "2", "dynamic: scale multiplier after growth_interval clean steps", F(precision.loss_scale.growth_factor), above(1)},
       {"precision.loss_scale.backoff_factor", "0.5", "dynamic: scale multiplier on overflow", F(precision.loss_scale.backoff_factor), between(0, 1, true, true)},
-      {"precision.loss_scale.growth_interval", "2000", "dynamic: consecutive clean steps before growth", F(precision.loss_scale.growth_interval), at_least(1)},
-      {"precision.loss_scale.hysteresis", "1", "dynamic: overflows tolerated before backing off (1: PyTorch)", F(precision.loss_scale.hysteresis), at_least(1)},
+      {"precision.loss_scale.growth_interval", "2000", "dynamic: consecutive clean steps before growth", F(precision.loss_scale.growth_interval), positive_upto(kInt32Max)},
+      {"precision.loss_scale.hysteresis", "1", "dynamic: overflows tolerated before backing off (1: PyTorch)", F(precision.loss_scale.hysteresis), positive_upto(kInt32Max)},
       {"precision.loss_scale.min_scale", "1", "dynamic: lower clamp of the scale", F(precision.loss_scale.min_scale), above(0)},
-      {"precision.loss_scale.max_scale", ".inf", "dynamic: upper clamp of the scale", F(precision.loss_scale.max_scale), above(0)},
-      {"precision.loss_scale.divergence_steps", "20", "consecutive overflowing steps at the minimum scale that end the run", F(precision.loss_scale.divergence_steps), at_least(1)},
-      {"precision.telemetry_interval", "0", "steps between per-layer gradient underflow telemetry (0: off)", F(precision.telemetry_interval), at_least(0)},
+      {"precision.loss_scale.max_scale", ".inf", "dynamic: upper clamp of the scale", F(precision.loss_scale.max_scale), above_or_inf(0)},
+      {"precision.loss_scale.divergence_steps", "20", "consecutive overflowing steps at the minimum scale that end the run", F(precision.loss_scale.divergence_steps), positive_upto(kInt32Max)},
+      {"precision.telemetry_interval", "0", "steps between per-layer gradient underflow telemetry (0: off)", F(precision.telemetry_interval), count_upto(kMaxSteps)},
       // optimizer
       {"optimizer.type", "\"adamw\"", "optimizer on the FP32 master weights", F(optimizer.type), {}, {"sgd", "adamw"}},
       {"optimizer.lr", "0.001", "peak learning rate", F(optimizer.lr), above(0)},
@@ -115,17 +136,18 @@ const std::vector<Key>& keys() {
       {"optimizer.eps", "1e-8", "AdamW epsilon", F(optimizer.eps), above(0)},
       {"optimizer.grad_clip", "0", "clip the global gradient norm to this value (0: off)", F(optimizer.grad_clip), at_least(0)},
       {"optimizer.schedule", "\"constant\"", "learning-rate schedule", F(optimizer.schedule), {}, {"constant", "warmup_cosine"}},
-      {"optimizer.warmup_steps", "0", "warmup_cosine: linear warm-up steps", F(optimizer.warmup_steps), at_least(0)},
+      {"optimizer.warmup_steps", "0", "warmup_cosine: linear warm-up steps", F(optimizer.warmup_steps), count_upto(kMaxSteps)},
       {"optimizer.min_lr", "0", "warmup_cosine: final learning rate", F(optimizer.min_lr), at_least(0)},
       // distributed
       {"distributed.comm", "\"auto\"", "gradient communicator (auto: nccl on CUDA, mpi on CPU)", F(distributed.comm), {}, {"auto", "mpi", "nccl"}},
       {"distributed.overlap", "\"auto\"", "all-reduce buckets during backward (auto: on GPUs, and on CPUs with a core to spare)", F(distributed.overlap), {}, {"auto", "on", "off"}},
-      {"distributed.bucket_mb", "25", "gradient bucket size in MiB", F(distributed.bucket_mb), above(0), {}},
-      {"distributed.first_bucket_mb", "1", "size of the first (last-layer) bucket in MiB", F(distributed.first_bucket_mb), above(0), {}},
-      {"distributed.hash_interval", "100", "steps between cross-rank parameter hash checks (0: only at the end)", F(distributed.hash_interval), at_least(0), {}},
+      {"distributed.bucket_mb", "25", "gradient bucket size in MiB", F(distributed.bucket_mb), between(0, kMaxBucketMb, true), {}},
+      {"distributed.first_bucket_mb", "1", "size of the first (last-layer) bucket in MiB", F(distributed.first_bucket_mb), between(0, kMaxBucketMb, true), {}},
+      {"distributed.timeout_s", "600", "collective watchdog: a collective without progress for this long ends the job, naming the ranks it waits for", F(distributed.timeout_s), between(0, 1e7, true)},
+      {"distributed.hash_interval", "100", "steps between cross-rank parameter hash checks (0: only at the end)", F(distributed.hash_interval), count_upto(kMaxSteps), {}},
       // checkpoint
-      {"checkpoint.interval", "0", "steps between checkpoints (0: none periodic)", F(checkpoint.interval), at_least(0)},
-      {"checkpoint.keep", "3", "checkpoints kept (older ones are deleted)", F(checkpoint.keep), at_least(1)},
+      {"checkpoint.interval", "0", "steps between checkpoints (0: none periodic)", F(checkpoint.interval), count_upto(kMaxSteps)},
+      {"checkpoint.keep", "3", "checkpoints kept (older ones are deleted)", F(checkpoint.keep), positive_upto(1e6)},
       {"checkpoint.final", "true", "write a checkpoint at the end of the run", F(checkpoint.final)},
       {"checkpoint.on_signal", "true", "checkpoint and stop on SIGTERM/SIGUSR1", F(checkpoint.on_signal)},
       {"checkpoint.dir", "\"\"", "checkpoint folder (\"\": <out_dir>/checkpoints)", F(checkpoint.dir)},
@@ -134,6 +156,7 @@ const std::vector<Key>& keys() {
       {"faults.inject_nonfinite", "[]", "list of {step, rank, tensor, value: inf|nan}: plant a non-finite gradient", F(faults.inject_nonfinite)},
       {"faults.corrupt_params", "[]", "list of {step, rank}: perturb one master weight on that rank after that step (desync drill)", F(faults.corrupt_params)},
       {"faults.raise_signal", "[]", "list of {step, rank, signal: TERM|USR1}: deliver a stop signal after that step", F(faults.raise_signal)},
+      {"faults.fail_setup", "[]", "list of {rank, phase: backend|data|comm|resume|output}: fail that set-up phase on that rank (agreement drill)", F(faults.fail_setup)},
   };
   return k;
 }
@@ -210,22 +233,34 @@ std::string format_number(double v) {
 
 std::string describe_range(const Range& r, bool integer) {
   const char* noun = integer ? "an integer" : "a number";
-  const bool has_lo = std::isfinite(r.lo), has_hi = std::isfinite(r.hi);
+  const bool has_lo = std::isfinite(r.lo), has_hi = std::isfinite(r.hi) && r.hi < kFloatMax;
+  const std::string tail = r.inf_ok ? " or .inf" : "";
   if (has_lo && !has_hi) {
-    if (r.lo == 0 && r.lo_open) return integer ? "a positive integer" : "a positive number";
-    if (r.lo == 0) return integer ? "a non-negative integer" : "a non-negative number";
-    return std::string(noun) + (r.lo_open ? " > " : " >= ") + format_number(r.lo);
+    if (r.lo == 0 && r.lo_open) return (integer ? "a positive integer" : "a positive number") + tail;
+    if (r.lo == 0) return (integer ? "a non-negative integer" : "a non-negative number") + tail;
+    return std::string(noun) + (r.lo_open ? " > " : " >= ") + format_number(r.lo) + tail;
   }
+  const auto num = [&](double v) { return integer ? std::to_string(int64_t(v)) : format_number(v); };
   if (has_lo && has_hi)
-    return std::string(noun) + " in " + (r.lo_open ? "(" : "[") + format_number(r.lo) + ", " +
-           format_number(r.hi) + (r.hi_open ? ")" : "]");
+    return std::string(noun) + " in " + (r.lo_open ? "(" : "[") + num(r.lo) + ", " + num(r.hi) +
+           (r.hi_open ? ")" : "]");
   return noun;
 }
 
 bool in_range(double v, const Range& r) {
+  if (!std::isfinite(v) && !(r.inf_ok && v > 0)) return false;
   if (r.lo_open ? !(v > r.lo) : !(v >= r.lo)) return false;
   if (r.hi_open ? !(v < r.hi) : !(v <= r.hi)) return false;
   return true;
+}
+
+// Why a parsed number cannot be used as an FP32 value ("" when it can).
+std::string float_problem(double v, const Range& r) {
+  if (std::isnan(v)) return "not a number";
+  if (std::isinf(v)) return r.inf_ok && v > 0 ? "" : "not finite";
+  if (std::fabs(v) > kFloatMax) return "beyond the FP32 range (|x| <= 3.4e38) the step computes in";
+  if (v != 0 && float(v) == 0.0f) return "too small for FP32 (it would become 0)";
+  return "";
 }
 
 bool parse_double(const std::string& s, double& out) {
@@ -291,6 +326,19 @@ class Reporter {
   std::string set_arg_;
 };
 
+// YAML allows no key twice in one mapping, but yaml-cpp keeps both and lookups would take one
+// silently: a repeated key or section is an error naming both places.
+void check_unique_keys(const YAML::Node& map, const std::string& prefix, const Reporter& rep) {
+  std::map<std::string, YAML::Mark> seen;
+  for (const auto& kv : map) {
+    if (!kv.first.IsScalar()) continue;
+    const auto [it, fresh] = seen.emplace(kv.first.Scalar(), kv.first.Mark());
+    if (!fresh)
+      rep.fail(kv.first.Mark(), prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar(),
+               "appears twice in one mapping (first at " + rep.where(it->second) + "); give each key once");
+  }
+}
+
 void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Reporter& rep) {
   const std::string path = key.path;
   const YAML::Mark mark = node.Mark();
@@ -306,7 +354,10 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
   if (auto* p = std::get_if<double*>(&ref)) {
     const std::string what = describe_range(key.range, false);
     double v;
-    if (!parse_double(scalar(what), v) || !in_range(v, key.range)) expect(what);
+    if (!parse_double(scalar(what), v)) expect(what);
+    if (const std::string why = float_problem(v, key.range); !why.empty())
+      rep.fail(mark, path, "expected " + what + ", got " + describe_node(node) + ": " + why);
+    if (!in_range(v, key.range)) expect(what);
     **p = v;
   } else if (auto* p = std::get_if<int64_t*>(&ref)) {
     const std::string what = describe_range(key.range, true);
@@ -358,29 +409,35 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
     // Two lists share this shape: inject_nonfinite {step, rank, tensor, value: inf|nan} and
     // raise_signal {step, rank, signal: TERM|USR1} (the signal is kept in FaultSpec::value).
     // corrupt_params {step, rank} uses step and rank only.
+    // fail_setup {rank, phase} has no step (the phase is kept in FaultSpec::value).
     const bool signal = path == "faults.raise_signal", bare = path == "faults.corrupt_params";
-    const std::vector<std::string> allowed = signal ? std::vector<std::string>{"step", "rank", "signal"}
-                                             : bare ? std::vector<std::string>{"step", "rank"}
-                                                    : std::vector<std::string>{"step", "rank", "tensor", "value"};
-    const std::string shape = signal ? "{step, rank, signal}" : bare ? "{step, rank}" : "{step, rank, tensor, value}";
+    const bool setup = path == "faults.fail_setup";
+    const std::vector<std::string> allowed = signal  ? std::vector<std::string>{"step", "rank", "signal"}
+                                             : bare  ? std::vector<std::string>{"step", "rank"}
+                                             : setup ? std::vector<std::string>{"rank", "phase"}
+                                                     : std::vector<std::string>{"step", "rank", "tensor", "value"};
+    const std::string shape = signal ? "{step, rank, signal}"
+                              : bare ? "{step, rank}"
+                              : setup ? "{rank, phase}"
+                                      : "{step, rank, tensor, value}";
     if (!node.IsSequence()) expect("a list of " + shape);
     std::vector<FaultSpec> v;
     for (const auto& item : node) {
       const std::string ipath = path + "[" + std::to_string(v.size()) + "]";
       if (!item.IsMap()) rep.fail(item.Mark(), ipath, "expected a mapping " + shape + ", got " + describe_node(item));
+      check_unique_keys(item, ipath, rep);
       FaultSpec f;
-      f.value = signal ? "TERM" : "inf";
-      bool have_step = false;
+      f.value = signal ? "TERM" : setup ? "" : "inf";
+      bool have_step = setup;
       for (const auto& kv : item) {
         const std::string k = kv.first.Scalar();
         const YAML::Node& val = kv.second;
         int64_t x;
-        if (k == "step" || k == "rank") {
+        if ((k == "step" && !setup) || k == "rank") {
           const bool is_step = k == "step";
-          if (!val.IsScalar() || !parse_int(val.Scalar(), x) || x < (is_step ? 1 : 0))
-            rep.fail(val.Mark(), ipath + "." + k,
-                     std::string("expected ") + (is_step ? "an integer >= 1" : "a non-negative integer") +
-                         ", got " + describe_node(val));
+          const Range r = is_step ? positive_upto(kMaxSteps) : count_upto(kMaxRank);
+          if (!val.IsScalar() || !parse_int(val.Scalar(), x) || !in_range(double(x), r))
+            rep.fail(val.Mark(), ipath + "." + k, "expected " + describe_range(r, true) + ", got " + describe_node(val));
           (is_step ? f.step : f.rank) = x;
           have_step |= is_step;
         } else if (k == "tensor" && !signal && !bare) {
@@ -389,6 +446,11 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
         } else if (k == "value" && !signal && !bare) {
           if (!val.IsScalar() || (val.Scalar() != "inf" && val.Scalar() != "nan"))
             rep.fail(val.Mark(), ipath + ".value", "expected inf or nan, got " + describe_node(val));
+          f.value = val.Scalar();
+        } else if (k == "phase" && setup) {
+          static const std::vector<std::string> kPhases = {"backend", "data", "comm", "resume", "output"};
+          if (!val.IsScalar() || std::find(kPhases.begin(), kPhases.end(), val.Scalar()) == kPhases.end())
+            rep.fail(val.Mark(), ipath + ".phase", "expected backend, data, comm, resume or output, got " + describe_node(val));
           f.value = val.Scalar();
         } else if (k == "signal" && signal) {
           if (!val.IsScalar() || (val.Scalar() != "TERM" && val.Scalar() != "USR1"))
@@ -401,6 +463,7 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
         }
       }
       if (!have_step) rep.fail(item.Mark(), ipath, "missing key \"step\"");
+      if (setup && f.value.empty()) rep.fail(item.Mark(), ipath, "missing key \"phase\"");
       v.push_back(f);
     }
     **p = v;
@@ -419,6 +482,7 @@ void apply_key(Config& cfg, const Key& key, const YAML::Node& value, const Repor
 }
 
 void walk(Config& cfg, const YAML::Node& map, const std::string& prefix, const Reporter& rep) {
+  check_unique_keys(map, prefix, rep);
   for (const auto& kv : map) {
     const YAML::Node& k = kv.first;
     if (!k.IsScalar()) rep.fail(k.Mark(), prefix, "expected a key name, got " + describe_node(k));
@@ -434,6 +498,23 @@ void walk(Config& cfg, const YAML::Node& map, const std::string& prefix, const R
       unknown_key(path, k.Mark(), rep);
     }
   }
+}
+
+// One YAML document (a second one is an error, not silently ignored). yaml-cpp stops deep nesting
+// with an exception whose message says only "bad file": that case gets a message of its own.
+YAML::Node parse_yaml(const std::string& text, const Reporter& rep, const std::string& key = "") {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::DeepRecursion& e) {
+    rep.fail(e.mark, key, "malformed YAML: nested deeper than " + std::to_string(e.depth()) +
+                              " levels (a config needs 3)");
+  } catch (const YAML::Exception& e) {
+    rep.fail(e.mark, key, (key.empty() ? "malformed YAML: " : "malformed value: ") + e.msg);
+  }
+  if (docs.size() > 1)
+    rep.fail(docs[1].Mark(), key, "a second YAML document starts here; a config is one document (remove the '---')");
+  return docs.empty() ? YAML::Node() : docs[0];
 }
 
 std::string read_file_or_fail(const std::string& path) {
@@ -505,14 +586,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   }
 
   const std::string text = read_file_or_fail(path);
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw Error(ErrorKind::Config, "config error: " + path + ":" + std::to_string(e.mark.line + 1) + ":" +
-                                       std::to_string(e.mark.column + 1) + ": malformed YAML: " + e.msg);
-  }
   const Reporter file_rep(path, false, "");
+  const YAML::Node root = parse_yaml(text, file_rep);
   if (root.IsNull())
     throw Error(ErrorKind::Config, "config error: " + path +
                                        ": the file is empty (expected a mapping of sections: run, model, "
@@ -531,12 +606,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
       if (is_section(key_path)) set_rep.fail(YAML::Mark::null_mark(), key_path, "is a section; set one of its keys");
       unknown_key(key_path, YAML::Mark::null_mark(), set_rep);
     }
-    YAML::Node value;
-    try {
-      value = YAML::Load(arg.substr(eq + 1));
-    } catch (const YAML::Exception& e) {
-      set_rep.fail(YAML::Mark::null_mark(), key_path, "malformed value: " + e.msg);
-    }
+    const YAML::Node value = parse_yaml(arg.substr(eq + 1), set_rep, key_path);
     apply_key(cfg, *key, value, set_rep, "--set");
   }
   validate(cfg);
@@ -586,10 +656,15 @@ std::string config_to_yaml(const Config& const_cfg) {
             os << "[";
             for (size_t i = 0; i < v->size(); ++i) {
               const FaultSpec& f = (*v)[i];
-              os << (i ? ", " : "") << "{step: " << f.step << ", rank: " << f.rank;
-              if (std::string(k.path) == "faults.raise_signal") {
+              const std::string kp = k.path;
+              os << (i ? ", " : "") << "{";
+              if (kp != "faults.fail_setup") os << "step: " << f.step << ", ";
+              os << "rank: " << f.rank;
+              if (kp == "faults.fail_setup") {
+                os << ", phase: " << f.value << "}";
+              } else if (kp == "faults.raise_signal") {
                 os << ", signal: " << f.value << "}";
-              } else if (std::string(k.path) == "faults.corrupt_params") {
+              } else if (kp == "faults.corrupt_params") {
                 os << "}";
               } else {
                 YAML::Emitter e;

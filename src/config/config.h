@@ -10,6 +10,12 @@
 
 namespace amp {
 
+// The most training steps a run may have (step numbers stay well inside every counter and the
+// fixed-width checkpoint file names).
+constexpr int64_t kMaxSteps = 1000000000;
+// distributed.timeout_s's default, also the collective watchdog's before the config is read.
+constexpr double kDefaultTimeoutSeconds = 600;
+
 struct FaultSpec {
   int64_t step = 0;     // 1-based training step
   int64_t rank = 0;     // rank that plants the non-finite gradient
@@ -33,6 +39,7 @@ struct Config {
   struct Run {
     std::string name, out_dir, device, progress;
     int64_t seed = 0, steps = 0, epochs = 0, log_interval = 0, eval_interval = 0, threads = 0;
+    double max_loss_ratio = 0;
     bool cuda_graph = true;
   } run;
   struct Model {
@@ -65,7 +72,7 @@ struct Config {
     int64_t warmup_steps = 0;
   } optimizer;
   struct Distributed {
-    double bucket_mb = 0, first_bucket_mb = 0;
+    double bucket_mb = 0, first_bucket_mb = 0, timeout_s = 0;
     int64_t hash_interval = 0;
     std::string comm, overlap;
   } distributed;
@@ -78,6 +85,7 @@ struct Config {
     std::vector<FaultSpec> inject_nonfinite;
     std::vector<FaultSpec> raise_signal;  // value holds the signal: TERM or USR1
     std::vector<FaultSpec> corrupt_params;
+    std::vector<FaultSpec> fail_setup;  // value holds the phase; step is unused
   } faults;
 
   // Where each key's value came from: "file.yaml:12:5", "--set" or "default".

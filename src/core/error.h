@@ -13,24 +13,28 @@ enum class ErrorKind {
   Config = 2,      // bad config file, bad --set, bad command line
   Data = 3,        // missing, truncated or malformed data files
   Checkpoint = 4,  // unreadable, corrupted or mismatched checkpoint
-  Divergence = 5,  // training diverged (loss scale at its minimum and still overflowing)
+  Divergence = 5,  // training diverged (non-finite loss or weights, exploding loss, overflow at the minimum scale)
   Comm = 6,        // communication failure or ranks that disagree
   Device = 7,      // CUDA/NCCL/cuBLAS failure or device unavailable
+  Output = 8,      // run output cannot be written (out_dir, checkpoint.dir: permissions, disk full)
 };
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& msg, bool agreed = false)
-      : std::runtime_error(msg), kind_(kind), agreed_(agreed) {}
+  Error(ErrorKind kind, const std::string& msg, bool agreed = false, bool reported = false)
+      : std::runtime_error(msg), kind_(kind), agreed_(agreed), reported_(reported) {}
   ErrorKind kind() const { return kind_; }
   int exit_code() const { return static_cast<int>(kind_); }
-  // True when every rank raised this error at the same point and it has been reported once:
-  // the ranks can exit cleanly with exit_code() instead of aborting the job.
+  // True when every rank raised this error at the same point: the ranks can exit cleanly with
+  // exit_code() instead of aborting the job. main() prints an agreed error once, on rank 0,
+  // unless reported() says that the rank that found it printed it already.
   bool agreed() const { return agreed_; }
+  bool reported() const { return reported_; }
 
  private:
   ErrorKind kind_;
   bool agreed_;
+  bool reported_;
 };
 
 // Stream-style message builder: throw Error(ErrorKind::Data, strcat("x", 1, "y")).

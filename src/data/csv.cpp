@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -59,7 +60,9 @@ ParseResult parse_number(std::string_view cell, double& out) {
   if (r.ptr != e) return ParseResult::NotANumber;
   if (r.ec == std::errc::result_out_of_range) return ParseResult::NotFinite;
   if (r.ec != std::errc()) return ParseResult::NotANumber;
-  return std::isfinite(out) ? ParseResult::Ok : ParseResult::NotFinite;
+  // Features and targets are FP32: a finite double beyond FP32's range would become inf.
+  return std::isfinite(out) && std::fabs(out) <= double(std::numeric_limits<float>::max()) ? ParseResult::Ok
+                                                                                            : ParseResult::NotFinite;
 }
 
 bool parse_index(const std::string& s, size_t& out) {
@@ -115,7 +118,9 @@ Dataset load_csv(const std::string& path, const CsvOptions& opt) {
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) data_error(path, " read error: ", std::strerror(errno));
-  const std::string text = ss.str();
+  std::string text = ss.str();
+  // A UTF-8 byte order mark (spreadsheet exports) is not part of the first column's name.
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
 
   Dataset d;
   d.source = path;
@@ -144,8 +149,19 @@ Dataset load_csv(const std::string& path, const CsvOptions& opt) {
       if (n_cols < 2)
         data_error(path, line_no, ": ", n_cols,
                    " column; a data set needs at least 2 (features and a target)");
-      if (opt.header)
-        for (std::string_view c : cells) names.emplace_back(c);
+      if (opt.header) {
+        // A header of numbers is a data row: reading it as names would silently lose a sample.
+        size_t numeric = 0;
+        double ignored = 0;
+        for (std::string_view c : cells) {
+          names.emplace_back(c);
+          if (parse_number(c, ignored) != ParseResult::NotANumber) ++numeric;
+        }
+        if (numeric == n_cols)
+          data_error(path, line_no, ": data.csv_header is true but the first line holds only numbers (\"",
+                     std::string(content.substr(0, 60)), content.size() > 60 ? "...\"" : "\"",
+                     "); set data.csv_header: false if the file has no header");
+      }
       target = resolve_target(path, opt, names, n_cols);
       d.n_features = n_cols - 1;
       if (opt.header) {
@@ -163,8 +179,8 @@ Dataset load_csv(const std::string& path, const CsvOptions& opt) {
       if (r == ParseResult::NotANumber)
         data_error(path, line_no, ":", c + 1, ": expected a number, got \"", cells[c], "\"");
       if (r == ParseResult::NotFinite)
-        data_error(path, line_no, ":", c + 1, ": expected a finite number, got \"", cells[c],
-                   "\"");
+        data_error(path, line_no, ":", c + 1, ": expected a finite number within FP32's range (|x| <= 3.4e38), got \"",
+                   cells[c], "\"");
       if (c != target) {
         d.x.push_back(static_cast<float>(v));
       } else if (opt.task == Task::Regression) {
@@ -190,6 +206,9 @@ Dataset load_csv(const std::string& path, const CsvOptions& opt) {
   if (opt.task == Task::Regression) {
     d.n_targets = 1;
   } else {
+    if (opt.n_classes == 0 && max_label >= kMaxClasses)
+      data_error(path, " the largest label ", max_label, " would make ", max_label + 1, " classes; at most ",
+                 kMaxClasses, " are supported");
     d.n_classes = opt.n_classes > 0 ? opt.n_classes : static_cast<int>(max_label + 1);
   }
   return d;

@@ -14,6 +14,9 @@ namespace amp {
 
 enum class Task { Classification, Regression };
 
+// The most classes a classification data set may have (data.n_classes' bound too).
+constexpr int64_t kMaxClasses = int64_t(1) << 24;
+
 struct Dataset {
   std::string source;          // file name(s) or "synthetic", for messages
   Task task = Task::Classification;

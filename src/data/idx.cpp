@@ -302,8 +302,9 @@ Dataset load_idx_dataset(const std::string& images_path, const std::string& labe
     max_label = std::max(max_label, v);
   }
   if (n_classes == 0) {
-    if (max_label >= INT_MAX)
-      data_error(labels_path, "the largest label ", max_label, " is too large for a class count");
+    if (max_label >= kMaxClasses)
+      data_error(labels_path, "the largest label ", max_label, " would make ", max_label + 1,
+                 " classes; at most ", kMaxClasses, " are supported");
     n_classes = static_cast<int>(max_label + 1);
   }
 

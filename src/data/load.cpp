@@ -1,8 +1,29 @@
 #include "data/load.h"
 
+#include <cmath>
+
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace amp {
+
+namespace {
+
+// Training on a NaN input diverges with advice about the learning rate; say what is wrong instead.
+void check_finite(const Dataset& d, const char* when) {
+  const auto scan = [&](const std::vector<float>& v, size_t per_sample, const char* what) {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!std::isfinite(v[i]))
+        throw Error(ErrorKind::Data, strcat("data error: ", d.source, ": sample ", i / per_sample, " (0-based, in file order), ",
+                                            what, " ", i % per_sample, " is ", v[i], when,
+                                            ": every input must be a finite FP32 number"));
+  };
+  if (d.n == 0) return;
+  scan(d.x, d.n_features, "feature");
+  if (d.n_targets) scan(d.y, d.n_targets, "target");
+}
+
+}  // namespace
 
 DataSets load_datasets(const Config& cfg) {
   const auto& d = cfg.data;
@@ -55,11 +76,25 @@ DataSets load_datasets(const Config& cfg) {
   const Normalization mode = d.normalize == "global"        ? Normalization::Global
                              : d.normalize == "per_feature" ? Normalization::PerFeature
                                                             : Normalization::None;
+  check_finite(out.train, "");
+  check_finite(out.eval, "");
   Normalizer norm;
   norm.fit(out.train, mode);
   norm.apply(out.train);
   if (out.eval.n) norm.apply(out.eval);
+  check_finite(out.train, " after data.normalize");
+  check_finite(out.eval, " after data.normalize");
   return out;
+}
+
+uint64_t dataset_digest(const Dataset& d, uint64_t seed) {
+  Hasher h(seed);
+  const uint64_t shape[4] = {uint64_t(d.n), uint64_t(d.n_features), uint64_t(d.n_classes), uint64_t(d.n_targets)};
+  h.update(shape, sizeof shape);
+  h.update(d.x.data(), d.x.size() * sizeof(float));
+  h.update(d.labels.data(), d.labels.size() * sizeof(int32_t));
+  h.update(d.y.data(), d.y.size() * sizeof(float));
+  return h.digest();
 }
 
 }  // namespace amp

@@ -14,4 +14,8 @@ struct DataSets {
 
 DataSets load_datasets(const Config& cfg);
 
+// Digest of a data set's contents (features, labels or targets, shape), chained from `seed`:
+// ranks compare it to catch nodes whose copies of the data files differ.
+uint64_t dataset_digest(const Dataset& d, uint64_t seed);
+
 }  // namespace amp

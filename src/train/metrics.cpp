@@ -15,7 +15,7 @@ namespace amp {
 void write_file_atomic(const std::string& path, const std::string& data) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error(ErrorKind::Internal, strcat(tmp, ": cannot create: ", std::strerror(errno)));
+  if (fd < 0) throw Error(ErrorKind::Output, strcat("output error: ", tmp, ": cannot create: ", std::strerror(errno)));
   size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
@@ -24,19 +24,19 @@ void write_file_atomic(const std::string& path, const std::string& data) {
       const int err = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      throw Error(ErrorKind::Internal, strcat(tmp, ": write failed: ", std::strerror(err)));
+      throw Error(ErrorKind::Output, strcat("output error: ", tmp, ": write failed: ", std::strerror(err)));
     }
     done += size_t(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    throw Error(ErrorKind::Internal, strcat(tmp, ": fsync/close failed: ", std::strerror(err)));
+    throw Error(ErrorKind::Output, strcat("output error: ", tmp, ": fsync/close failed: ", std::strerror(err)));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    throw Error(ErrorKind::Internal, strcat(path, ": rename failed: ", std::strerror(err)));
+    throw Error(ErrorKind::Output, strcat("output error: ", path, ": rename failed: ", std::strerror(err)));
   }
   const std::string dir = std::filesystem::path(path).parent_path().string();
   const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -69,19 +69,36 @@ MetricsWriter::MetricsWriter(const std::string& out_dir, bool enabled, bool appe
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw Error(ErrorKind::Config, strcat("config error: run.out_dir: cannot create ", dir_, ": ", ec.message()));
   const std::string path = dir_ + "/metrics.jsonl";
-  f_ = std::fopen(path.c_str(), append ? "a" : "w");
-  if (!f_) throw Error(ErrorKind::Config, strcat("config error: run.out_dir: cannot write ", path, ": ", std::strerror(errno)));
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
+  if (fd_ < 0) throw Error(ErrorKind::Config, strcat("config error: run.out_dir: cannot write ", path, ": ", std::strerror(errno)));
 }
 
 MetricsWriter::~MetricsWriter() {
-  if (f_) std::fclose(f_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsWriter::record(const nlohmann::json& j) {
-  if (!f_) return;
+  if (fd_ < 0 || !failure_.empty()) return;
   const std::string line = j.dump() + "\n";
-  std::fwrite(line.data(), 1, line.size(), f_);
-  std::fflush(f_);
+  // One write() per record on an O_APPEND descriptor; if it fails or falls short (disk full), the
+  // partial record is cut off again, so the file never holds a torn line.
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  size_t done = 0;
+  int err = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    done += size_t(n);
+  }
+  if (done == line.size()) return;
+  if (before >= 0 && ::ftruncate(fd_, before) != 0) {
+    // The torn tail stays; truncate_metrics drops unparsable lines when a run resumes.
+  }
+  failure_ = strcat("output error: ", dir_, "/metrics.jsonl: write failed: ", std::strerror(err));
 }
 
 void MetricsWriter::write_summary(const nlohmann::json& j) const {

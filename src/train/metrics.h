@@ -17,14 +17,18 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  void record(const nlohmann::json& j);  // one line, flushed
+  // One line, written with one write() call. A failed write (disk full) leaves no torn record:
+  // it sets failure() and later records are dropped; the trainer stops the run when it sees it.
+  void record(const nlohmann::json& j);
+  const std::string& failure() const { return failure_; }
   void write_summary(const nlohmann::json& j) const;
   void write_text(const std::string& name, const std::string& text) const;
 
  private:
   std::string dir_;
   bool enabled_;
-  std::FILE* f_ = nullptr;
+  int fd_ = -1;
+  std::string failure_;
 };
 
 // Keeps the records of metrics.jsonl whose step is at most last_step (a resumed run appends after

@@ -18,8 +18,10 @@
 #include "data/sampler.h"
 #include "model/mlp.h"
 #include "optim/lr_schedule.h"
+#include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/progress.h"
+#include "train/run_dir.h"
 
 namespace amp {
 
@@ -30,6 +32,12 @@ struct StepScalarsDev {
   float norm_sq = 0;    // squared global norm of the last step's unscaled gradients
   float lr = 0;         // this step's learning rate (uploaded with the batch)
   ScalerState scaler;
+};
+
+// One rank's share of a half-finished log interval (checkpoints keep every rank's).
+struct RankIntervalSums {
+  float loss_sum = 0;
+  int32_t correct = 0;
 };
 
 struct EvalResult {
@@ -53,6 +61,11 @@ class Trainer {
 
  private:
   void setup();
+  void setup_local();         // no collective inside: failures are agreed on at its end
+  void check_ranks_agree();   // config and data digests compared across ranks
+  void setup_output();        // rank 0: run folder lock, writability, metrics file
+  void fail_setup_drill(const char* phase);
+  void check_memory(const std::vector<size_t>& dims, size_t max_batch) const;
   void train_step(int64_t step);
   void upload_inputs(int64_t step);  // host part: the batch and the learning rate
   void device_step(int64_t step);    // everything else; capturable into a CUDA graph
@@ -61,8 +74,17 @@ class Trainer {
   void log_interval(int64_t step, const StepScalarsDev& now);  // now: the scalars observe() read
   EvalResult evaluate();
   void resume();                      // checkpoint.resume: load and apply on every rank
-  std::string save(int64_t step);     // rank 0 writes; returns the path ("" on other ranks)
-  bool stop_requested(int64_t step);  // a stop signal on any rank (agreed by every rank)
+  void apply_checkpoint(const Checkpoint& ck, const std::string& path);
+  void set_aside_newer_checkpoints(int64_t step);
+  // Collective: every rank's interval sums go to rank 0, which writes; returns the path ("" on
+  // other ranks). A failed write is an agreed Output error.
+  std::string save(int64_t step);
+  std::string write_checkpoint(int64_t step, const StepScalarsDev& scal, const std::vector<RankIntervalSums>& sums);
+  // Why every rank stops after this step (agreed): 0 no, else a stop signal or an output failure.
+  enum class Stop { None = 0, Signal = 1, OutputFailed = 2 };
+  Stop stop_requested(int64_t step);
+  void check_finite_weights(int64_t step);  // agreed Divergence error when a master weight is not finite
+  void check_loss(int64_t step, double loss);  // non-finite or exploding training loss: Divergence
   void check_params_in_sync(int64_t step);
   // Collective: the ranks whose value differs from rank 0's ("1, 3"; "" when all agree).
   std::string ranks_differing_from_0(uint64_t mine, uint64_t* rank0);
@@ -79,6 +101,7 @@ class Trainer {
   std::unique_ptr<ShardedSampler> sampler_;
   std::unique_ptr<Mlp> model_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::vector<std::unique_ptr<RunDirLock>> locks_;  // rank 0: out_dir and checkpoint.dir
   std::unique_ptr<Progress> progress_;
 
   DType compute_ = DType::F16;
@@ -92,7 +115,7 @@ class Trainer {
   std::vector<FaultSpec> my_faults_;
 
   // Backend memory.
-  Buffer master_, lp_, grads_, g32_, state1_, state2_, scalars_, flags_;
+  Buffer master_, lp_, grads_, g32_, state1_, state2_, scalars_, flags_, check_flag_;
   Buffer x_stage_, x_lp_, labels_, targets_;
   StepScalarsDev* dev_ = nullptr;
   int32_t* flags_dev_ = nullptr;
@@ -112,6 +135,9 @@ class Trainer {
   int64_t interval_steps_ = 0;       // steps since the last log
   double interval_start_ = 0, interval_pause_ = 0, train_seconds_ = 0;
   double last_loss_ = 0, last_eval_loss_ = -1, last_eval_acc_ = -1;
+  double first_loss_ = 0;            // the first log interval's loss (run.max_loss_ratio)
+  uint64_t data_digest_ = 0;
+  size_t max_batch_ = 0;             // rows of the activation and input buffers
   double comm_seconds_ = 0, exposed_seconds_ = 0;
   size_t comm_bytes_ = 0;
   int64_t comm_steps_ = 0;

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,7 +12,20 @@
 
 namespace amp {
 
-CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : 1) { omp_set_num_threads(threads_); }
+CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : 1) {
+  omp_set_num_threads(threads_);
+  // oneDNN runs BF16 matmuls natively only where the CPU has AVX-512 (BF16 or emulated); on an
+  // AVX2-only CPU the operands are widened to FP32 like FP16's (exact: a BF16 is a truncated FP32).
+  cpu::MatmulShape probe;
+  probe.m = probe.n = probe.k = 1;
+  probe.ab = probe.c = DType::BF16;
+  try {
+    matmul_.implementation(probe);
+    bf16_native_ = true;
+  } catch (const Error&) {
+    bf16_native_ = false;
+  }
+}
 
 std::string CpuBackend::name() const { return strcat("cpu (", threads_, threads_ == 1 ? " thread)" : " threads)"); }
 
@@ -21,6 +35,18 @@ Buffer CpuBackend::alloc(size_t bytes) {
   if (!p) throw Error(ErrorKind::Internal, strcat("out of host memory allocating ", bytes, " bytes"));
   std::memset(p, 0, rounded);
   return Buffer(p, bytes, [](void* q) { std::free(q); });
+}
+
+size_t CpuBackend::memory_available(int ranks_on_node) const {
+  // MemAvailable (what the kernel can give without swapping), shared by the node's ranks.
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  std::fclose(f);
+  return size_t(kib) * 1024 / size_t(ranks_on_node > 0 ? ranks_on_node : 1);
 }
 
 void CpuBackend::upload(void* dst, const void* host_src, size_t bytes) { std::memcpy(dst, host_src, bytes); }
@@ -39,27 +65,28 @@ float* CpuBackend::scratch(int slot, size_t n) {
 
 void CpuBackend::gemm(const cpu::MatmulShape& s_in, const void* a, const void* b, const void* bias, void* c) {
   cpu::MatmulShape s = s_in;
-  if (s.ab != DType::F16 && s.c != DType::F16) {
+  const auto widened = [&](DType t) { return t == DType::F16 || (t == DType::BF16 && !bf16_native_); };
+  if (!widened(s.ab) && !widened(s.c) && !(s.has_bias && widened(s.bias))) {
     matmul_.run(s, a, b, bias, c);
     return;
   }
-  // FP16: widen the operands (exact), multiply in FP32, round the result once.
+  // Widen the 16-bit operands oneDNN cannot take (exact), multiply in FP32, round the result once.
   const size_t na = s.m * s.k, nb = s.k * s.n, nc = s.m * s.n;
   const void* a32 = a;
   const void* b32 = b;
   const void* bias32 = bias;
-  if (s.ab == DType::F16) {
+  if (widened(s.ab)) {
     float* fa = scratch(0, na);
     float* fb = scratch(1, nb);
-    convert_parallel(a, DType::F16, fa, DType::F32, na);
-    convert_parallel(b, DType::F16, fb, DType::F32, nb);
+    convert_parallel(a, s.ab, fa, DType::F32, na);
+    convert_parallel(b, s.ab, fb, DType::F32, nb);
     a32 = fa;
     b32 = fb;
     s.ab = DType::F32;
   }
-  if (s.has_bias && s.bias == DType::F16) {
+  if (s.has_bias && widened(s.bias)) {
     float* fbias = scratch(2, s.n);
-    convert(bias, DType::F16, fbias, DType::F32, s.n);
+    convert(bias, s.bias, fbias, DType::F32, s.n);
     bias32 = fbias;
     s.bias = DType::F32;
   }
@@ -141,8 +168,13 @@ std::vector<GradStats> CpuBackend::grad_stats(const void* grads, DType dtype, co
 
 void CpuBackend::optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master, const float* g32,
                                 float* state1, float* state2, size_t n, void* lp, DType lp_dtype,
-                                const int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
+                                int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
   if (flags[OverflowFlags::kAny]) return;  // the coordinated skip: nothing changes
+  if (max_norm > 0.0f && !is_finite_f32(*norm_sq)) {  // the same on every rank: norm_sq is of the reduced sum
+    flags[OverflowFlags::kAny] = 1;
+    flags[OverflowFlags::kReduced] = OverflowFlags::kNormOverflow;
+    return;
+  }
   float grad_mul = 1.0f;
   if (max_norm > 0.0f) {
     const float coef = max_norm / (std::sqrt(*norm_sq) + 1e-6f);

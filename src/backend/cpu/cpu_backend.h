@@ -1,5 +1,6 @@
 // The CPU backend: host memory, oneDNN GEMMs, OpenMP loops. FP16 GEMM operands are widened to
-// FP32 (oneDNN has no FP16 matmul without AVX512-FP16); BF16 and FP32 run natively.
+// FP32 (oneDNN has no FP16 matmul without AVX512-FP16); BF16 runs natively where oneDNN can (AVX-512)
+// and is widened like FP16 elsewhere; FP32 runs natively.
 #pragma once
 
 #include <memory>
@@ -20,6 +21,7 @@ class CpuBackend final : public Backend {
   void download(void* host_dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
   void synchronize() override {}
+  size_t memory_available(int ranks_on_node) const override;
 
   void cast(const void* src, DType src_type, void* dst, DType dst_type, size_t n) override;
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
@@ -37,11 +39,12 @@ class CpuBackend final : public Backend {
                      float* out32, int32_t* flags, float* norm_sq) override;
   std::vector<GradStats> grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) override;
   void optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master, const float* g32,
-                      float* state1, float* state2, size_t n, void* lp, DType lp_dtype, const int32_t* flags,
+                      float* state1, float* state2, size_t n, void* lp, DType lp_dtype, int32_t* flags,
                       const float* norm_sq, const ScalerState* scaler) override;
   void update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) override;
 
   int threads() const { return threads_; }
+  bool bf16_native() const { return bf16_native_; }
   cpu::DnnlMatmul& matmul() { return matmul_; }
 
  private:
@@ -50,6 +53,7 @@ class CpuBackend final : public Backend {
   float* scratch(int slot, size_t n);  // reusable FP32 buffers for widening
 
   int threads_;
+  bool bf16_native_ = false;  // oneDNN has a BF16 matmul on this CPU
   cpu::DnnlMatmul matmul_;
   std::vector<float> scratch_[4];
 };

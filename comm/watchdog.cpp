@@ -1,0 +1,159 @@
+#include "comm/watchdog.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "core/error.h"
+
+namespace amp {
+
+namespace {
+
+constexpr int kQuery = 1, kReply = 2;
+constexpr auto kTick = std::chrono::milliseconds(100);  // how often the thread looks
+// How long a rank that fired waits for the others' answers before it ends the job.
+double answer_window(double timeout_s) { return std::clamp(timeout_s / 4, 1.0, 5.0); }
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string step_words(int64_t step) { return step > 0 ? strcat("step ", step) : std::string("set-up"); }
+
+}  // namespace
+
+Watchdog::Watchdog(int rank, int world, double timeout_s, std::unique_ptr<PeerChannel> channel,
+                   std::function<void(int)> abort_job)
+    : rank_(rank), world_(world), channel_(std::move(channel)), abort_job_(std::move(abort_job)),
+      timeout_s_(timeout_s) {
+  AMP_CHECK(timeout_s > 0, "watchdog timeout must be positive");
+  thread_ = std::thread([this] { loop(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::set_timeout(double timeout_s) {
+  AMP_CHECK(timeout_s > 0, "watchdog timeout must be positive");
+  std::lock_guard<std::mutex> lock(mu_);
+  timeout_s_ = timeout_s;
+}
+
+double Watchdog::timeout() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return timeout_s_;
+}
+
+void Watchdog::set_step(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  step_ = step;
+}
+
+uint64_t Watchdog::open(const char* what, const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = next_id_++;
+  open_.emplace(id, Open{what, detail, step_, std::chrono::steady_clock::now()});
+  return id;
+}
+
+void Watchdog::close(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_.erase(id);
+}
+
+Watchdog::Wait::Wait(Watchdog* w, const char* what, const std::string& detail) : w_(w) {
+  if (w_) id_ = w_->open(what, detail);
+}
+
+Watchdog::Wait::~Wait() {
+  if (w_) w_->close(id_);
+}
+
+std::string Watchdog::describe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (open_.empty()) return strcat("busy with ", step_words(step_), " (in no collective)");
+  const Open& o = open_.begin()->second;  // the oldest wait
+  return strcat("waiting in ", o.what, o.detail.empty() ? "" : " (" + o.detail + ")", " of ", step_words(o.step),
+                " for ", int(seconds_since(o.since)), " s");
+}
+
+void Watchdog::answer(int from, int tag, const std::string& msg) {
+  if (tag == kQuery) {
+    channel_->send(from, kReply, describe());
+  } else if (tag == kReply) {
+    std::lock_guard<std::mutex> lock(mu_);
+    replies_[from] = msg;
+  }
+}
+
+void Watchdog::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, kTick, [&] { return stop_; })) return;
+    }
+    int from = 0, tag = 0;
+    std::string msg;
+    while (channel_->poll(&from, &tag, &msg)) answer(from, tag, msg);
+
+    Open stuck{nullptr, "", 0, {}};
+    double waited = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!open_.empty()) {
+        const Open& o = open_.begin()->second;
+        waited = seconds_since(o.since);
+        if (waited > timeout_s_) stuck = o;
+      }
+    }
+    if (stuck.what) fire(stuck, waited);
+  }
+}
+
+void Watchdog::fire(const Open& stuck, double seconds) {
+  for (int r = 0; r < world_; ++r)
+    if (r != rank_) channel_->send(r, kQuery, "");
+  const double window = answer_window(timeout());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    int from = 0, tag = 0;
+    std::string msg;
+    while (channel_->poll(&from, &tag, &msg)) answer(from, tag, msg);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (int(replies_.size()) >= world_ - 1) break;
+    }
+    if (seconds_since(t0) > window) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string silent, others;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int r = 0; r < world_; ++r) {
+      if (r == rank_) continue;
+      auto it = replies_.find(r);
+      if (it == replies_.end()) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+      else others += strcat("; rank ", r, ": ", it->second);
+    }
+  }
+  const std::string msg = strcat(
+      "[rank ", rank_, "] watchdog error: ", stuck.what, stuck.detail.empty() ? "" : " (" + stuck.detail + ")", " of ",
+      step_words(stuck.step), " made no progress for ", int(seconds), " s (distributed.timeout_s = ", timeout(), ")",
+      silent.empty() ? std::string("; every rank answered")
+                     : strcat("; waiting for rank(s) ", silent, ", which did not answer within ", window,
+                              " s (stopped, hung or dead)"),
+      others, ". Ending the job.\n");
+  std::fputs(msg.c_str(), stderr);
+  std::fflush(stderr);
+  abort_job_(int(ErrorKind::Comm));
+  std::abort();  // abort_job_ does not return
+}
+
+}  // namespace amp

@@ -1,0 +1,89 @@
+// Collective watchdog (distributed.timeout_s, as c10d's and NCCL's timeouts). Every wait on other
+// ranks (a collective, or a device stream holding NCCL collectives) is marked with a Wait scope;
+// a thread checks the open scopes. When one has been open for longer than the timeout, this rank
+// asks every other rank what it is doing over a side channel that needs no progress of the
+// stuck collective, waits a few seconds for the answers, prints which collective and step it is
+// stuck in and which ranks it is waiting for (no answer: stopped, hung or dead; or the answers of
+// ranks busy elsewhere), and ends the job with a non-zero code. The same thread answers other
+// ranks' questions, so a rank that is alive but busy says what it is doing.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace amp {
+
+// Point-to-point messages between the ranks' watchdog threads (a dedicated MPI communicator).
+// Only the watchdog thread calls it.
+class PeerChannel {
+ public:
+  virtual ~PeerChannel() = default;
+  virtual void send(int to, int tag, const std::string& msg) = 0;  // non-blocking; never waits for `to`
+  virtual bool poll(int* from, int* tag, std::string* msg) = 0;     // true when a message was received
+};
+
+class Watchdog {
+ public:
+  // abort_job ends every rank of the job (it does not return). timeout_s > 0.
+  Watchdog(int rank, int world, double timeout_s, std::unique_ptr<PeerChannel> channel,
+           std::function<void(int exit_code)> abort_job);
+  ~Watchdog();  // stops and joins the thread
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void set_timeout(double timeout_s);
+  double timeout() const;
+  void set_step(int64_t step);  // the step later waits belong to (0: set-up)
+
+  // A wait on other ranks, open from construction to destruction; what: a static string
+  // ("all-reduce"); detail: e.g. the size ("4.0 MiB f16"). A null watchdog makes it a no-op.
+  class Wait {
+   public:
+    Wait(Watchdog* w, const char* what, const std::string& detail = "");
+    ~Wait();
+    Wait(const Wait&) = delete;
+    Wait& operator=(const Wait&) = delete;
+
+   private:
+    Watchdog* w_;
+    uint64_t id_ = 0;
+  };
+
+  // This rank's state in words ("waiting in all-reduce (4.0 MiB f16) of step 12 for 3.1 s").
+  std::string describe() const;
+
+ private:
+  struct Open {
+    const char* what;
+    std::string detail;
+    int64_t step;
+    std::chrono::steady_clock::time_point since;
+  };
+  uint64_t open(const char* what, const std::string& detail);
+  void close(uint64_t id);
+  void loop();
+  void answer(int from, int tag, const std::string& msg);
+  [[noreturn]] void fire(const Open& stuck, double seconds);
+
+  const int rank_, world_;
+  std::unique_ptr<PeerChannel> channel_;
+  std::function<void(int)> abort_job_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  double timeout_s_;
+  int64_t step_ = 0;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, Open> open_;
+  std::map<int, std::string> replies_;  // answers to this rank's question, by rank
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace amp

@@ -1,0 +1,90 @@
+#include "train/run_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace amp {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& key, const std::string& dir, const std::string& what) {
+  throw Error(ErrorKind::Config, strcat("config error: ", key, ": ", dir, ": ", what));
+}
+
+void make_dir(const std::string& dir, const std::string& key) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail(key, dir, "cannot create the folder: " + ec.message());
+  if (!std::filesystem::is_directory(dir, ec)) fail(key, dir, "exists but is not a folder");
+}
+
+}  // namespace
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 6) bytes /= 1024.0, ++u;
+  char b[32];
+  std::snprintf(b, sizeof b, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
+  return b;
+}
+
+RunDirLock::RunDirLock(const std::string& dir, const std::string& key) {
+  make_dir(dir, key);
+  const std::string path = dir + "/.amp_ddp.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(key, dir, strcat("cannot create the lock file ", path, ": ", std::strerror(errno)));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char holder[256] = {0};
+    const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK)
+      fail(key, dir,
+           strcat("another run is using this folder (", n > 0 ? std::string(holder, size_t(n)) : std::string("lock held"),
+                  "); give each run its own run.out_dir, or wait for that run to end"));
+    fail(key, dir, strcat("cannot lock ", path, ": ", std::strerror(err)));
+  }
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  const std::string who = strcat("pid ", ::getpid(), " on ", host);
+  if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, who.data(), who.size(), 0) < 0) {
+    // The lock holds without the note; only the message to a second run gets less precise.
+  }
+}
+
+RunDirLock::~RunDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock; the file stays (removing it would race)
+}
+
+void check_writable(const std::string& dir, const std::string& key, uint64_t need_bytes) {
+  make_dir(dir, key);
+  const std::string probe = strcat(dir, "/.amp_ddp_probe.", ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(key, dir, strcat("not writable: ", std::strerror(errno)));
+  const char byte = 0;
+  const bool ok = ::write(fd, &byte, 1) == 1 && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!ok) fail(key, dir, strcat("not writable: ", std::strerror(err)));
+  struct statvfs st;
+  if (need_bytes > 0 && ::statvfs(dir.c_str(), &st) == 0) {
+    const double free_bytes = double(st.f_bavail) * double(st.f_frsize);
+    if (free_bytes < double(need_bytes))
+      fail(key, dir, strcat("only ", format_bytes(free_bytes), " free; a checkpoint of this run needs ",
+                            format_bytes(double(need_bytes))));
+  }
+}
+
+}  // namespace amp

@@ -1,0 +1,32 @@
+// The run's output folders before training starts: an exclusive lock (two runs given the same
+// folder would interleave their files) and a writability and free-space check (an unwritable
+// folder must not be discovered at the first checkpoint, after hours of training).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace amp {
+
+// flock() on DIR/.amp_ddp.lock, held until destruction. Throws Error(Config) naming `key` when
+// another process holds it (its pid and host, as written in the lock file) or the folder cannot
+// be created.
+class RunDirLock {
+ public:
+  RunDirLock(const std::string& dir, const std::string& key);
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Creates dir, writes, syncs and removes a probe file, and checks that the file system has at
+// least need_bytes free. Throws Error(Config) naming `key` and the folder.
+void check_writable(const std::string& dir, const std::string& key, uint64_t need_bytes);
+
+// "1.5 GiB" etc.
+std::string format_bytes(double bytes);
+
+}  // namespace amp
