@@ -16,15 +16,19 @@ __global__ void __launch_bounds__(kThreads) optimizer_kernel(OptimizerParams p, 
                                                              int32_t* flags,
                                                              const float* __restrict__ norm_sq,
                                                              const ScalerState* __restrict__ scaler) {
-  // Clipping by a non-finite norm would zero the update: skip the step and mark it as an overflow
-  // (one thread writes the mark; every thread decides from norm_sq itself, so the write races with
-  // nothing that matters).
+  // A step already skipped (non-finite gradients) keeps its attribution, as on the CPU: its norm is
+  // non-finite too, but the flags name the tensor. Otherwise clipping by a non-finite norm would
+  // zero the update: skip the step and mark it (one thread writes the mark, after it read kAny;
+  // a thread that reads the mark instead of 0 leaves all the same, so the race decides nothing).
+  if (flags[OverflowFlags::kAny]) return;
   const bool bad_norm = max_norm > 0.0f && !is_finite_f32(*norm_sq);
-  if (bad_norm && blockIdx.x == 0 && threadIdx.x == 0) {
-    flags[OverflowFlags::kAny] = 1;
-    flags[OverflowFlags::kReduced] = OverflowFlags::kNormOverflow;
+  if (bad_norm) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      flags[OverflowFlags::kAny] = 1;
+      flags[OverflowFlags::kReduced] = OverflowFlags::kNormOverflow;
+    }
+    return;  // the same for every thread: the whole grid leaves, before the __syncthreads below
   }
-  if (bad_norm || flags[OverflowFlags::kAny]) return;  // the same for every thread: the whole grid leaves
   __shared__ StepScalars shared_scalars;
   if (threadIdx.x == 0) {
     float grad_mul = 1.0f;

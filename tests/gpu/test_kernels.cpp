@@ -365,3 +365,79 @@ TEST_CASE("update_scale: the device state machine follows the host's on a script
     }
   }
 }
+
+TEST_CASE("optimizer_step: clipping by a non-finite norm skips and marks kNormOverflow as the CPU does; an "
+          "overflow step keeps its attribution",
+          "[.cuda][optim]") {
+  auto gpu = make_cuda();
+  CpuBackend cpu(2);
+  const size_t n = 50021;
+  const std::vector<float> w = randn(n, 81), g = randn(n, 82, 0.1), m = randn(n, 83, 0.01);
+  std::vector<float> v = randn(n, 84, 1e-2);
+  for (auto& x : v) x = x * x;
+  struct S {
+    float lr, norm_sq;
+    int32_t flags[4];  // world 2
+    ScalerState scaler;
+  };
+  OptimizerParams adamw;
+  adamw.kind = OptimizerKind::AdamW;
+  adamw.weight_decay = 0.01f;
+  OptimizerParams sgd;
+  sgd.kind = OptimizerKind::Sgd;
+  sgd.momentum = 0.9f;
+  for (const OptimizerParams& p : {adamw, sgd}) {
+    for (float norm_sq : {kInf, kNaN}) {
+      for (float max_norm : {1.0f, 0.0f}) {
+        for (int overflow : {0, 1}) {
+          INFO("optimizer " << int(p.kind) << " norm_sq " << norm_sq << " clip " << max_norm << " overflow "
+                            << overflow);
+          S init{};
+          init.lr = 1e-3f;
+          init.norm_sq = norm_sq;
+          init.scaler.optimizer_steps = 3;
+          if (overflow) {  // non-finite gradients in tensor 2 (after the all-reduce) and on rank 1
+            init.flags[OverflowFlags::kAny] = 1;
+            init.flags[OverflowFlags::kReduced] = 3;
+            init.flags[OverflowFlags::kRank0 + 1] = 3;
+          }
+          Scalars s(cpu, *gpu, &init, sizeof init);
+          Mirror W(cpu, *gpu, w, DType::F32, 1, n), G(cpu, *gpu, g, DType::F32, 1, n);
+          Mirror M(cpu, *gpu, m, DType::F32, 1, n), V(cpu, *gpu, v, DType::F32, 1, n);
+          Mirror LP = Mirror::output(cpu, *gpu, DType::F16, 1, n);
+          for (int side = 0; side < 2; ++side) {
+            Backend& be = side ? static_cast<Backend&>(*gpu) : static_cast<Backend&>(cpu);
+            auto t = [&](Mirror& x) { return side ? x.g : x.c; };
+            S* sp = (side ? s.g : s.c).as<S>();
+            be.optimizer_step(p, &sp->lr, max_norm, t(W).as<float>(), t(G).as<float>(), t(M).as<float>(),
+                              p.kind == OptimizerKind::AdamW ? t(V).as<float>() : nullptr, n, t(LP).data,
+                              DType::F16, sp->flags, &sp->norm_sq, &sp->scaler);
+          }
+          const S got_g = read_one<S>(*gpu, s.g.data());
+          const S got_c = read_one<S>(cpu, s.c.data());
+          CHECK(std::memcmp(got_g.flags, got_c.flags, sizeof got_g.flags) == 0);
+          const bool skipped = overflow || max_norm > 0.0f;
+          if (overflow) {
+            CHECK(got_g.flags[OverflowFlags::kReduced] == 3);  // the tensor, not the norm
+          } else if (max_norm > 0.0f) {
+            CHECK(got_g.flags[OverflowFlags::kAny] == 1);
+            CHECK(got_g.flags[OverflowFlags::kReduced] == OverflowFlags::kNormOverflow);
+            CHECK(got_g.flags[OverflowFlags::kRank0] == 0);
+            CHECK(got_g.flags[OverflowFlags::kRank0 + 1] == 0);
+          } else {
+            CHECK(got_g.flags[OverflowFlags::kAny] == 0);  // no clipping: the norm is not used
+          }
+          if (skipped) {  // masters, moments and the working copy untouched, bit for bit
+            CHECK(read(*gpu, W.g) == w);
+            CHECK(read(*gpu, M.g) == m);
+            CHECK(read(*gpu, V.g) == v);
+            CHECK(read(*gpu, LP.g) == std::vector<float>(n, 0.0f));
+          } else {
+            GPU_REQUIRE_CLOSE(read(*gpu, W.g), read(cpu, W.c), 1e-6, 1e-9);
+            CHECK(read(*gpu, W.g) != w);
+          }
+        }
+      }
+    }
+  }
+}
