@@ -1,6 +1,8 @@
 // End to end: the trainer on a small synthetic problem, once on the CPU backend and once on the
 // CUDA backend. Loss curves and weights agree within a tolerance; skip decisions (forced by
-// faults.inject_nonfinite) and the scale sequence agree exactly; the graph-captured run too.
+// faults.inject_nonfinite) and the scale sequence agree exactly; the graph-captured run too. A run
+// resumed from a checkpoint captures its own graph and continues bit for bit.
+#include <filesystem>
 #include <fstream>
 #include <unistd.h>
 
@@ -133,4 +135,34 @@ TEST_CASE("trainer: a graph-captured CUDA run agrees with the CPU (bf16, softmax
   compare_runs(gpu, cpu, 5e-2);  // bf16: one rounding is 0.4%, and trajectories drift apart
   // Hits agree up to the few samples whose arg-max is within rounding of a tie.
   for (size_t i = 0; i < cpu.correct.size(); ++i) CHECK(std::abs(gpu.correct[i] - cpu.correct[i]) <= 2 + int(i) / 4);
+}
+
+TEST_CASE("trainer: a resumed CUDA run captures its graph too and continues bit for bit", "[.cuda][trainer]") {
+  // The trainer captures the third step of the process: step 3 of a fresh run, step 13 of a run
+  // resumed after step 10. Both replay the same kernels, so the resumed run must end with the
+  // uninterrupted run's bits.
+  REQUIRE(cuda_available());
+  const std::string yaml =
+      "run: {name: gpu_resume, device: cuda, steps: 24, log_interval: 1000, progress: off, threads: 2}\n"
+      "model: {hidden: [64, 48]}\n"
+      "data: {format: synthetic, batch_size: 32, synthetic: {train_samples: 1024, eval_samples: 64, features: 24, "
+      "outputs: 3}}\n"
+      "precision: {compute: fp16, loss_scale: {mode: dynamic, init_scale: 1024, growth_interval: 4}}\n"
+      "optimizer: {type: adamw, lr: 0.001, weight_decay: 0.01}\n"
+      "checkpoint: {final: false}\n";
+  const std::string whole = tmp_path("resume_whole"), split = tmp_path("resume_split");
+  const Curve full = train(config_from(yaml, {"run.out_dir=" + whole}));
+  // The same run stopped after step 10 (its checkpoint), then resumed to step 24.
+  const Curve first = train(config_from(yaml, {"run.out_dir=" + split, "run.steps=10", "checkpoint.final=true"}));
+  const Curve rest = train(config_from(yaml, {"run.out_dir=" + split, "checkpoint.resume=auto"}));
+  REQUIRE(first.loss_sum.size() == 10);
+  REQUIRE(rest.loss_sum.size() == 14);
+  for (size_t i = 0; i < 14; ++i) {
+    INFO("step " << i + 11);
+    CHECK(rest.loss_sum[i] == full.loss_sum[i + 10]);
+    CHECK(rest.scale[i] == full.scale[i + 10]);
+  }
+  CHECK(rest.master == full.master);
+  std::filesystem::remove_all(whole);
+  std::filesystem::remove_all(split);
 }
