@@ -40,13 +40,26 @@ GradReducer::GradReducer(Communicator& comm, Backend& be, std::vector<TensorSpan
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (int t = buckets_[b].first_tensor; t <= buckets_[b].last_tensor; ++t) of_tensor_[size_t(t)].push_back(b);
   pending_.resize(buckets_.size());
+  // A communicator whose waits do not block the host measures on the device (see ReducerStats).
+  clock_ = dynamic_cast<StepClock*>(&comm_);
 }
 
 void GradReducer::begin_step() {
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].last_tensor - buckets_[b].first_tensor + 1;
   requests_.clear();
   launched_ = 0;
-  last_ = ReducerStats{};
+  step_bytes_ = 0;
+  if (clock_ && active()) clock_->clock_begin_step();
+}
+
+const ReducerStats& GradReducer::last_step() {
+  double comm = 0, exposed = 0;
+  if (clock_ && clock_->clock_poll(&comm, &exposed)) {
+    last_.comm_seconds = comm;
+    last_.exposed_seconds = exposed;
+    ++last_.measured;
+  }
+  return last_;
 }
 
 void GradReducer::tensor_ready(int tensor) {
@@ -66,32 +79,39 @@ void GradReducer::launch(size_t b) {
   be_.find_nonfinite(grads_, dtype_, spans_, bk.begin, bk.end, local_flag_);
   BufView view{static_cast<char*>(grads_) + bk.begin * dtype_size(dtype_), bk.end - bk.begin, dtype_};
   requests_.push_back(comm_.iallreduce(view, ReduceOp::Sum));
-  last_.bytes += view.bytes();
+  step_bytes_ += view.bytes();
   ++launched_;
 }
 
 void GradReducer::finish() {
   if (!active()) return;
+  if (clock_) clock_->clock_wait_begins();
+  const auto t0 = std::chrono::steady_clock::now();
+  double comm_seconds = 0;
   if (!overlap_) {
     // Blocking, in bucket order, on this thread; the time is all exposed.
-    const auto t0 = std::chrono::steady_clock::now();
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const Bucket& bk = buckets_[b];
       be_.find_nonfinite(grads_, dtype_, spans_, bk.begin, bk.end, local_flag_);
       BufView view{static_cast<char*>(grads_) + bk.begin * dtype_size(dtype_), bk.end - bk.begin, dtype_};
       comm_.allreduce(view, ReduceOp::Sum);
-      last_.bytes += view.bytes();
+      step_bytes_ += view.bytes();
     }
-    last_.exposed_seconds = last_.comm_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } else {
+    AMP_CHECK(launched_ == buckets_.size(), "backward finished with ", buckets_.size() - launched_,
+              " gradient buckets never ready");
+    for (auto& r : requests_) r->wait();
+    for (auto& r : requests_) comm_seconds += r->seconds();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  last_.bytes = step_bytes_;
+  if (clock_) {  // the device's times arrive later, through last_step()
+    clock_->clock_wait_ends();
     return;
   }
-  AMP_CHECK(launched_ == buckets_.size(), "backward finished with ", buckets_.size() - launched_,
-            " gradient buckets never ready");
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto& r : requests_) r->wait();
-  last_.exposed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (auto& r : requests_) last_.comm_seconds += r->seconds();
+  last_.exposed_seconds = waited;
+  last_.comm_seconds = overlap_ ? comm_seconds : waited;
+  ++last_.measured;
 }
 
 }  // namespace amp

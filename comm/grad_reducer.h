@@ -18,10 +18,35 @@ struct Bucket {
   int first_tensor = 0, last_tensor = 0;  // tensors overlapping the range (inclusive)
 };
 
+// One step's communication, for summary.json.
+// Where the waits block the host (MPI), finish() measures the step it ends. Where they do not
+// (NCCL: the compute stream waits, the host goes on), the times come from events recorded with the
+// step's collectives, into the CUDA graph too, and read later without blocking: last_step() then
+// holds the latest step whose events had completed when it was called, usually an earlier step
+// than the one just finished. A replayed step re-records the captured step's events, so its times
+// can be read only until the next replay is launched: call last_step() before enqueueing the next
+// step's work; a replay still running then is not measured (the host ran ahead of the device).
 struct ReducerStats {
   double comm_seconds = 0;     // time the collectives took, summed (measured where they run)
-  double exposed_seconds = 0;  // time the caller waited for them after backward
+  double exposed_seconds = 0;  // time the caller's work stood still waiting for them after backward
   size_t bytes = 0;            // bytes all-reduced per step
+  int64_t measured = 0;        // steps measured so far: the times above are new when this changed
+};
+
+// Device-side timing of a step's collectives, implemented by communicators whose waits do not
+// block the host (NcclCommunicator). Timing marks are events: outside a capture a fresh set per
+// step; while a CUDA graph is captured, one set recorded into the graph that every replay records
+// again.
+class StepClock {
+ public:
+  virtual ~StepClock() = default;
+  // The collectives issued from here to clock_wait_ends() are one step's.
+  virtual void clock_begin_step() = 0;
+  virtual void clock_wait_begins() = 0;  // the caller's stream is about to wait for them
+  virtual void clock_wait_ends() = 0;    // ...and has waited for all of them
+  // The latest step whose marks have all completed since the previous call; never blocks. False
+  // when none has.
+  virtual bool clock_poll(double* comm_seconds, double* exposed_seconds) = 0;
 };
 
 class GradReducer {
@@ -41,7 +66,8 @@ class GradReducer {
   void finish();                  // waits for every bucket; afterwards grads hold the sum
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  const ReducerStats& last_step() const { return last_; }
+  // The latest complete measurement (see ReducerStats); polls a device communicator's events.
+  const ReducerStats& last_step();
   bool active() const { return comm_.size() > 1; }
 
  private:
@@ -59,6 +85,8 @@ class GradReducer {
   std::vector<std::unique_ptr<Request>> requests_;
   size_t launched_ = 0;
   bool overlap_ = true;
+  StepClock* clock_ = nullptr;  // the communicator's, when it times on the device
+  size_t step_bytes_ = 0;
   ReducerStats last_;
 };
 

@@ -1,6 +1,7 @@
 #include "cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -27,7 +28,10 @@ void release_device(void* p, cudaStream_t s) noexcept {
   AMP_CUDA_WARN(cudaFree(p));
 }
 
-// The live backends, for release_graph_on_stream().
+// Graph ids, unique in the process.
+std::atomic<uint64_t> g_next_graph_id{1};
+
+// The live backends, for release_graph_on_stream() and the other *_on_stream functions.
 std::mutex g_live_mutex;
 std::vector<CudaBackend*>& live_backends() {
   static std::vector<CudaBackend*> live;
@@ -42,6 +46,19 @@ void release_graph_on_stream(cudaStream_t stream) noexcept {
     if (b->native_stream() == static_cast<void*>(stream)) b->release_graph();
 }
 
+GraphLaunches graph_launches_on_stream(cudaStream_t stream) noexcept {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  for (CudaBackend* b : live_backends())
+    if (b->native_stream() == static_cast<void*>(stream)) return GraphLaunches{b->graph_id(), b->graph_launches()};
+  return GraphLaunches{};
+}
+
+void set_wait_check_on_stream(cudaStream_t stream, WaitCheck check) noexcept {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  for (CudaBackend* b : live_backends())
+    if (b->native_stream() == static_cast<void*>(stream)) b->set_wait_check(std::move(check));
+}
+
 CudaBackend::CudaBackend(int device) : device_(device) {
   CUDA_CHECK(cudaSetDevice(device));
   cudaDeviceProp prop{};
@@ -50,7 +67,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // One wave of 256-thread blocks at full occupancy: the grid-stride kernels loop beyond it.
   max_blocks_ = unsigned(std::max(1, prop.multiProcessorCount)) * 8u;
   stream_ = std::make_shared<Stream>(0);
-  ring_ = std::make_unique<StagingRing>(kStagingBytes);
+  ring_ = std::make_unique<StagingRing>(kStagingBytes, &wait_check_);
   gemm_ = std::make_unique<LtGemm>(kWorkspaceBytes);
   loss_partials_ = DeviceBuffer<double>(kLossBlocks);
   hit_partials_ = DeviceBuffer<long long>(kLossBlocks);
@@ -79,6 +96,8 @@ void CudaBackend::release_graph() noexcept {
   // No wait: an executable graph destroyed while a launch of it is in flight is freed when that
   // launch completes (the CUDA driver's contract), which is what NCCL then waits for.
   graph_.reset();
+  graph_id_ = 0;
+  launches_ = 0;
 }
 
 void CudaBackend::not_capturing(const char* what) const {
@@ -115,23 +134,36 @@ void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
 
 void CudaBackend::download(void* host_dst, const void* src, size_t bytes) {
   not_capturing("download");
+  // A copy into pageable memory returns only once it has run, blocking inside the driver while the
+  // stream works towards it: with a wait check (NCCL), wait for the stream first, so that the copy
+  // finds it idle and a stuck collective is noticed here.
+  if (wait_check_) wait_stream(stream_->get(), wait_check_);
   if (bytes) CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_->get()));
-  CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+  wait_stream(stream_->get(), wait_check_);
 }
 
 void CudaBackend::zero(void* dst, size_t bytes) {
   if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_->get()));
 }
 
-size_t CudaBackend::memory_available(int /*ranks_on_node: one device per rank*/) const {
+size_t CudaBackend::memory_available(int ranks_on_node) const {
+  // cudaMemGetInfo answers for the calling thread's current device; the ranks of a node take the
+  // devices round-robin (local rank % devices), so those on this device share its free memory.
   size_t free_bytes = 0, total = 0;
-  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return 0;
-  return free_bytes;
+  int count = 0;
+  if (cudaSetDevice(device_) != cudaSuccess || cudaMemGetInfo(&free_bytes, &total) != cudaSuccess ||
+      cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;  // unknown
+  }
+  const int ranks = std::max(1, ranks_on_node), devices = std::max(1, count);
+  const int sharing = std::max(1, (ranks - device_ + devices - 1) / devices);  // ranks r with r % devices == device_
+  return free_bytes / size_t(sharing);
 }
 
 void CudaBackend::synchronize() {
   not_capturing("synchronize");
-  CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
+  wait_stream(stream_->get(), wait_check_);
 }
 
 // ---- elementwise ----------------------------------------------------------------------------
@@ -295,13 +327,15 @@ void CudaBackend::update_scale(ScalerState* state, const ScalerParams& params, c
 bool CudaBackend::begin_capture() {
   AMP_CHECK(!capturing_, "begin_capture: a capture is already open");
   if (graph_) {  // a replay of the old graph may still run
-    CUDA_CHECK(cudaStreamSynchronize(stream_->get()));
-    graph_.reset();
+    wait_stream(stream_->get(), wait_check_);
+    release_graph();
   }
   // Thread-local mode: only this thread's unsafe calls break the capture (NCCL's and MPI's own
   // threads go on as usual).
   CUDA_CHECK(cudaStreamBeginCapture(stream_->get(), cudaStreamCaptureModeThreadLocal));
   capturing_ = true;
+  graph_id_ = g_next_graph_id++;  // what is recorded from here on belongs to this graph
+  launches_ = 0;
   return true;
 }
 
@@ -313,6 +347,7 @@ void CudaBackend::end_capture() {
   if (e != cudaSuccess) {
     cudaGetLastError();
     if (g) cudaGraphDestroy(g);
+    graph_id_ = 0;
     throw Error(ErrorKind::Device, strcat("capturing the step into a CUDA graph failed: ", cuda_error_string(e),
                                           " (a call in the step synchronized with the host, or a stream it forked "
                                           "did not join back); set run.cuda_graph: false to run without graphs"));
@@ -321,6 +356,7 @@ void CudaBackend::end_capture() {
   const cudaError_t ie = cudaGraphInstantiate(&exec, g, 0);
   if (ie != cudaSuccess) {
     cudaGraphDestroy(g);
+    graph_id_ = 0;
     throw_device_error(__FILE__, __LINE__, "cudaGraphInstantiate(&exec, graph, 0)", cuda_error_string(ie));
   }
   graph_ = GraphExec(g, exec);
@@ -330,6 +366,7 @@ void CudaBackend::end_capture() {
 void CudaBackend::replay() {
   AMP_CHECK(bool(graph_), "replay without a captured graph");
   CUDA_CHECK(cudaGraphLaunch(graph_.get(), stream_->get()));
+  ++launches_;
 }
 
 }  // namespace amp::cuda

@@ -5,6 +5,7 @@
 // cannot be captured (alloc, upload, download, ...) throw while a capture is open.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "backend/backend.h"
 #include "cuda/device_buffer.h"
 #include "cuda/gemm.h"
+#include "cuda/host_wait.h"
 #include "cuda/kernels.h"
 #include "cuda/span_table.h"
 #include "cuda/staging_ring.h"
@@ -35,7 +37,8 @@ class CudaBackend final : public Backend {
   void download(void* host_dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
   void synchronize() override;
-  size_t memory_available(int ranks_on_node) const override;  // free device memory
+  // Free device memory, shared among the ranks of the node that use this device.
+  size_t memory_available(int ranks_on_node) const override;
 
   void cast(const void* src, DType src_type, void* dst, DType dst_type, size_t n) override;
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
@@ -62,6 +65,12 @@ class CudaBackend final : public Backend {
   void replay() override;
   // Drops the captured graph (closing a capture left open); replay() fails until the next capture.
   void release_graph() noexcept;
+  // The live graph's id (0: none; each capture gets a new one) and how often it was launched.
+  uint64_t graph_id() const { return graph_id_; }
+  uint64_t graph_launches() const { return launches_; }
+  // Runs while the host waits for the stream (download, synchronize, a full staging ring): see
+  // host_wait.h. Empty: plain blocking waits.
+  void set_wait_check(WaitCheck check) { wait_check_ = std::move(check); }
 
  private:
   Launch launch() const { return Launch{stream_->get(), max_blocks_}; }
@@ -75,6 +84,7 @@ class CudaBackend final : public Backend {
   std::string name_;
   unsigned max_blocks_ = 1;
   std::shared_ptr<Stream> stream_;  // shared with the release functions of the buffers handed out
+  WaitCheck wait_check_;            // before ring_, which refers to it
   std::unique_ptr<StagingRing> ring_;
   std::unique_ptr<LtGemm> gemm_;
   SpanTableCache spans_;
@@ -83,6 +93,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer<float> gemm_scratch_;
   std::vector<DeviceBuffer<float>> retired_scratch_;  // outgrown ones: a graph may still write them
   GraphExec graph_;
+  uint64_t graph_id_ = 0, launches_ = 0;
   bool capturing_ = false;
   bool warned_bias_ = false;
 };
@@ -92,5 +103,17 @@ class CudaBackend final : public Backend {
 // lives (it waits for those graphs to go), so the NCCL communicator calls this before either: else
 // destroying the communicator before the backend (the trainer's member order) would hang.
 void release_graph_on_stream(cudaStream_t stream) noexcept;
+
+// The graph of the live CUDA backend computing on `stream`: its id (0 when it has none) and its
+// launches. Events recorded into a graph are recorded again by each launch: the NCCL
+// communicator's step clock reads them once per launch.
+struct GraphLaunches {
+  uint64_t graph = 0, launches = 0;
+};
+GraphLaunches graph_launches_on_stream(cudaStream_t stream) noexcept;
+
+// CudaBackend::set_wait_check of the live CUDA backend computing on `stream` (the NCCL
+// communicator knows only the stream).
+void set_wait_check_on_stream(cudaStream_t stream, WaitCheck check) noexcept;
 
 }  // namespace amp::cuda

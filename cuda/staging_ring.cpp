@@ -9,7 +9,7 @@ namespace {
 constexpr size_t kAlign = 256;
 }
 
-StagingRing::StagingRing(size_t bytes) : buf_(bytes), cap_(bytes) {}
+StagingRing::StagingRing(size_t bytes, const WaitCheck* check) : check_(check), buf_(bytes), cap_(bytes) {}
 
 size_t StagingRing::take_event() {
   if (free_events_.empty()) {
@@ -27,15 +27,19 @@ size_t StagingRing::reserve(size_t n) {
   const auto overlaps = [&](const Region& r) { return r.begin < off + n && off < r.end; };
   // Regions complete in issue order: wait for the oldest until none overlaps [off, off + n).
   while (std::any_of(pending_.begin(), pending_.end(), overlaps)) {
+    static const WaitCheck kNoCheck;
     const Region r = pending_.front();
+    wait_event(events_[r.event].get(), check_ ? *check_ : kNoCheck);  // then its bytes may be overwritten
     pending_.pop_front();
-    CUDA_CHECK(cudaEventSynchronize(events_[r.event].get()));
     free_events_.push_back(r.event);
   }
   // Retire completed regions so the queue stays short (non-blocking).
   while (!pending_.empty()) {
     const cudaError_t q = cudaEventQuery(events_[pending_.front().event].get());
-    if (q == cudaErrorNotReady) break;
+    if (q == cudaErrorNotReady) {
+      cudaGetLastError();  // no error: leave nothing for a later launch check
+      break;
+    }
     CUDA_CHECK(q);
     free_events_.push_back(pending_.front().event);
     pending_.pop_front();

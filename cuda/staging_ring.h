@@ -11,12 +11,14 @@
 #include <vector>
 
 #include "cuda/device_buffer.h"
+#include "cuda/host_wait.h"
 
 namespace amp::cuda {
 
 class StagingRing {
  public:
-  explicit StagingRing(size_t bytes);
+  // check: run while the host waits for a region (see host_wait.h); may be empty.
+  explicit StagingRing(size_t bytes, const WaitCheck* check = nullptr);
   // Enqueues dst <- host_src on the stream; host_src may be reused as soon as this returns.
   void upload(void* dst, const void* host_src, size_t bytes, cudaStream_t stream);
 
@@ -28,6 +30,7 @@ class StagingRing {
   size_t reserve(size_t n);  // offset of n free bytes (waits for old copies where needed)
   size_t take_event();
 
+  const WaitCheck* check_;
   PinnedBuffer<unsigned char> buf_;
   size_t cap_ = 0, head_ = 0;
   std::deque<Region> pending_;  // in issue order (and so in completion order on one stream)
