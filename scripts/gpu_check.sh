@@ -2,44 +2,93 @@
 # Runs ON the GPU machine (x86-64, CUDA toolkit in /usr/local/cuda, NCCL, python3 with PyTorch, no
 # network), from the repository root with .gpu_debs/ carried along (scripts/gpu_prepare.sh makes it
 # here): unpacks those Debian packages into build-gpu/prefix/ (never into /), builds the CUDA/NCCL
-# configuration, runs the GPU tests group by group, then benchmarks the step against PyTorch
-# autocast + GradScaler on the same model and batch, measured in the same run. Prints PASS/FAIL
-# lines and a table; writes the table (and logs) to $OUT when OUT is set. Exits non-zero if a build
-# step or a test group failed. Budget: under 8 minutes on an H200 with 16 cores.
+# configuration (sm_90), runs the GPU tests group by group, trains on one GPU rank end to end, then
+# benchmarks the step against PyTorch autocast + GradScaler on the same model and batch, measured in
+# the same run, and prints a summary. Exits non-zero if a build step or a test group failed.
+#
+# Time: everything runs under one budget (AMP_GPU_CHECK_BUDGET seconds, default 480). Every command
+# runs under `timeout -k` with the smaller of its own cap and the time left, so a hung command (a
+# stuck collective, a step that never returns: SIGTERM only asks the trainer to stop between steps)
+# is killed GRACE seconds after its TERM, and the script ends within the budget in the worst case.
+# Run it with the device tool's timeout_s at least 30 s above the budget.
+# Output: with OUT set, the report ($OUT/gpu_check.txt) is written line by line and the logs
+# archive ($OUT/gpu_check_logs.tgz) is rewritten after every command, so a run killed from outside
+# loses nothing that had finished. The device tool brings back at most 8 files: the logs travel as
+# one archive, replaced atomically, not one file each.
 # Usage: scripts/gpu_check.sh   (AMP_GPU_CHECK_BUILD_ONLY=1: stop after the build)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 START=$SECONDS
+BUDGET=${AMP_GPU_CHECK_BUDGET:-480}
+GRACE=5      # seconds between a command's TERM and its KILL
+RESERVE=15   # kept for the summary and the last archive
 JOBS=$(nproc 2>/dev/null || echo 16)
 BUILD=$ROOT/build-gpu
 PREFIX=$BUILD/prefix  # inside the (git-ignored) build folder: it must never travel
 LOGS=$(mktemp -d)
-# The report goes straight to $OUT when it is set, line by line: a run killed at its time limit
-# still leaves everything it printed there (the logs follow as one archive at the end).
 if [ -n "${OUT:-}" ] && mkdir -p "$OUT"; then REPORT=$OUT/gpu_check.txt; else REPORT=$LOGS/gpu_check.txt; fi
 : > "$REPORT"
 failures=0
+SUMMARY=()  # one line per stage, printed at the end
 
 say() { echo "$@" | tee -a "$REPORT"; }
-pass() { say "PASS: $*"; }
-fail() { say "FAIL: $*"; failures=$((failures + 1)); }
+pass() { say "PASS: $*"; SUMMARY+=("PASS  $*"); }
+fail() { say "FAIL: $*"; SUMMARY+=("FAIL  $*"); failures=$((failures + 1)); }
+note() { say "note: $*"; SUMMARY+=("note  $*"); }
 elapsed() { echo "$((SECONDS - START))s"; }
-# True while less than $1 seconds have gone since $2 (default: the start): later stages are
-# skipped (and said so) rather than run past the budget when something earlier hung until its
-# timeout. The build's time varies; the tests are skipped only for time their own phase used.
-within() { [ $((SECONDS - ${2:-$START})) -lt "$1" ]; }
+# Show the last lines of a log, indented, in the report.
+show_tail() { tail -n "${2:-25}" "$1" | sed 's/^/    /' | tee -a "$REPORT"; }
+# The logs so far as one archive in $OUT (written aside, then renamed: never half an archive).
+archive_logs() {
+  [ -n "${OUT:-}" ] || return 0
+  tar czf "$OUT/gpu_check_logs.tgz.part" -C "$LOGS" --exclude gpu_check.txt . 2>/dev/null &&
+    mv -f "$OUT/gpu_check_logs.tgz.part" "$OUT/gpu_check_logs.tgz"
+}
+# Seconds a command may run now: the smaller of its cap ($1) and what the budget leaves after the
+# KILL grace and the reserve (an optional phase end, $2 in seconds since START, bounds it too).
+limit_for() {
+  local end=$((START + BUDGET - RESERVE - GRACE)) lim=$1
+  [ -n "${2:-}" ] && [ $((START + $2)) -lt "$end" ] && end=$((START + $2))
+  [ $((end - SECONDS)) -lt "$lim" ] && lim=$((end - SECONDS))
+  echo "$lim"
+}
+# bounded CAP [PHASE_END] -- cmd...: cmd under timeout -k with limit_for's limit; 125 (and nothing
+# run) when fewer than 5 seconds are left. 124/137: stopped by the TERM / the KILL.
+bounded() {
+  local cap=$1 phase=""; shift
+  [ "$1" != "--" ] && { phase=$1; shift; }
+  shift
+  local lim
+  lim=$(limit_for "$cap" "$phase")
+  [ "$lim" -ge 5 ] || return 125
+  timeout -k "$GRACE" "$lim" "$@"
+}
+# run_logged LOG CAP [PHASE_END] -- cmd...: bounded, stdout and stderr into LOG (with a line saying
+# why it ended early), then the archive is refreshed.
+run_logged() {
+  local log=$1; shift
+  bounded "$@" > "$log" 2>&1
+  local rc=$?
+  case $rc in
+    124|137) echo "gpu_check: stopped by its time limit (exit $rc) at $(elapsed)" >> "$log" ;;
+    125) echo "gpu_check: not run, the time budget was spent ($(elapsed))" >> "$log" ;;
+  esac
+  archive_logs
+  return $rc
+}
+why() { case $1 in 124|137) echo "timed out";; 125) echo "not run: time budget spent";; *) echo "exit $1";; esac; }
 finish() {
   say ""
+  say "== summary ($(elapsed) of a ${BUDGET}s budget)"
+  for line in "${SUMMARY[@]}"; do say "  $line"; done
   say "gpu_check: $failures failure(s), $(elapsed)"
   if [ -n "${OUT:-}" ]; then
     mkdir -p "$OUT" && { [ "$REPORT" = "$OUT/gpu_check.txt" ] || cp "$REPORT" "$OUT/gpu_check.txt"; }
-    (cd "$LOGS" && tar czf "$OUT/gpu_check_logs.tgz" --exclude gpu_check.txt . 2>/dev/null)
+    archive_logs
   fi
   exit $((failures > 0))
 }
-# Last lines of a log, indented, into the report.
-show_tail() { tail -n "${2:-25}" "$1" | sed 's/^/    /' | tee -a "$REPORT"; }
 
 say "== amp_ddp GPU check ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
 
@@ -47,19 +96,20 @@ say "== amp_ddp GPU check ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
 ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
 ORIG_PATH=$PATH
 export PATH=/usr/local/cuda/bin:$PATH
-if command -v nvidia-smi >/dev/null; then
-  say "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+if command -v nvidia-smi >/dev/null; then  # a wedged driver can hang nvidia-smi too
+  say "GPU: $(bounded 20 -- nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
 fi
-command -v nvcc >/dev/null && say "nvcc: $(nvcc --version | tail -2 | head -1)" || { fail "no nvcc (CUDA toolkit) found"; finish; }
+command -v nvcc >/dev/null && say "nvcc: $(bounded 20 -- nvcc --version | tail -2 | head -1)" ||
+  { fail "no nvcc (CUDA toolkit) found"; finish; }
 CXX_BIN=$(command -v g++ || command -v c++ || true)
 [ -n "$CXX_BIN" ] || { fail "no host C++ compiler (g++) found"; finish; }
-say "host compiler: $("$CXX_BIN" --version | head -1)"
+say "host compiler: $(bounded 20 -- "$CXX_BIN" --version | head -1)"
 # A cmake that runs: the image's (on PATH, or PyTorch's venv's pip package, which is static), else
 # the one from .gpu_debs/ below (that one needs libarchive13 and libcurl4 from the image).
-cmake_runs() { [ -n "$1" ] && "$1" --version >/dev/null 2>&1; }
+cmake_runs() { [ -n "$1" ] && bounded 20 -- "$1" --version >/dev/null 2>&1; }
 SYS_CMAKE=$(command -v cmake || true)
 if ! cmake_runs "$SYS_CMAKE"; then
-  SYS_CMAKE=$(python3 -c "import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, 'cmake'))" 2>/dev/null || true)
+  SYS_CMAKE=$(bounded 30 -- python3 -c "import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, 'cmake'))" 2>/dev/null || true)
   cmake_runs "$SYS_CMAKE" || SYS_CMAKE=
 fi
 
@@ -68,10 +118,10 @@ if compgen -G ".gpu_debs/*.deb" >/dev/null; then
   rm -rf "$PREFIX" && mkdir -p "$PREFIX"  # fresh: stale files of other package versions would mix in
   for deb in .gpu_debs/*.deb; do
     if command -v dpkg-deb >/dev/null; then
-      dpkg-deb -x "$deb" "$PREFIX" || fail "unpacking $deb"
+      bounded 30 -- dpkg-deb -x "$deb" "$PREFIX" || fail "unpacking $deb"
     else  # no dpkg: a .deb is an ar archive holding data.tar.*
-      (tmp=$(mktemp -d) && cd "$tmp" && ar x "$ROOT/$deb" && tar xf data.tar.* -C "$PREFIX" && rm -rf "$tmp") ||
-        fail "unpacking $deb"
+      bounded 30 -- bash -c 'tmp=$(mktemp -d) && cd "$tmp" && ar x "$1" && tar xf data.tar.* -C "$2" && rm -rf "$tmp"' \
+        unpack "$ROOT/$deb" "$PREFIX" || fail "unpacking $deb"
     fi
   done
   # Absolute symlinks (libz.so -> /lib/...) point at the host; repoint those the prefix can serve.
@@ -97,7 +147,7 @@ if ! cmake_runs "$CMAKE"; then
   [ -n "$CMAKE" ] && ldd "$CMAKE" 2>&1 | grep "not found" | tee -a "$REPORT"
   finish
 fi
-say "cmake: $("$CMAKE" --version | head -1) ($CMAKE)"
+say "cmake: $(bounded 20 -- "$CMAKE" --version | head -1) ($CMAKE)"
 
 # ---------------------------------------------------------------- NCCL: the toolkit's, else PyTorch's wheel
 NCCL_ARGS=()
@@ -106,7 +156,7 @@ if [ -f /usr/local/cuda/include/nccl.h ] || [ -f /usr/include/nccl.h ]; then
 else
   # nvidia-nccl-cu12/-cu13 install nvidia/nccl/{include,lib} (cu13 keeps NCCL there while the
   # other CUDA 13 wheels moved to nvidia/cu13/); nvidia is a namespace package (no __file__).
-  nccl_dir=$(python3 - 2>/dev/null <<'PY' || true
+  nccl_dir=$(bounded 30 -- python3 - 2>/dev/null <<'PY' || true
 import glob, os
 import nvidia
 for root in list(nvidia.__path__):
@@ -132,84 +182,97 @@ fi
 
 # ---------------------------------------------------------------- configure and build
 POLICY_ARGS=()  # CMake 4 refuses package files that ask for policies older than 3.5
-[ "$("$CMAKE" --version | head -1 | sed -E 's/[^0-9]*([0-9]+).*/\1/')" -ge 4 ] 2>/dev/null &&
+[ "$(bounded 20 -- "$CMAKE" --version | head -1 | sed -E 's/[^0-9]*([0-9]+).*/\1/')" -ge 4 ] 2>/dev/null &&
   POLICY_ARGS=(-DCMAKE_POLICY_VERSION_MINIMUM=3.5)
-if "$CMAKE" -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DAMP_CUDA=ON -DAMP_NCCL=AUTO -DAMP_GPU_TESTS=ON \
-     -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CXX_COMPILER="$CXX_BIN" \
-     "${NCCL_ARGS[@]}" "${MPI_ARGS[@]}" "${POLICY_ARGS[@]}" > "$LOGS/configure.log" 2>&1; then
+if run_logged "$LOGS/configure.log" 120 -- "$CMAKE" -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DAMP_CUDA=ON \
+     -DAMP_NCCL=AUTO -DAMP_GPU_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+     -DCMAKE_CXX_COMPILER="$CXX_BIN" "${NCCL_ARGS[@]}" "${MPI_ARGS[@]}" "${POLICY_ARGS[@]}"; then
   pass "configure ($(grep -E "CUDA  |NCCL  " "$LOGS/configure.log" | sed 's/^-- *//' | tr -s ' ' | paste -sd';'))"
 else
-  fail "configure"; show_tail "$LOGS/configure.log" 40; finish
+  rc=$?; fail "configure ($(why $rc))"; show_tail "$LOGS/configure.log" 40; finish
 fi
 TARGETS=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm)
-if "$CMAKE" --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" > "$LOGS/build.log" 2>&1; then
+if run_logged "$LOGS/build.log" 330 -- "$CMAKE" --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"; then
   warnings=$(grep -c "warning" "$LOGS/build.log" || true)
   pass "build ${TARGETS[*]} ($warnings warning lines, $(elapsed))"
 else
-  fail "build"; grep -E "error|Error" "$LOGS/build.log" | head -30 | tee -a "$REPORT"; show_tail "$LOGS/build.log" 20; finish
+  rc=$?; fail "build ($(why $rc))"; grep -E "error|Error" "$LOGS/build.log" | head -30 | tee -a "$REPORT"
+  show_tail "$LOGS/build.log" 20; finish
 fi
-say "$("$BUILD/amp_ddp" --version 2>&1 | head -1)"
+say "$(bounded 20 -- "$BUILD/amp_ddp" --version 2>&1 | head -1)"
 [ "${AMP_GPU_CHECK_BUILD_ONLY:-0}" = 1 ] && finish
 
 # ---------------------------------------------------------------- GPU tests, one group per process
+# The tests may use the budget up to 150 s before its end: the end-to-end run and the benchmarks
+# keep that much.
 TESTS=$BUILD/tests/gpu/amp_gpu_tests
-TESTS_START=$SECONDS
+TESTS_END=$((BUDGET - 150))
 for group in cast gemm ops loss amp optim graph trainer nccl; do
-  if ! within 240 "$TESTS_START"; then
-    fail "tests [$group] not run: the time budget is spent ($(elapsed))"; continue
-  fi
-  names=$("$TESTS" --list-test-names-only "[.cuda][$group]" 2>/dev/null || true)
+  names=$(bounded 20 "$TESTS_END" -- "$TESTS" --list-test-names-only "[.cuda][$group]" 2>/dev/null || true)
   if [ -z "$names" ]; then
-    say "SKIP: tests [$group] (not built)"; continue
+    if [ "$(limit_for 20 "$TESTS_END")" -lt 5 ]; then fail "tests [$group] (not run: time budget spent)"
+    else say "SKIP: tests [$group] (not built)"; fi
+    continue
   fi
   log=$LOGS/test_$group.log
-  # Every group takes seconds; a hang (a collective, a sync) must not eat the whole budget.
-  if timeout 90 "$TESTS" "[.cuda][$group]" > "$log" 2>&1; then
-    pass "tests [$group]: $(grep -E "All tests passed" "$log" | tail -1)"
+  # Every group takes seconds; a hang (a collective, a sync) is killed at its cap.
+  if run_logged "$log" 120 "$TESTS_END" -- "$TESTS" "[.cuda][$group]" --durations yes; then
+    pass "tests [$group]: $(grep -E "All tests passed" "$log" | tail -1 | sed 's/\x1b\[[0-9;]*m//g')"
   else
-    fail "tests [$group] (exit $?)"; show_tail "$log" 40
+    rc=$?; fail "tests [$group] ($(why $rc))"; show_tail "$log" 40
   fi
 done
 say "tests done ($(elapsed))"
 
-# ---------------------------------------------------------------- amp_ddp end to end on the GPU
+# ---------------------------------------------------------------- amp_ddp end to end on one GPU rank
+# One GPU: one rank (NCCL refuses two ranks on one device), so the NCCL path of the trainer runs only
+# in the [nccl] tests above, with one rank. The run captures its step into a CUDA graph at step 3.
 E2E=$LOGS/e2e
-if ! within 480; then
-  fail "amp_ddp on cuda not run: the time budget is spent ($(elapsed))"
-elif timeout 90 "$BUILD/amp_ddp" configs/seed_dynamic.yaml --set run.device=cuda --set run.steps=2000 \
-     --set model.hidden='[1024, 1024]' --set data.batch_size=128 --set data.synthetic.features=784 \
-     --set data.synthetic.outputs=10 --set data.synthetic.train_samples=16384 --set optimizer.type=adamw \
-     --set optimizer.lr=1e-4 --set precision.loss_scale.init_scale=1024 --set run.progress=lines \
-     --set run.log_interval=500 --set checkpoint.final=false --set run.out_dir="$E2E" > "$LOGS/amp_ddp.log" 2>&1; then
+if run_logged "$LOGS/amp_ddp.log" 60 -- "$BUILD/amp_ddp" configs/seed_dynamic.yaml --set run.device=cuda \
+     --set run.steps=2000 --set model.hidden='[1024, 1024]' --set data.batch_size=128 \
+     --set data.synthetic.features=784 --set data.synthetic.outputs=10 --set data.synthetic.train_samples=16384 \
+     --set optimizer.type=adamw --set optimizer.lr=1e-4 --set precision.loss_scale.init_scale=1024 \
+     --set run.progress=lines --set run.log_interval=500 --set checkpoint.final=false --set run.out_dir="$E2E"; then
   pass "amp_ddp on cuda: $(tail -1 "$LOGS/amp_ddp.log")"
 else
-  fail "amp_ddp on cuda"; show_tail "$LOGS/amp_ddp.log" 20
+  rc=$?; fail "amp_ddp on cuda ($(why $rc))"; show_tail "$LOGS/amp_ddp.log" 20
 fi
 
 # ---------------------------------------------------------------- benchmarks (not tests)
 BENCH=$LOGS/bench.jsonl
 : > "$BENCH"
-python3 -c "import json; [print(json.dumps({'bench': 'amp_ddp', 'samples_per_second': s['samples_per_second'], 'skipped': s['skipped_steps']})) for s in [json.load(open('$E2E/summary.json'))]]" >> "$BENCH" 2>/dev/null
+bounded 20 -- python3 -c "import json; [print(json.dumps({'bench': 'amp_ddp', 'samples_per_second': s['samples_per_second'], 'skipped': s['skipped_steps']})) for s in [json.load(open('$E2E/summary.json'))]]" >> "$BENCH" 2>/dev/null
 MODELS=("784,1024,1024,10:128" "784,4096,4096,4096,4096,10:4096")
+n=0
 for spec in "${MODELS[@]}"; do
   dims=${spec%%:*}; batch=${spec##*:}
   for dt in f16 bf16; do
-    if ! within 480; then say "note: benchmark $dims $dt skipped (time budget, $(elapsed))"; continue; fi
-    timeout 60 "$BUILD/bench/gpu/bench_gpu_step" --dims "$dims" --batch "$batch" --dtype "$dt" >> "$BENCH" 2>> "$LOGS/bench.err" ||
-      fail "bench_gpu_step $dims batch $batch $dt"
-    timeout 60 "$BUILD/bench/gpu/bench_gpu_gemm" --dims "$dims" --batch "$batch" --dtype "$dt" >> "$BENCH" 2>> "$LOGS/bench.err" ||
-      fail "bench_gpu_gemm $dims batch $batch $dt"
-    LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH PATH=$ORIG_PATH timeout 90 python3 bench/gpu/torch_step.py --dims "$dims" \
-      --batch "$batch" --dtype "$dt" --gemm >> "$BENCH" 2>> "$LOGS/bench.err" || say "note: PyTorch peer failed ($dims $dt)"
+    n=$((n + 1))
+    log=$LOGS/bench_$n
+    for prog in bench_gpu_step bench_gpu_gemm; do
+      if run_logged "$log.$prog" 60 -- "$BUILD/bench/gpu/$prog" --dims "$dims" --batch "$batch" --dtype "$dt"; then :
+      else
+        rc=$?
+        if [ $rc = 125 ]; then note "$prog $dims $dt not run (time budget)"; else fail "$prog $dims batch $batch $dt ($(why $rc))"; fi
+      fi
+      grep -h '^{' "$log.$prog" >> "$BENCH"
+    done
+    # PyTorch with the image's own libraries, not the prefix's.
+    if run_logged "$log.torch" 90 -- env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PATH="$ORIG_PATH" \
+         python3 bench/gpu/torch_step.py --dims "$dims" --batch "$batch" --dtype "$dt" --gemm; then :
+    else rc=$?; note "PyTorch peer failed ($dims $dt: $(why $rc))"; fi
+    grep -h '^{' "$log.torch" >> "$BENCH"
   done
 done
+archive_logs
 say "benchmarks done ($(elapsed))"
 
 # ---------------------------------------------------------------- the table
 if ! command -v python3 >/dev/null; then
-  say "PyTorch not available (no python3); raw results:"; cat "$BENCH" | tee -a "$REPORT"; finish
+  say "no python3; raw results:"; cat "$BENCH" | tee -a "$REPORT"; finish
 fi
-python3 - "$BENCH" <<'PY' | tee -a "$REPORT"
+# The table runs on the time kept in reserve.
+timeout -k 2 10 python3 - "$BENCH" <<'PY' | tee -a "$REPORT"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 torch_err = [r for r in rows if r.get("bench") == "torch" and "error" in r]
@@ -242,5 +305,4 @@ for r in rows:
         print(f"\namp_ddp end to end (784-1024-1024-10 MLP, synthetic MSE data, fp16, batch 128, CUDA graph): "
               f"{r['samples_per_second']:.0f} samples/s, {r['skipped']} skipped steps")
 PY
-[ -s "$LOGS/bench.err" ] && { say "benchmark stderr (last lines):"; show_tail "$LOGS/bench.err" 10; }
 finish
