@@ -207,14 +207,14 @@ class MpiPeerChannel final : public PeerChannel {
   std::vector<std::pair<MPI_Request, std::unique_ptr<std::string>>> pending_;
 };
 
-// "4.0 MiB f16 sum" for the watchdog's messages.
-std::string describe_buf(BufView buf, const char* op) {
-  char b[64];
-  const double bytes = double(buf.bytes());
-  if (bytes >= 1048576.0) std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
-  else if (bytes >= 1024.0) std::snprintf(b, sizeof b, "%.1f KiB", bytes / 1024.0);
-  else std::snprintf(b, sizeof b, "%.0f B", bytes);
-  return std::string(b) + " " + dtype_name(buf.dtype) + (op ? std::string(" ") + op : std::string());
+// What the watchdog says about a collective on buf.
+Watchdog::Detail detail_of(BufView buf, const char* op, int root = -1) {
+  Watchdog::Detail d;
+  d.bytes = buf.bytes();
+  d.dtype = dtype_name(buf.dtype);
+  d.op = op;
+  d.root = root;
+  return d;
 }
 
 }  // namespace
@@ -289,7 +289,7 @@ void MpiCommunicator::run_allreduce(void* comm_handle, BufView buf, ReduceOp op)
   }
   AMP_CHECK(!(op == ReduceOp::Avg && (buf.dtype == DType::I32 || buf.dtype == DType::U8)),
             "average of integers is not defined");
-  Watchdog::Wait wait(watchdog_.get(), "all-reduce", describe_buf(buf, reduce_op_name(op)));
+  Watchdog::Wait wait(watchdog_.get(), "all-reduce", detail_of(buf, reduce_op_name(op)));
   const MPI_Comm comm = as_comm(comm_handle);
   const MPI_Datatype type = mpi_type(buf.dtype);
   const MPI_Op mop = mpi_op(buf.dtype, op);
@@ -334,7 +334,7 @@ void MpiCommunicator::raw_allreduce(BufView buf, ReduceOp op) {
 }
 
 void MpiCommunicator::broadcast(BufView buf, int root) {
-  Watchdog::Wait wait(watchdog_.get(), "broadcast", describe_buf(buf, nullptr) + " from rank " + std::to_string(root));
+  Watchdog::Wait wait(watchdog_.get(), "broadcast", detail_of(buf, nullptr, root));
   constexpr size_t kMaxBytes = size_t(1) << 30;
   char* p = static_cast<char*>(buf.data);
   const size_t bytes = buf.bytes();
@@ -346,7 +346,7 @@ void MpiCommunicator::broadcast(BufView buf, int root) {
 
 void MpiCommunicator::allgather(const void* send, void* recv, size_t bytes) {
   AMP_CHECK(bytes <= size_t(INT_MAX), "allgather is for small buffers");
-  Watchdog::Wait wait(watchdog_.get(), "all-gather", describe_buf(BufView{nullptr, bytes, DType::U8}, nullptr));
+  Watchdog::Wait wait(watchdog_.get(), "all-gather", detail_of(BufView{nullptr, bytes, DType::U8}, nullptr));
   MPI_CHECK(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
                           as_comm(world_)));
 }
@@ -368,7 +368,9 @@ void MpiCommunicator::start_watchdog(double timeout_s) {
   }
   watchdog_ = std::make_unique<Watchdog>(rank_, size_, timeout_s,
                                          std::make_unique<MpiPeerChannel>(as_comm(watchdog_comm_)),
-                                         [](int code) {
+                                         [](const std::string& message, int code) {
+                                           std::fprintf(stderr, "%s\n", message.c_str());
+                                           std::fflush(stderr);
                                            MPI_Abort(MPI_COMM_WORLD, code);
                                            std::_Exit(code);
                                          });

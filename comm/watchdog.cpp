@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 
 #include "core/error.h"
 
@@ -23,10 +22,8 @@ std::string step_words(int64_t step) { return step > 0 ? strcat("step ", step) :
 
 }  // namespace
 
-Watchdog::Watchdog(int rank, int world, double timeout_s, std::unique_ptr<PeerChannel> channel,
-                   std::function<void(int)> abort_job)
-    : rank_(rank), world_(world), channel_(std::move(channel)), abort_job_(std::move(abort_job)),
-      timeout_s_(timeout_s) {
+Watchdog::Watchdog(int rank, int world, double timeout_s, std::unique_ptr<PeerChannel> channel, OnFire on_fire)
+    : rank_(rank), world_(world), channel_(std::move(channel)), on_fire_(std::move(on_fire)), timeout_s_(timeout_s) {
   AMP_CHECK(timeout_s > 0, "watchdog timeout must be positive");
   thread_ = std::thread([this] { loop(); });
 }
@@ -56,19 +53,23 @@ void Watchdog::set_step(int64_t step) {
   step_ = step;
 }
 
-uint64_t Watchdog::open(const char* what, const std::string& detail) {
+uint64_t Watchdog::open(const char* what, const Detail& detail) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
-  open_.emplace(id, Open{what, detail, step_, std::chrono::steady_clock::now()});
+  open_.push_back(Open{id, what, detail, step_, std::chrono::steady_clock::now()});
   return id;
 }
 
 void Watchdog::close(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
-  open_.erase(id);
+  for (size_t i = 0; i < open_.size(); ++i)
+    if (open_[i].id == id) {
+      open_.erase(open_.begin() + long(i));
+      return;
+    }
 }
 
-Watchdog::Wait::Wait(Watchdog* w, const char* what, const std::string& detail) : w_(w) {
+Watchdog::Wait::Wait(Watchdog* w, const char* what, const Detail& detail) : w_(w) {
   if (w_) id_ = w_->open(what, detail);
 }
 
@@ -76,12 +77,27 @@ Watchdog::Wait::~Wait() {
   if (w_) w_->close(id_);
 }
 
+std::string Watchdog::describe(const Open& o) {
+  const Detail& d = o.detail;
+  std::string detail;
+  if (d.dtype) {
+    char b[48];
+    const double bytes = double(d.bytes);
+    if (bytes >= 1048576.0) std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
+    else if (bytes >= 1024.0) std::snprintf(b, sizeof b, "%.1f KiB", bytes / 1024.0);
+    else std::snprintf(b, sizeof b, "%.0f B", bytes);
+    detail = strcat(b, " ", d.dtype, d.op ? std::string(" ") + d.op : std::string(),
+                    d.root >= 0 ? strcat(" from rank ", d.root) : std::string());
+  }
+  if (d.note) detail += (detail.empty() ? "" : ", ") + std::string(d.note);
+  return strcat(o.what, detail.empty() ? "" : " (" + detail + ")", " of ", step_words(o.step));
+}
+
 std::string Watchdog::describe() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (open_.empty()) return strcat("busy with ", step_words(step_), " (in no collective)");
-  const Open& o = open_.begin()->second;  // the oldest wait
-  return strcat("waiting in ", o.what, o.detail.empty() ? "" : " (" + o.detail + ")", " of ", step_words(o.step),
-                " for ", int(seconds_since(o.since)), " s");
+  const Open& o = open_.front();  // the oldest wait
+  return strcat("waiting in ", describe(o), " for ", int(seconds_since(o.since)), " s");
 }
 
 void Watchdog::answer(int from, int tag, const std::string& msg) {
@@ -103,17 +119,20 @@ void Watchdog::loop() {
     std::string msg;
     while (channel_->poll(&from, &tag, &msg)) answer(from, tag, msg);
 
-    Open stuck{nullptr, "", 0, {}};
+    Open stuck{0, nullptr, {}, 0, {}};
     double waited = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!open_.empty()) {
-        const Open& o = open_.begin()->second;
+        const Open& o = open_.front();
         waited = seconds_since(o.since);
         if (waited > timeout_s_) stuck = o;
       }
     }
-    if (stuck.what) fire(stuck, waited);
+    if (stuck.what) {
+      fire(stuck, waited);
+      return;
+    }
   }
 }
 
@@ -144,16 +163,13 @@ void Watchdog::fire(const Open& stuck, double seconds) {
     }
   }
   const std::string msg = strcat(
-      "[rank ", rank_, "] watchdog error: ", stuck.what, stuck.detail.empty() ? "" : " (" + stuck.detail + ")", " of ",
-      step_words(stuck.step), " made no progress for ", int(seconds), " s (distributed.timeout_s = ", timeout(), ")",
+      "[rank ", rank_, "] watchdog error: ", describe(stuck), " made no progress for ", int(seconds),
+      " s (distributed.timeout_s = ", timeout(), ")",
       silent.empty() ? std::string("; every rank answered")
                      : strcat("; waiting for rank(s) ", silent, ", which did not answer within ", window,
                               " s (stopped, hung or dead)"),
-      others, ". Ending the job.\n");
-  std::fputs(msg.c_str(), stderr);
-  std::fflush(stderr);
-  abort_job_(int(ErrorKind::Comm));
-  std::abort();  // abort_job_ does not return
+      others, ". Ending the job.");
+  on_fire_(msg, int(ErrorKind::Comm));
 }
 
 }  // namespace amp

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace amp {
 
@@ -31,9 +32,10 @@ class PeerChannel {
 
 class Watchdog {
  public:
-  // abort_job ends every rank of the job (it does not return). timeout_s > 0.
-  Watchdog(int rank, int world, double timeout_s, std::unique_ptr<PeerChannel> channel,
-           std::function<void(int exit_code)> abort_job);
+  // on_fire(message, exit_code) reports and ends every rank of the job (in production it prints
+  // the message and aborts; if it returns, the watchdog stops watching). timeout_s > 0.
+  using OnFire = std::function<void(const std::string& message, int exit_code)>;
+  Watchdog(int rank, int world, double timeout_s, std::unique_ptr<PeerChannel> channel, OnFire on_fire);
   ~Watchdog();  // stops and joins the thread
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -42,11 +44,22 @@ class Watchdog {
   double timeout() const;
   void set_step(int64_t step);  // the step later waits belong to (0: set-up)
 
+  // What a wait is about, kept as plain values (formatted only when reported: opening and closing
+  // a wait costs no allocation): "4.0 MiB f16 sum", "8 B u8 from rank 0", or a static note.
+  struct Detail {
+    size_t bytes = 0;
+    const char* dtype = nullptr;  // static strings
+    const char* op = nullptr;
+    int root = -1;
+    const char* note = nullptr;
+  };
+
   // A wait on other ranks, open from construction to destruction; what: a static string
-  // ("all-reduce"); detail: e.g. the size ("4.0 MiB f16"). A null watchdog makes it a no-op.
+  // ("all-reduce"). A null watchdog makes it a no-op.
   class Wait {
    public:
-    Wait(Watchdog* w, const char* what, const std::string& detail = "");
+    Wait(Watchdog* w, const char* what, const Detail& detail);
+    Wait(Watchdog* w, const char* what) : Wait(w, what, Detail()) {}
     ~Wait();
     Wait(const Wait&) = delete;
     Wait& operator=(const Wait&) = delete;
@@ -61,26 +74,28 @@ class Watchdog {
 
  private:
   struct Open {
+    uint64_t id;
     const char* what;
-    std::string detail;
+    Detail detail;
     int64_t step;
     std::chrono::steady_clock::time_point since;
   };
-  uint64_t open(const char* what, const std::string& detail);
+  static std::string describe(const Open& o);
+  uint64_t open(const char* what, const Detail& detail);
   void close(uint64_t id);
   void loop();
   void answer(int from, int tag, const std::string& msg);
-  [[noreturn]] void fire(const Open& stuck, double seconds);
+  void fire(const Open& stuck, double seconds);
 
   const int rank_, world_;
   std::unique_ptr<PeerChannel> channel_;
-  std::function<void(int)> abort_job_;
+  OnFire on_fire_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   double timeout_s_;
   int64_t step_ = 0;
   uint64_t next_id_ = 1;
-  std::map<uint64_t, Open> open_;
+  std::vector<Open> open_;  // oldest first; a handful at most (the caller's and the worker's)
   std::map<int, std::string> replies_;  // answers to this rank's question, by rank
   bool stop_ = false;
   std::thread thread_;

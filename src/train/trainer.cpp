@@ -677,9 +677,11 @@ void Trainer::upload_inputs(int64_t step) {
 void Trainer::train_step(int64_t step) {
   world_.set_step(step);
   grad_comm_->check_async_errors();
+  if (reducer_) take_comm_stats();  // the previous step's, read before this one is enqueued
   // A device backend's host waits inside a step are waits on the collectives enqueued with it.
-  Watchdog::Wait device_wait(be_->host_accessible() ? nullptr : world_.watchdog(), "the device step",
-                             "its kernels and NCCL collectives");
+  Watchdog::Detail device_detail;
+  device_detail.note = "its kernels and NCCL collectives";
+  Watchdog::Wait device_wait(be_->host_accessible() ? nullptr : world_.watchdog(), "the device step", device_detail);
   upload_inputs(step);
   if (graph_ready_) {
     be_->replay();
@@ -694,6 +696,18 @@ void Trainer::train_step(int64_t step) {
     be_->replay();
     graph_ready_ = true;
   }
+}
+
+// The reducer's timing of the latest measured step (device backends measure with events and report
+// a step once it has completed, so a measurement may arrive a step late or not at all).
+void Trainer::take_comm_stats() {
+  const ReducerStats& rs = reducer_->last_step();
+  comm_bytes_ = rs.bytes;
+  if (rs.measured == comm_measured_) return;
+  comm_measured_ = rs.measured;
+  comm_seconds_ += rs.comm_seconds;
+  exposed_seconds_ += rs.exposed_seconds;
+  ++comm_steps_;
 }
 
 void Trainer::device_step(int64_t step) {
@@ -724,14 +738,7 @@ void Trainer::device_step(int64_t step) {
     if (!my_faults_.empty()) plant_fault(step, t);
     if (reducer_) reducer_->tensor_ready(t);
   });
-  if (reducer_) {
-    reducer_->finish();
-    const ReducerStats& rs = reducer_->last_step();
-    comm_seconds_ += rs.comm_seconds;
-    exposed_seconds_ += rs.exposed_seconds;
-    comm_bytes_ = rs.bytes;
-    ++comm_steps_;
-  }
+  if (reducer_) reducer_->finish();
 
   // One fused pass: unscale into FP32, find non-finite values, squared norm.
   be_->unscale_check(grads_.data(), compute_, spans_, scale, g32_.as<float>(), flags_dev_, &dev_->norm_sq);
@@ -904,6 +911,7 @@ void Trainer::check_params_in_sync(int64_t step) {
 nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
   StepScalarsDev now;
   be_->download(&now, dev_, sizeof now);
+  if (reducer_) take_comm_stats();  // the download waited for the device: the last step is measured
   const double sps = train_seconds_ > 0 ? double(steps_done) * double(sampler_->global_batch()) / train_seconds_ : 0.0;
   nlohmann::json j = {
       {"version", AMP_VERSION},
@@ -960,7 +968,12 @@ int Trainer::run() {
       be_->download(flags.data(), flags_dev_, flags.size() * sizeof(int32_t));
       observer_(step, now, flags);
     }
-    observe(step, false);
+    {
+      Watchdog::Detail detail;
+      detail.note = "waits for the device and its NCCL collectives";
+      Watchdog::Wait wait(be_->host_accessible() ? nullptr : world_.watchdog(), "reading the step's results", detail);
+      observe(step, false);
+    }
     const bool epoch_end = step % spe == 0;
     const bool do_eval = cfg_.run.eval_interval > 0 ? step % cfg_.run.eval_interval == 0 || step == total_steps_
                                                      : epoch_end || step == total_steps_;

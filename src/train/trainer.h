@@ -67,6 +67,7 @@ class Trainer {
   void fail_setup_drill(const char* phase);
   void check_memory(const std::vector<size_t>& dims, size_t max_batch) const;
   void train_step(int64_t step);
+  void take_comm_stats();
   void upload_inputs(int64_t step);  // host part: the batch and the learning rate
   void device_step(int64_t step);    // everything else; capturable into a CUDA graph
   void plant_fault(int64_t step, int tensor);
@@ -140,7 +141,7 @@ class Trainer {
   size_t max_batch_ = 0;             // rows of the activation and input buffers
   double comm_seconds_ = 0, exposed_seconds_ = 0;
   size_t comm_bytes_ = 0;
-  int64_t comm_steps_ = 0;
+  int64_t comm_steps_ = 0, comm_measured_ = 0;
   double run_start_ = 0;
   int64_t start_step_ = 1;         // 1, or the step after the checkpoint resumed from
   std::string resumed_from_;

@@ -38,7 +38,7 @@ for np in (None, 2):
     tag = f"np={np or 1}"
     expect(run(bad_type, np=np), 2, f"config error: {bad_type}:4:7: optimizer.lr: expected a positive number, got \"fast\"", what=f"wrong type ({tag})")
 expect(run(write("unknown.yaml", "optimizer:\n  momentun: 0.9\n")), 2, "unknown.yaml:2:3: optimizer.momentun: unknown key (did you mean \"optimizer.momentum\"?)", what="unknown key")
-expect(run(write("range.yaml", "data:\n  batch_size: 0\n")), 2, "data.batch_size: expected an integer >= 1, got \"0\"", what="out of range")
+expect(run(write("range.yaml", "data:\n  batch_size: 0\n")), 2, "data.batch_size: expected an integer in [1, 16777216], got \"0\"", what="out of range")
 expect(run(write("malformed.yaml", "run: {name: [x\n")), 2, "malformed.yaml:", "malformed YAML", what="malformed YAML")
 expect(run(write("empty.yaml", "")), 2, "empty.yaml: the file is empty", what="empty file")
 expect(run(os.path.join(d, "absent.yaml")), 2, "absent.yaml: cannot open: No such file or directory", what="missing file")
