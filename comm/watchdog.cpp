@@ -110,10 +110,18 @@ void Watchdog::answer(int from, int tag, const std::string& msg) {
 }
 
 void Watchdog::loop() {
+  auto last_tick = std::chrono::steady_clock::now();
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (cv_.wait_for(lock, kTick, [&] { return stop_; })) return;
+      // A tick far later than asked for means this whole process was frozen (SIGSTOP, a
+      // suspended VM): that time was not spent waiting for the others, so it does not count.
+      const auto now = std::chrono::steady_clock::now();
+      const auto gap = now - last_tick;
+      last_tick = now;
+      if (gap > kTick * 10)
+        for (Open& o : open_) o.since += gap - kTick;
     }
     int from = 0, tag = 0;
     std::string msg;

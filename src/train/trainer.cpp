@@ -620,17 +620,23 @@ void Trainer::check_loss(int64_t step, double loss) {
                        " (the forward pass overflowed or the weights diverged). Lower optimizer.lr, enable "
                        "optimizer.grad_clip, or use bf16"),
                 true);
-  if (first_loss_ <= 0) {
-    first_loss_ = loss;
-    return;
-  }
   const double ratio = cfg_.run.max_loss_ratio;
-  if (ratio > 0 && loss > ratio * first_loss_)
+  if (ratio > 0 && first_loss_ > 0 && loss > ratio * first_loss_)
     throw Error(ErrorKind::Divergence,
                 strcat("divergence error: the mean training loss reached ", loss, " at step ", step, ", more than ", ratio,
-                       " times the first interval's ", first_loss_,
-                       " (run.max_loss_ratio). Lower optimizer.lr or enable optimizer.grad_clip"),
+                       " times the loss of step 1 (", first_loss_,
+                       "; run.max_loss_ratio). Lower optimizer.lr or enable optimizer.grad_clip"),
                 true);
+}
+
+// The loss of step 1, before any update: what run.max_loss_ratio compares with. Read once, right
+// after step 1 (the interval sums hold only that step then).
+void Trainer::record_first_loss() {
+  StepScalarsDev now;
+  be_->download(&now, dev_, sizeof now);
+  float sums[2] = {now.loss_sum, float(int64_t(batch_) * int64_t(classification_ ? 1 : n_out_))};
+  if (nranks_ > 1) world_.allreduce(view_of(sums, 2), ReduceOp::Sum);
+  first_loss_ = double(sums[0]) / double(sums[1]);
 }
 
 std::vector<float> Trainer::master_weights() {
@@ -954,6 +960,7 @@ int Trainer::run() {
   for (int64_t step = start_step_; step <= total_steps_; ++step) {
     train_step(step);
     ++interval_steps_;
+    if (step == 1) record_first_loss();
     for (const FaultSpec& f : cfg_.faults.corrupt_params) {
       if (f.step != step || f.rank != rank_) continue;  // desync drill: this rank's weights drift
       float w0;

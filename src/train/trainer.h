@@ -86,6 +86,7 @@ class Trainer {
   Stop stop_requested(int64_t step);
   void check_finite_weights(int64_t step);  // agreed Divergence error when a master weight is not finite
   void check_loss(int64_t step, double loss);  // non-finite or exploding training loss: Divergence
+  void record_first_loss();
   void check_params_in_sync(int64_t step);
   // Collective: the ranks whose value differs from rank 0's ("1, 3"; "" when all agree).
   std::string ranks_differing_from_0(uint64_t mine, uint64_t* rank0);
@@ -136,7 +137,7 @@ class Trainer {
   int64_t interval_steps_ = 0;       // steps since the last log
   double interval_start_ = 0, interval_pause_ = 0, train_seconds_ = 0;
   double last_loss_ = 0, last_eval_loss_ = -1, last_eval_acc_ = -1;
-  double first_loss_ = 0;            // the first log interval's loss (run.max_loss_ratio)
+  double first_loss_ = 0;            // the loss of step 1 (run.max_loss_ratio)
   uint64_t data_digest_ = 0;
   size_t max_batch_ = 0;             // rows of the activation and input buffers
   double comm_seconds_ = 0, exposed_seconds_ = 0;

@@ -27,23 +27,61 @@ def records(out):
     return [{k: v for k, v in m.items() if k not in TIMING} for m in metrics(out)]
 
 
-for np in (None, 2):
-    tag = f"np={np or 1}"
-    ref, cut = os.path.join(base, f"ref{np}"), os.path.join(base, f"cut{np}")
-    rc, _, err = run(cfg, [f"run.out_dir={ref}"], np=np)
+# log_interval 7: the stop at step 30 falls inside a log interval, whose per-rank loss sums the
+# checkpoint must give back to each rank.
+for np, li in ((None, 1), (2, 1), (2, 7), (4, 7)):
+    tag = f"np={np or 1} log_interval={li}"
+    ref, cut = os.path.join(base, f"ref{np}" + ("" if li == 1 else f"_li{li}")), os.path.join(base, f"cut{np}_li{li}")
+    run_cfg = cfg
+    if li != 1:
+        run_cfg = os.path.join(base, f"small_li{li}.yaml")
+        with open(cfg) as src, open(run_cfg, "w") as dst:
+            dst.write(src.read().replace("log_interval: 1,", f"log_interval: {li},"))
+    rc, _, err = run(run_cfg, [f"run.out_dir={ref}"], np=np)
     check(rc == 0, f"{tag}: reference run ({err[-300:]})")
-    rc, out, err = run(cfg, [f"run.out_dir={cut}", "faults.raise_signal=[{step: 30, rank: 0}]"], np=np)
+    rc, out, err = run(run_cfg, [f"run.out_dir={cut}", "faults.raise_signal=[{step: 30, rank: 0}]"], np=np)
     s = summary(cut)
     check(rc == 0 and s.get("stopped_early") and s["steps"] == 30 and "stopped after step 30" in out,
           f"{tag}: the SIGTERM drill stops after step 30 with exit 0 ({err[-300:]})")
-    check(any(m.get("skipped") == 1 for m in metrics(cut)), f"{tag}: an overflow happened before the stop")
-    rc, out, err = run(cfg, [f"run.out_dir={cut}", "checkpoint.resume=auto"], np=np)
+    check(any(m.get("skipped") == 1 for m in metrics(cut)) or li != 1, f"{tag}: an overflow happened before the stop")
+    rc, out, err = run(run_cfg, [f"run.out_dir={cut}", "checkpoint.resume=auto"], np=np)
     check(rc == 0 and "resumed from" in out and "at step 30" in out, f"{tag}: resumed at step 30 ({err[-300:]})")
     a, b = records(ref), records(cut)
     check(a == b, f"{tag}: every logged loss, scale and skip count identical ({len(a)} vs {len(b)} records)")
     sa, sb = summary(ref), summary(cut)
     check(sa["params_hash"] == sb["params_hash"] and sa["skipped_steps"] == sb["skipped_steps"] == 2,
           f"{tag}: params_hash {sa['params_hash']} == {sb['params_hash']}, 2 skipped steps each")
+
+# ---- a checkpoint beyond the run's steps is refused; one at its last step has nothing left to do
+ref_final = os.path.join(base, "ref2", "checkpoints", "ckpt_step0000000060.bin")
+rc, out, err = run(cfg, [f"run.out_dir={os.path.join(base, 'beyond')}", "run.steps=30", f"checkpoint.resume={ref_final}"], np=2)
+check(rc == 4 and "at step 60, beyond this run's 30 steps" in err, f"resume beyond run.steps: exit {rc} ({err[-300:]})")
+rc, out, err = run(cfg, [f"run.out_dir={os.path.join(base, 'atend')}", f"checkpoint.resume={ref_final}"], np=2)
+check(rc == 0 and "nothing left to train" in out, f"resume at the last step: exit {rc}, says so ({out[-300:]})")
+
+# ---- roll-back: resuming from an older checkpoint sets the newer ones aside, so resume=auto later
+# continues this line, not the abandoned one
+lin = os.path.join(base, "lineage")
+rc, _, err = run(cfg, [f"run.out_dir={lin}", "checkpoint.interval=20", "checkpoint.keep=5"])
+lck = os.path.join(lin, "checkpoints")
+rc, out, err = run(cfg, [f"run.out_dir={lin}", "checkpoint.interval=20", "checkpoint.keep=5",
+                         f"checkpoint.resume={os.path.join(lck, 'ckpt_step0000000020.bin')}",
+                         "faults.raise_signal=[{step: 30, rank: 0}]"])
+check(rc == 0 and "moved 2 checkpoint(s) newer than step 20" in out
+      and sorted(os.listdir(os.path.join(lck, "abandoned"))) == ["ckpt_step0000000040.bin", "ckpt_step0000000060.bin"],
+      f"roll-back to step 20 moves 40 and 60 to abandoned/ ({out[-400:]} {err[-200:]})")
+rc, out, err = run(cfg, [f"run.out_dir={lin}", "checkpoint.interval=20", "checkpoint.keep=5", "checkpoint.resume=auto"])
+check(rc == 0 and "ckpt_step0000000030.bin at step 30" in out, f"resume=auto continues the new line at step 30 ({out[-300:]})")
+
+# ---- a changed loss-scale mode on resume applies, and says so
+mode_dir = os.path.join(base, "mode")
+rc, out, err = run(cfg, [f"run.out_dir={mode_dir}", "faults.raise_signal=[{step: 30, rank: 0}]"])
+rc, out, err = run(cfg, [f"run.out_dir={mode_dir}", "checkpoint.resume=auto", "precision.loss_scale.mode=static",
+                         "precision.loss_scale.init_scale=128"])
+after = [m for m in metrics(mode_dir) if m.get("step", 0) > 30 and "scale" in m and "loss" in m]
+check(rc == 0 and "loss scaling was dynamic" in out and "this run's is static (scale 128)" in out
+      and after and all(m["scale"] == 128 for m in after),
+      f"dynamic -> static on resume: applied from step 31 ({out[-300:]})")
 
 # ---- a rank killed with SIGKILL: the job ends promptly, the rank is named, the checkpoint survives
 kill_dir = os.path.join(base, "kill")
