@@ -148,3 +148,41 @@ TEST_CASE("weights that drift on one rank are caught by the hash check, naming r
     CHECK_THAT(e.what(), Catch::Contains("after step 20 the master weights of rank(s) " + std::to_string(last)));
   }
 }
+
+TEST_CASE("gradient buckets around layer sizes: any bucket order of completion, overlap on and off agree", "[mpi][buckets]") {
+  // 784-1000-10 with the default 1 MiB first bucket: the first bucket needs fc1.bias, which backward
+  // finishes after fc1.weight, so bucket 1 (inside fc1.weight) completes first. Other sizes put
+  // bucket edges at, just before and just after tensor boundaries, and a last layer larger than the
+  // first bucket.
+  struct Case {
+    std::string features, hidden, first_mb, bucket_mb;
+  };
+  const std::vector<Case> cases = {
+      {"784", "[1000]", "1", "25"},
+      {"784", "[4096, 4096]", "1", "25"},
+      {"64", "[512, 300]", "0.0625", "0.0625"},     // 32768 fp16 elements per bucket
+      {"64", "[511, 1025]", "0.00390625", "0.01"},  // 2048-element first bucket, ~5243 after
+      {"100", "[2000]", "0.001", "0.5"},             // the last layer alone spans several buckets
+  };
+  for (const Case& c : cases) {
+    uint64_t hashes[2] = {0, 0};
+    for (int o = 0; o < 2; ++o) {
+      const std::string yaml =
+          "run: {name: buckets, steps: 4, log_interval: 1000, progress: off, out_dir: /tmp/amp_mpi_buckets}\n"
+          "model: {hidden: " + c.hidden + "}\n"
+          "data: {format: synthetic, batch_size: 4, synthetic: {train_samples: 256, eval_samples: 0, features: " +
+          c.features + ", outputs: 10}}\n"
+          "precision: {compute: fp16, loss_scale: {mode: dynamic, init_scale: 1024}}\n"
+          "optimizer: {type: sgd, lr: 0.01}\ncheckpoint: {final: false}\n";
+      Config cfg = config_from(yaml, {std::string("distributed.overlap=") + (o ? "on" : "off"),
+                                      "distributed.first_bucket_mb=" + c.first_mb, "distributed.bucket_mb=" + c.bucket_mb});
+      Trainer t(cfg, world());
+      REQUIRE(t.run() == 0);
+      const std::vector<float> w = t.master_weights();
+      hashes[o] = hash64(w.data(), w.size() * sizeof(float));
+      CHECK(same_on_all_ranks(hashes[o]));
+    }
+    INFO(c.features << "-" << c.hidden << " buckets " << c.first_mb << "/" << c.bucket_mb << " MiB");
+    CHECK(hashes[0] == hashes[1]);  // the same sums in the same order, during or after backward
+  }
+}
