@@ -1,10 +1,18 @@
+// Checkpoint writer and reader. The reader validates every prefix field, header field and section
+// bound against the file before using it, with overflow-free arithmetic, so a hostile or damaged
+// file can only produce Error(Checkpoint) naming the field.
 #include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <limits>
+#include <set>
 
 #include "core/error.h"
 #include "core/hash.h"
@@ -14,8 +22,17 @@ namespace amp {
 
 namespace {
 
+using nlohmann::json;
+
 constexpr char kMagic[8] = {'A', 'M', 'P', 'C', 'K', 'P', 'T', '\0'};
-constexpr size_t kPrefix = 8 + 4 + 4 + 8;
+constexpr size_t kPrefix = 8 + 4 + 4 + 8;  // magic, format, flags, header bytes
+constexpr size_t kTrailer = 8;             // hash64 of everything before it
+// Deeper headers are refused: the parser is iterative, but copying, comparing or dumping a json value
+// recurses, and whoever reads the header next (the trainer prints a mismatched "layout") should not
+// have to guard its stack. The trainer's headers nest 3 levels (header, "layout", a tensor).
+constexpr int kMaxHeaderDepth = 32;
+constexpr char kNamePrefix[] = "ckpt_step";
+constexpr char kNameSuffix[] = ".bin";
 
 template <typename T>
 void put(std::string& out, T v) {
@@ -39,15 +56,86 @@ std::string file_name(int64_t step) {
   return buf;
 }
 
+// A JSON value for a message: scalars as written (long strings cut), containers by type only, since a
+// hostile header may nest deep enough for a recursive dump() to exhaust the stack.
+std::string describe(const json& v) {
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    const json cut = s.size() > 40 ? json(s.substr(0, 40) + "...") : v;
+    return cut.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return v.dump();  // number, boolean, null
+}
+
+// obj[key] as an integer >= 0. JSON integers only: 3.0, "3" and true are refused, and so is a
+// negative number however the parser stored it.
+uint64_t get_count(const json& obj, const char* key, const std::string& field, const std::string& path) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) bad(path, "header field " + field + ": missing");
+  if (it->is_number_unsigned()) return it->get<uint64_t>();
+  if (it->is_number_integer() && it->get<int64_t>() >= 0) return uint64_t(it->get<int64_t>());
+  bad(path, "header field " + field + ": expected an integer >= 0, got " + describe(*it));
+}
+
+int64_t header_step(const json& header, const std::string& path) {
+  if (!header.is_object()) bad(path, "header: expected a JSON object, got " + describe(header));
+  const uint64_t step = get_count(header, "step", "step", path);
+  if (step > uint64_t(std::numeric_limits<int64_t>::max()))
+    bad(path, strcat("header field step: ", step, " is out of range"));
+  return int64_t(step);
+}
+
+std::string file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "an unusual file type";
+}
+
+std::string file_kind(std::filesystem::file_type type) {
+  using std::filesystem::file_type;
+  switch (type) {
+    case file_type::fifo: return "a FIFO";
+    case file_type::directory: return "a directory";
+    case file_type::socket: return "a socket";
+    case file_type::character: return "a character device";
+    case file_type::block: return "a block device";
+    case file_type::not_found: return "a dangling symbolic link";
+    default: return "an unusual file type";
+  }
+}
+
+// The step digits of a checkpoint file name, "" if the name is not one.
+std::string name_digits(const std::string& name) {
+  const size_t np = sizeof kNamePrefix - 1, ns = sizeof kNameSuffix - 1;
+  if (name.size() <= np + ns || name.compare(0, np, kNamePrefix) != 0 ||
+      name.compare(name.size() - ns, ns, kNameSuffix) != 0)
+    return "";
+  const std::string digits = name.substr(np, name.size() - np - ns);
+  return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) ? digits : "";
+}
+
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
+
 }  // namespace
 
+int64_t Checkpoint::step() const { return header_step(header, path.empty() ? std::string("checkpoint header") : path); }
+
 std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int keep) {
+  const int64_t step = header_step(ck.header, dir);  // before anything is written: it names the file
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) bad(dir, "cannot create the checkpoint folder: " + ec.message());
-  nlohmann::json header = ck.header;
+  json header = ck.header;
   header["format"] = kCheckpointFormat;
-  nlohmann::json sections = nlohmann::json::array();
+  json sections = json::array();
   uint64_t offset = 0;
   for (const auto& [name, bytes] : ck.sections) {
     sections.push_back({{"name", name}, {"offset", offset}, {"bytes", bytes.size()}});
@@ -56,7 +144,7 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int ke
   header["sections"] = sections;
   const std::string h = header.dump();
   std::string out;
-  out.reserve(kPrefix + h.size() + offset + 8);
+  out.reserve(kPrefix + h.size() + offset + kTrailer);
   out.append(kMagic, sizeof kMagic);
   put<uint32_t>(out, kCheckpointFormat);
   put<uint32_t>(out, 0);
@@ -64,71 +152,171 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int ke
   out += h;
   for (const auto& [name, bytes] : ck.sections) out.append(bytes.data(), bytes.size());
   put<uint64_t>(out, hash64(out.data(), out.size()));
-  const std::string path = (std::filesystem::path(dir) / file_name(ck.step())).string();
+  const std::string path = (std::filesystem::path(dir) / file_name(step)).string();
   write_file_atomic(path, out);
-  // Keep the newest `keep`; the one just written is among them.
+  // Keep the newest `keep`; the one just written is among them. Only regular files are listed, so a
+  // FIFO or folder that happens to carry a checkpoint's name is never removed.
   const std::vector<std::string> all = list_checkpoints(dir);
   for (size_t i = size_t(std::max(keep, 1)); i < all.size(); ++i) std::filesystem::remove(all[i], ec);
   return path;
 }
 
 std::string read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad(path, std::string("cannot open: ") + std::strerror(errno));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // stat before open: opening a FIFO for reading blocks until a writer comes, possibly forever.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) bad(path, "not a regular file (" + file_kind(st.st_mode) + ")");
+  // O_NONBLOCK in case the path was replaced by a FIFO since the stat; fstat then checks what was opened.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
+  const FdCloser closer{fd};
+  if (::fstat(fd, &st) != 0) bad(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) bad(path, "not a regular file (" + file_kind(st.st_mode) + ")");
+  std::string out(size_t(st.st_size), '\0');
+  size_t done = 0;
+  for (;;) {
+    if (done == out.size()) out.resize(out.size() + (1 << 16));  // the file grew since fstat
+    const ssize_t n = ::read(fd, &out[done], out.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      bad(path, std::string("read failed: ") + std::strerror(errno));
+    }
+    if (n == 0) break;
+    done += size_t(n);
+  }
+  out.resize(done);
+  return out;
 }
 
 Checkpoint load_checkpoint(const std::string& path) { return parse_checkpoint(read_file_bytes(path), path); }
 
 Checkpoint parse_checkpoint(const std::string& data, const std::string& path) {
-  if (data.size() < kPrefix + 8) bad(path, strcat("truncated: ", data.size(), " bytes is shorter than any checkpoint"));
+  // Fixed prefix. Every size below is checked against what is left, never summed first, so no
+  // arithmetic on file-supplied numbers can wrap.
+  if (data.size() < kPrefix + kTrailer)
+    bad(path, strcat("truncated: ", data.size(), " bytes is shorter than any checkpoint (", kPrefix + kTrailer, ")"));
   if (std::memcmp(data.data(), kMagic, sizeof kMagic) != 0) bad(path, "not an amp_ddp checkpoint (bad magic)");
   const uint32_t format = get<uint32_t>(data, 8);
   if (format != kCheckpointFormat)
     bad(path, strcat("checkpoint format ", format, " is not supported by this program (format ", kCheckpointFormat, ")"));
+  const uint32_t flags = get<uint32_t>(data, 12);
+  if (flags != 0)
+    bad(path, strcat("flags ", flags, " are not supported by this program (format ", format, " has none)"));
   const uint64_t header_len = get<uint64_t>(data, 16);
-  if (header_len > data.size() - kPrefix - 8) bad(path, "truncated: the header runs past the end of the file");
-  const uint64_t stored = get<uint64_t>(data, data.size() - 8);
-  const uint64_t actual = hash64(data.data(), data.size() - 8);
+  const uint64_t room = data.size() - kPrefix - kTrailer;  // header and sections
+  if (header_len > room)
+    bad(path, strcat("truncated: the header length (", header_len, " bytes) runs past the end of the file (",
+                     data.size(), " bytes)"));
+  const uint64_t payload = room - header_len;  // the sections' bytes
+
+  // Header.
   Checkpoint ck;
+  ck.path = path;
+  // `depth` counts the containers a new one opens in: 0 for the header object itself.
+  const json::parser_callback_t depth_limit = [&](int depth, json::parse_event_t event, json&) {
+    const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+    if (opens && depth >= kMaxHeaderDepth) bad(path, strcat("header: nested deeper than ", kMaxHeaderDepth, " levels"));
+    return true;
+  };
   try {
-    ck.header = nlohmann::json::parse(data.begin() + kPrefix, data.begin() + kPrefix + long(header_len));
-  } catch (const std::exception& e) {
-    bad(path, std::string("corrupted header: ") + e.what());
+    ck.header = json::parse(data.begin() + long(kPrefix), data.begin() + long(kPrefix + header_len), depth_limit);
+  } catch (const json::exception& e) {
+    bad(path, std::string("header is not valid JSON: ") + e.what());
   }
-  uint64_t payload = 0;
-  try {
-    for (const auto& s : ck.header.at("sections")) payload += s.at("bytes").get<uint64_t>();
-  } catch (const std::exception& e) {
-    bad(path, std::string("corrupted header: ") + e.what());
+  json& h = ck.header;
+  if (!h.is_object()) bad(path, "header: expected a JSON object, got " + describe(h));
+  const auto fmt = h.find("format");
+  if (fmt == h.end()) bad(path, "header field format: missing");
+  if (!fmt->is_number_integer() || *fmt != format)
+    bad(path, strcat("header field format: expected ", format, " (the format in the prefix), got ", describe(*fmt)));
+  header_step(h, path);
+  const auto secs = h.find("sections");
+  if (secs == h.end()) bad(path, "header field sections: missing");
+  if (!secs->is_array()) bad(path, "header field sections: expected an array, got " + describe(*secs));
+
+  // Sections: end to end from 0, in order, exactly filling the payload. `end` <= payload throughout.
+  struct Span {
+    const std::string* name;
+    uint64_t offset, bytes;
+  };
+  std::vector<Span> spans;
+  std::set<std::string> names;
+  uint64_t end = 0;
+  for (size_t i = 0; i < secs->size(); ++i) {
+    const json& s = (*secs)[i];
+    const std::string field = strcat("sections[", i, "]");
+    if (!s.is_object()) bad(path, "header field " + field + ": expected an object, got " + describe(s));
+    const auto name = s.find("name");
+    if (name == s.end()) bad(path, "header field " + field + ".name: missing");
+    if (!name->is_string()) bad(path, "header field " + field + ".name: expected a string, got " + describe(*name));
+    const std::string& n = name->get_ref<const std::string&>();
+    if (!names.insert(n).second)
+      bad(path, "header field " + field + ".name: " + describe(*name) + " names an earlier section too");
+    const uint64_t offset = get_count(s, "offset", field + ".offset", path);
+    const uint64_t bytes = get_count(s, "bytes", field + ".bytes", path);
+    const std::string what = "header field " + field + " (section " + describe(*name) + "): ";
+    if (offset > payload)
+      bad(path, strcat(what, "offset ", offset, " is past the end of the sections (", payload, " bytes)"));
+    if (offset < end) bad(path, strcat(what, "offset ", offset, " overlaps the previous section, which ends at ", end));
+    if (offset > end)
+      bad(path, strcat(what, "offset ", offset, " leaves a gap after the previous section, which ends at ", end));
+    if (bytes > payload - offset)
+      bad(path, strcat("truncated: ", what, offset, " + ", bytes, " bytes run past the end of the sections (",
+                       payload, " bytes in this file)"));
+    end = offset + bytes;
+    spans.push_back({&n, offset, bytes});
   }
-  const uint64_t expected = kPrefix + header_len + payload + 8;
-  if (data.size() < expected) bad(path, strcat("truncated: ", data.size(), " bytes, the header describes ", expected));
-  if (data.size() > expected) bad(path, strcat("corrupted: ", data.size() - expected, " unexpected bytes after the data"));
-  if (stored != actual) bad(path, strcat("checksum mismatch (stored ", hex64(stored), ", computed ", hex64(actual), "): the file is corrupted"));
-  const size_t base = kPrefix + header_len;
-  for (const auto& s : ck.header.at("sections")) {
-    const size_t off = base + s.at("offset").get<size_t>(), n = s.at("bytes").get<size_t>();
-    ck.sections[s.at("name").get<std::string>()] = std::vector<char>(data.begin() + long(off), data.begin() + long(off + n));
+  if (end < payload) bad(path, strcat("corrupted: ", payload - end, " unexpected bytes after the last section"));
+
+  const uint64_t stored = get<uint64_t>(data, data.size() - kTrailer);
+  const uint64_t actual = hash64(data.data(), data.size() - kTrailer);
+  if (stored != actual)
+    bad(path, strcat("checksum mismatch (stored ", hex64(stored), ", computed ", hex64(actual), "): the file is corrupted"));
+
+  const size_t base = kPrefix + size_t(header_len);
+  for (const Span& sp : spans) {
+    const char* p = data.data() + base + sp.offset;
+    ck.sections[*sp.name] = std::vector<char>(p, p + sp.bytes);
   }
-  if (!ck.header.contains("step")) bad(path, "corrupted header: no step");
   return ck;
 }
 
-std::vector<std::string> list_checkpoints(const std::string& dir) {
-  std::vector<std::string> out;
+std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<std::string>* skipped) {
+  struct Entry {
+    std::string digits, path;
+  };
+  std::vector<Entry> found;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("ckpt_step", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0)
-      out.push_back(e.path().string());
+  for (std::filesystem::directory_iterator it(dir, ec), stop; !ec && it != stop; it.increment(ec)) {
+    std::string digits = name_digits(it->path().filename().string());
+    if (digits.empty()) continue;
+    digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
+    found.push_back({digits, it->path().string()});
   }
-  std::sort(out.rbegin(), out.rend());  // zero-padded step numbers: lexical order is step order
+  // Newest step first: numeric order of the digits (shorter is smaller once leading zeros are gone).
+  std::sort(found.begin(), found.end(), [](const Entry& a, const Entry& b) {
+    if (a.digits.size() != b.digits.size()) return a.digits.size() > b.digits.size();
+    return a.digits != b.digits ? a.digits > b.digits : a.path > b.path;
+  });
+  std::vector<std::string> out;
+  for (const Entry& e : found) {
+    // status() follows links: a link to a checkpoint is one; a FIFO, folder or device named like one is not.
+    std::error_code sec;
+    const std::filesystem::file_status st = std::filesystem::status(e.path, sec);
+    if (std::filesystem::is_regular_file(st)) {
+      out.push_back(e.path);
+    } else if (skipped) {
+      skipped->push_back("checkpoint error: " + e.path + ": " +
+                         (sec && st.type() != std::filesystem::file_type::not_found
+                              ? "cannot stat: " + sec.message()
+                              : "not a regular file (" + file_kind(st.type()) + ")"));
+    }
+  }
   return out;
 }
 
 std::string find_latest_intact(const std::string& dir, std::vector<std::string>* skipped) {
-  for (const std::string& p : list_checkpoints(dir)) {
+  for (const std::string& p : list_checkpoints(dir, skipped)) {
     try {
       load_checkpoint(p);
       return p;

@@ -8,6 +8,12 @@
 // The JSON header names each section and says what wrote it (program version, config hash, world
 // size, step, model layout, scaler state), so later formats can add sections (e.g. per-rank
 // optimizer shards) without breaking old readers' error messages.
+//
+// The reader trusts nothing in a file (the checksum is no defence: anyone can recompute it). The
+// header must be a JSON object with "format" equal to the prefix's, "step" an integer >= 0 and
+// "sections" an array of {"name": string, "offset": integer, "bytes": integer}, names unique, laid
+// end to end from offset 0 in order and filling the bytes between the header and the checksum
+// exactly. Any other field is the writer's business (the trainer checks the ones it needs).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -24,28 +30,33 @@ namespace amp {
 constexpr uint32_t kCheckpointFormat = 1;
 
 struct Checkpoint {
-  nlohmann::json header;                            // descriptive fields (see checkpoint.cpp)
-  std::map<std::string, std::vector<char>> sections;  // "master", "state1", "state2", "scaler", ...
+  nlohmann::json header;                              // descriptive fields (see checkpoint.cpp)
+  std::map<std::string, std::vector<char>> sections;  // "master", "state1", "state2", "scalars", ...
+  std::string path;                                   // where it was read from, for messages ("" if built here)
 
-  int64_t step() const { return header.at("step").get<int64_t>(); }
+  // header["step"]; throws Error(Checkpoint) if it is missing or not an integer >= 0 (never a json exception).
+  int64_t step() const;
 };
 
 // Serializes and writes `ck` to dir/ckpt_step<step>.bin atomically; removes the oldest
 // checkpoints beyond `keep`. Returns the path written.
 std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int keep);
 
-// Reads and verifies a checkpoint. Throws Error(Checkpoint) naming the file and what is wrong
-// (missing, truncated, bad magic, unknown format, checksum mismatch, malformed header).
+// Reads and verifies a checkpoint. Throws Error(Checkpoint) "checkpoint error: PATH: what is wrong"
+// (missing, not a regular file, unreadable, truncated, bad magic, unknown format, malformed header
+// naming the field, sections out of bounds, checksum mismatch) and no other exception.
 Checkpoint load_checkpoint(const std::string& path);
-// The same from the file's bytes (path only names it in messages); read_file_bytes reads a file.
+// The same from the file's bytes (path only names it in messages).
 Checkpoint parse_checkpoint(const std::string& data, const std::string& path);
+// A regular file's bytes; anything else (FIFO, directory, device) is refused without blocking.
 std::string read_file_bytes(const std::string& path);
 
-// Checkpoint files in dir, newest step first.
-std::vector<std::string> list_checkpoints(const std::string& dir);
+// Checkpoint files (regular files, or links to them, named ckpt_step<digits>.bin) in dir, newest step
+// first. Entries so named that are not regular files are left out, each described in *skipped if given.
+std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<std::string>* skipped = nullptr);
 
-// The newest checkpoint in dir that loads and verifies; "" if none. Each one skipped is
-// described in *skipped ("path: reason").
+// The newest checkpoint in dir that loads and verifies; "" if none. Each one skipped is described
+// in *skipped by its error message ("checkpoint error: PATH: reason").
 std::string find_latest_intact(const std::string& dir, std::vector<std::string>* skipped);
 
 }  // namespace amp

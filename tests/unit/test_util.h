@@ -2,10 +2,14 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <unistd.h>
+
+#include "core/hash.h"
 
 namespace amp_test {
 
@@ -36,5 +40,31 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+}  // namespace amp_test
+
+namespace amp_test {
+
+// Checkpoint files laid out by hand (the layout in src/train/checkpoint.h), so tests can give the
+// reader headers and prefixes the writer never produces, with a valid checksum so it looks past it.
+inline void seal_checkpoint(std::string& bytes) {
+  if (bytes.size() < 8) return;
+  const uint64_t h = amp::hash64(bytes.data(), bytes.size() - 8);
+  std::memcpy(&bytes[bytes.size() - 8], &h, sizeof h);
+}
+
+inline std::string checkpoint_bytes(const std::string& header, const std::string& sections, uint32_t format = 1,
+                                    uint32_t flags = 0) {
+  std::string out("AMPCKPT", 8);  // the terminating NUL is the magic's eighth byte
+  const uint64_t header_len = header.size();
+  out.append(reinterpret_cast<const char*>(&format), 4);
+  out.append(reinterpret_cast<const char*>(&flags), 4);
+  out.append(reinterpret_cast<const char*>(&header_len), 8);
+  out += header;
+  out += sections;
+  out.append(8, '\0');
+  seal_checkpoint(out);
+  return out;
+}
 
 }  // namespace amp_test
