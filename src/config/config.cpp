@@ -3,6 +3,7 @@
 #include "config/config.h"
 
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -500,21 +501,48 @@ void walk(Config& cfg, const YAML::Node& map, const std::string& prefix, const R
   }
 }
 
+// Counts a document's events and remembers where its first one is (yaml-cpp's own LoadAll loops
+// forever, allocating, on a stray leading ',': the documents are walked here, at most two).
+struct DocumentProbe final : YAML::EventHandler {
+  int events = 0;
+  YAML::Mark first = YAML::Mark::null_mark();
+  void note(const YAML::Mark& m) {
+    if (events++ == 0) first = m;
+  }
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { note(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { note(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override { note(m); }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    note(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    note(m);
+  }
+  void OnMapEnd() override {}
+};
+
 // One YAML document (a second one is an error, not silently ignored). yaml-cpp stops deep nesting
 // with an exception whose message says only "bad file": that case gets a message of its own.
 YAML::Node parse_yaml(const std::string& text, const Reporter& rep, const std::string& key = "") {
-  std::vector<YAML::Node> docs;
+  const std::string what = key.empty() ? "malformed YAML: " : "malformed value: ";
   try {
-    docs = YAML::LoadAll(text);
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentProbe one, two;
+    if (parser.HandleNextDocument(one) && parser.HandleNextDocument(two)) {
+      const bool stuck = two.first.pos == one.first.pos;  // the parser made no progress
+      if (stuck) rep.fail(one.first, key, what + "unexpected character where a value should start");
+      rep.fail(two.first, key, "a second YAML document starts here; a config is one document (remove the '---')");
+    }
+    return YAML::Load(text);
   } catch (const YAML::DeepRecursion& e) {
-    rep.fail(e.mark, key, "malformed YAML: nested deeper than " + std::to_string(e.depth()) +
-                              " levels (a config needs 3)");
+    rep.fail(e.mark, key, what + "nested deeper than " + std::to_string(e.depth()) + " levels (a config needs 3)");
   } catch (const YAML::Exception& e) {
-    rep.fail(e.mark, key, (key.empty() ? "malformed YAML: " : "malformed value: ") + e.msg);
+    rep.fail(e.mark, key, what + e.msg);
   }
-  if (docs.size() > 1)
-    rep.fail(docs[1].Mark(), key, "a second YAML document starts here; a config is one document (remove the '---')");
-  return docs.empty() ? YAML::Node() : docs[0];
 }
 
 std::string read_file_or_fail(const std::string& path) {

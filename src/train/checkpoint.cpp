@@ -132,7 +132,7 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int ke
   const int64_t step = header_step(ck.header, dir);  // before anything is written: it names the file
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) bad(dir, "cannot create the checkpoint folder: " + ec.message());
+  if (ec) throw Error(ErrorKind::Output, "output error: " + dir + ": cannot create the checkpoint folder: " + ec.message());
   json header = ck.header;
   header["format"] = kCheckpointFormat;
   json sections = json::array();

@@ -6,9 +6,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cinttypes>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -358,9 +359,13 @@ T header_field(const Checkpoint& ck, const char* key, T fallback) {
 // The step of a checkpoint file from its name (ckpt_step<digits>.bin); -1 if it has none.
 int64_t step_of_name(const std::string& path) {
   const std::string name = std::filesystem::path(path).filename().string();
-  int64_t step = -1;
-  if (std::sscanf(name.c_str(), "ckpt_step%" SCNd64 ".bin", &step) != 1) return -1;
-  return step;
+  const std::string prefix = "ckpt_step";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  errno = 0;
+  char* end = nullptr;
+  const long long step = std::strtoll(name.c_str() + prefix.size(), &end, 10);
+  if (errno == ERANGE || end == name.c_str() + prefix.size() || std::string(end) != ".bin" || step < 0) return -1;
+  return int64_t(step);
 }
 
 }  // namespace
@@ -444,8 +449,12 @@ void Trainer::resume() {
         data = read_file_bytes(path);
         const Checkpoint ck = parse_checkpoint(data, path);
         auto mismatch = [&](const std::string& what, const nlohmann::json& theirs, const nlohmann::json& ours) {
+          const auto brief = [](const nlohmann::json& j) {  // a crafted header can be long
+            const std::string t = j.dump();
+            return t.size() > 240 ? t.substr(0, 240) + "..." : t;
+          };
           throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": written by a run with ", what, " ",
-                                                    theirs.dump(), ", this run has ", ours.dump()));
+                                                    brief(theirs), ", this run has ", brief(ours)));
         };
         const int64_t world = header_field<int64_t>(ck, "world_size", -1);
         if (world != nranks_) mismatch("world size", world, nranks_);

@@ -115,7 +115,8 @@ TEST_CASE("config fuzz: mutated YAML and --set either load or fail as config err
       if (e.kind() != amp::ErrorKind::Config) FAIL("iteration " << i << ": not a config error: " << e.what());
       REQUIRE(std::string(e.what()).rfind("config error: ", 0) == 0);
     } catch (const std::exception& e) {
-      FAIL("iteration " << i << ": " << typeid(e).name() << " escaped: " << e.what() << "\n--- input ---\n" << text);
+      FAIL("iteration " << i << ": " << typeid(e).name() << " escaped: " << e.what() << "\n--- input ---\n" << text
+                         << "\n--- --set ---\n" << (sets.empty() ? std::string("(none)") : sets[0]));
     }
   }
   std::printf("config fuzz: %zu loaded, %zu refused\n", loaded, refused);
