@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "train/run.h"
+#include "train/signals.h"
 
 namespace {
 
@@ -134,6 +135,7 @@ int agree_on_action(amp::MpiCommunicator& world, const Cli& cli) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  amp::block_stop_signals();  // before any thread exists: no handler ever runs inside library code
   const Cli cli = parse_cli(argc, argv);
   if (!launched_as_rank())
     if (const int rc = finish_without_training(cli); rc >= 0) return rc;

@@ -38,6 +38,7 @@ void Hasher::block(const unsigned char* p) {
 }
 
 void Hasher::update(const void* data, size_t bytes) {
+  if (bytes == 0) return;  // data may be null then (an empty vector's data())
   const unsigned char* p = static_cast<const unsigned char*>(data);
   total_ += bytes;
   if (tail_len_) {

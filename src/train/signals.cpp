@@ -1,28 +1,71 @@
 #include "train/signals.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <csignal>
-#include <cstring>
+#include <mutex>
+#include <thread>
 
 namespace amp {
 
 namespace {
-volatile std::sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
-}  // namespace
 
-void install_stop_signals() {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGUSR1, &sa, nullptr);
+std::atomic<int> g_signal{0};
+std::atomic<bool> g_armed{false};
+
+sigset_t stop_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  return set;
 }
 
-int stop_signal() { return g_signal; }
+// The one thread that receives the stop signals.
+void receive() {
+  const sigset_t set = stop_set();
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (g_armed.load()) {
+      g_signal.store(sig);
+      continue;
+    }
+    // Not armed: the default effect (the process ends), delivered to this thread alone.
+    std::signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+    ::raise(sig);
+    ::_exit(128 + sig);  // not reached
+  }
+}
 
-void raise_stop_signal(int sig) { std::raise(sig); }
+}  // namespace
+
+void block_stop_signals() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const sigset_t set = stop_set();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::thread(receive).detach();
+  });
+}
+
+void install_stop_signals() {
+  block_stop_signals();  // for programs (tests) whose main() did not
+  g_armed.store(true);
+}
+
+int stop_signal() { return g_signal.load(); }
+
+void raise_stop_signal(int sig) {
+  if (g_armed.load()) g_signal.store(sig);
+  else ::kill(::getpid(), sig);
+}
 
 const char* signal_name(int sig) {
   switch (sig) {

@@ -1,11 +1,17 @@
 // SIGTERM / SIGUSR1 (what SLURM sends before preemption or the time limit) request a graceful
 // stop: the trainer finishes the current step on every rank, writes a checkpoint and exits 0.
+//
+// No signal handler runs in the middle of library code: main() blocks both signals in every thread
+// before any other thread exists (MPI, PMIx, OpenMP and the trainer's own inherit the mask), and
+// one thread receives them with sigwait(). Until the trainer arms the graceful stop, a received
+// signal has its default effect (the process ends), as it would without this file.
 #pragma once
 
 namespace amp {
 
-void install_stop_signals();   // idempotent
-int stop_signal();             // the signal received (0: none)
+void block_stop_signals();     // first thing in main(): blocks them here and starts the receiver
+void install_stop_signals();   // arm the graceful stop (idempotent)
+int stop_signal();             // the signal received since arming (0: none)
 void raise_stop_signal(int sig);  // fault drills: behave as if `sig` arrived now
 const char* signal_name(int sig);
 

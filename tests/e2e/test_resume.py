@@ -115,8 +115,10 @@ check(p.returncode != 0 and elapsed < 30, f"killed rank: job ended in {elapsed:.
 check("rank 1" in (out + err), "the message names rank 1")
 ckpts = sorted(glob.glob(os.path.join(ckdir, "ckpt_*.bin")))
 check(len(ckpts) >= 1, f"checkpoints survive ({len(ckpts)})")
-rc, out, err = run(cfg, long_cfg[:1] + ["run.steps=1000", "checkpoint.resume=auto", "checkpoint.interval=200",
-                                         "data.synthetic.train_samples=4096"], np=2)
+# Resume past the newest checkpoint (a checkpoint beyond run.steps is refused).
+newest = max(int(os.path.basename(p)[9:-4]) for p in ckpts) if ckpts else 0
+rc, out, err = run(cfg, long_cfg[:1] + [f"run.steps={newest + 100}", "checkpoint.resume=auto", "checkpoint.interval=200",
+                                        "data.synthetic.train_samples=4096"], np=2)
 check(rc == 0 and "resumed from" in out, f"resume after the kill works ({err[-300:]})")
 
 # ---- damaged and mismatched checkpoints

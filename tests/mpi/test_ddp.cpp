@@ -31,7 +31,7 @@ Config config_from(const std::string& yaml, const std::vector<std::string>& sets
 
 std::string small_run(int steps) {
   return "run: {name: ddp_test, steps: " + std::to_string(steps) +
-         ", log_interval: 1000, progress: off, out_dir: /tmp/amp_mpi_test_out}\n"
+         ", log_interval: 1000, progress: off, out_dir: " + job_out_dir("test_out") + "}\n"
          "model: {hidden: [32, 16]}\n"
          "data: {format: synthetic, batch_size: 8, synthetic: {train_samples: 512, eval_samples: 64}}\n"
          "precision: {compute: fp16, loss_scale: {mode: dynamic, init_scale: 1024, growth_interval: 5}}\n"
@@ -168,7 +168,7 @@ TEST_CASE("gradient buckets around layer sizes: any bucket order of completion, 
     uint64_t hashes[2] = {0, 0};
     for (int o = 0; o < 2; ++o) {
       const std::string yaml =
-          "run: {name: buckets, steps: 4, log_interval: 1000, progress: off, out_dir: /tmp/amp_mpi_buckets}\n"
+          "run: {name: buckets, steps: 4, log_interval: 1000, progress: off, out_dir: " + job_out_dir("buckets") + "}\n"
           "model: {hidden: " + c.hidden + "}\n"
           "data: {format: synthetic, batch_size: 4, synthetic: {train_samples: 256, eval_samples: 0, features: " +
           c.features + ", outputs: 10}}\n"

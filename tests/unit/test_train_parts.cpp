@@ -1,0 +1,220 @@
+// The trainer's small parts, each against an independent expectation: the sharded sampler, the
+// learning-rate schedules, progress formatting, metrics records (no torn line, resume truncation),
+// the run-folder lock and checks, and the MLP's parameter layout.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <set>
+
+#include "core/error.h"
+#include "data/sampler.h"
+#include "model/param_layout.h"
+#include "optim/lr_schedule.h"
+#include "test_util.h"
+#include "train/metrics.h"
+#include "train/progress.h"
+#include "train/run_dir.h"
+
+using namespace amp;
+using Catch::Contains;
+
+TEST_CASE("sampler: N ranks x B see exactly 1 rank x N*B, disjoint, every epoch a permutation", "[sampler]") {
+  const size_t n = 1000, b = 7;
+  for (int world : {1, 2, 3, 4}) {
+    std::vector<ShardedSampler> ranks;
+    for (int r = 0; r < world; ++r) ranks.emplace_back(n, b, r, world, 42, true);
+    ShardedSampler one(n, b * size_t(world), 0, 1, 42, true);
+    REQUIRE(ranks[0].steps_per_epoch() == n / (b * size_t(world)));
+    REQUIRE(ranks[0].global_batch() == b * size_t(world));
+    const int64_t spe = int64_t(ranks[0].steps_per_epoch());
+    std::set<uint32_t> epoch0;
+    for (int64_t step = 0; step < 2 * spe + 3; ++step) {
+      std::vector<uint32_t> joined;
+      for (auto& s : ranks) {
+        const auto& part = s.batch(step);
+        joined.insert(joined.end(), part.begin(), part.end());
+      }
+      const std::vector<uint32_t> whole = one.batch(step);
+      CHECK(joined == whole);  // the same samples in the same order
+      if (step < spe) epoch0.insert(joined.begin(), joined.end());
+    }
+    CHECK(epoch0.size() == size_t(spe) * b * size_t(world));  // no sample twice within an epoch
+  }
+  // Epochs are reshuffled, reproducibly; without shuffling the order is the identity.
+  ShardedSampler a(100, 10, 0, 1, 1, true), c(100, 10, 0, 1, 1, true), plain(100, 10, 0, 1, 1, false);
+  const std::vector<uint32_t> epoch0_first = a.batch(0), epoch1_first = a.batch(10);  // copies: batch() reuses its vector
+  CHECK(epoch0_first != epoch1_first);
+  CHECK(c.batch(10) == epoch1_first);
+  std::vector<uint32_t> first(10);
+  std::iota(first.begin(), first.end(), 0u);
+  CHECK(plain.batch(0) == first);
+  CHECK(plain.batch(10) == first);
+}
+
+TEST_CASE("sampler: a global batch larger than the data set is a config error", "[sampler]") {
+  try {
+    ShardedSampler s(100, 30, 0, 4, 1, true);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Config);
+    CHECK_THAT(e.what(), Contains("a global batch of 120 (30 per rank x 4 ranks) is larger than the 100 training samples"));
+  }
+}
+
+TEST_CASE("LR schedules: constant, linear warm-up then cosine to min_lr", "[schedule]") {
+  LrSchedule c;
+  c.lr = 0.1;
+  CHECK(c.at(1) == 0.1);
+  CHECK(c.at(1000000) == 0.1);
+  LrSchedule w;
+  w.kind = LrSchedule::Kind::WarmupCosine;
+  w.lr = 1.0;
+  w.min_lr = 0.1;
+  w.warmup_steps = 10;
+  w.total_steps = 110;
+  CHECK(w.at(1) == Approx(0.1));
+  CHECK(w.at(5) == Approx(0.5));
+  CHECK(w.at(10) == Approx(1.0));
+  CHECK(w.at(60) == Approx(0.1 + 0.9 * 0.5));  // half-way through the decay: cos = 0
+  CHECK(w.at(110) == Approx(0.1));
+  CHECK(w.at(500) == Approx(0.1));  // after the end: min_lr
+  for (int64_t s = 11; s < 110; ++s) CHECK(w.at(s + 1) <= w.at(s));  // monotone decay
+  LrSchedule no_warm = w;
+  no_warm.warmup_steps = 0;
+  CHECK(no_warm.at(0) == Approx(1.0));
+}
+
+TEST_CASE("progress formatting: durations, counts and the line's fixed key order", "[progress]") {
+  CHECK(format_duration(0) == "0s");
+  CHECK(format_duration(59.4) == "59s");
+  CHECK(format_duration(61) == "1m01s");
+  CHECK(format_duration(3725) == "1h02m");
+  CHECK(format_duration(-1) == "?");
+  CHECK(format_duration(std::nan("")) == "?");
+  CHECK(format_count(999) == "999");
+  CHECK(format_count(12345) == "12.3k");
+  CHECK(format_count(2.5e6) == "2.50M");
+  ProgressLine p;
+  p.step = 120;
+  p.total = 5000;
+  p.loss = 0.41214;
+  p.scale = 65536;
+  p.skipped = 3;
+  p.grad_norm = 1.0234;
+  p.lr = 3e-4;
+  p.step_ms = 41.23;
+  p.samples_per_s = 12345;
+  p.eta_s = 200;
+  CHECK(format_progress(p) ==
+        "step 120/5000 | loss 0.4121 | scale 65536 | skipped 3 | grad_norm 1.02 | lr 3.00e-04 | 41.2 ms | "
+        "12.3k samples/s | ETA 3m20s");
+}
+
+TEST_CASE("metrics: one JSON line per record; resume truncation keeps records up to the step", "[metrics]") {
+  amp_test::TempDir t;
+  {
+    MetricsWriter m(t.path(), true, false);
+    for (int s = 1; s <= 5; ++s) m.record({{"step", s}, {"loss", 1.0 / s}});
+    m.record({{"step", 4}, {"eval_loss", 0.5}});
+    CHECK(m.failure().empty());
+  }
+  const std::string path = t.file("metrics.jsonl");
+  {
+    std::ofstream(path, std::ios::app) << "{\"step\": 6, \"loss\"";  // a line cut short by a crash
+  }
+  truncate_metrics(path, 3);
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0] == "{\"loss\":1.0,\"step\":1}");
+  CHECK(lines[2].find("\"step\":3") != std::string::npos);
+  // A resumed writer appends after them; a disabled one (other ranks) writes nothing.
+  {
+    MetricsWriter m(t.path(), true, true);
+    m.record({{"step", 4}});
+    MetricsWriter off(t.file("other"), false, false);
+    off.record({{"step", 1}});
+  }
+  std::ifstream again(path);
+  size_t n = 0;
+  for (std::string l; std::getline(again, l);) ++n;
+  CHECK(n == 4);
+  CHECK_FALSE(std::ifstream(t.file("other/metrics.jsonl")).good());
+}
+
+TEST_CASE("metrics: a failed write leaves no torn record and stops recording", "[metrics]") {
+  amp_test::TempDir t;
+  REQUIRE(::symlink("/dev/full", t.file("metrics.jsonl").c_str()) == 0);
+  MetricsWriter m(t.path(), true, false);
+  m.record({{"step", 1}});
+  CHECK_THAT(m.failure(), Contains("metrics.jsonl: write failed: No space left on device"));
+  CHECK_THAT(m.failure(), Contains("output error: "));
+  m.record({{"step", 2}});  // dropped, no second failure
+}
+
+TEST_CASE("run folders: one lock holder at a time; unwritable folders named with their key", "[rundir]") {
+  amp_test::TempDir t;
+  {
+    RunDirLock lock(t.path(), "run.out_dir");
+    // flock locks belong to open file descriptions: a child process (another run) is refused.
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      try {
+        RunDirLock second(t.path(), "run.out_dir");
+        ::_exit(0);
+      } catch (const Error& e) {
+        ::_exit(std::string(e.what()).find("another run is using this folder (pid ") != std::string::npos ? 3 : 4);
+      }
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 3);
+  }
+  RunDirLock again(t.path(), "run.out_dir");  // released with its holder
+  check_writable(t.path(), "run.out_dir", 1024);
+  try {
+    check_writable("/proc/amp_no_such_dir", "checkpoint.dir", 0);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Config);
+    CHECK_THAT(e.what(), Contains("config error: checkpoint.dir: /proc/amp_no_such_dir: cannot create the folder"));
+  }
+  try {
+    check_writable(t.path(), "run.out_dir", uint64_t(1) << 62);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Contains("free; a checkpoint of this run needs 4.0 EiB"));
+  }
+  CHECK(format_bytes(512) == "512 B");
+  CHECK(format_bytes(1536) == "1.5 KiB");
+}
+
+TEST_CASE("MLP layout: forward order, 32-element aligned offsets, names, sizes", "[layout]") {
+  const ParamLayout L = mlp_layout({784, 1000, 10});
+  REQUIRE(L.tensors.size() == 4);
+  const std::vector<std::string> names = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
+  const std::vector<size_t> counts = {784000, 1000, 10000, 10};
+  size_t offset = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK(L.tensors[i].name == names[i]);
+    CHECK(L.tensors[i].span.count == counts[i]);
+    CHECK(L.tensors[i].span.offset == offset);
+    CHECK(L.tensors[i].span.offset % 32 == 0);
+    offset += (counts[i] + 31) / 32 * 32;
+  }
+  CHECK(L.total == offset);
+  CHECK(L.n_params() == 784000 + 1000 + 10000 + 10);
+  CHECK(L.tensors[0].rows == 1000);
+  CHECK(L.tensors[0].cols == 784);
+  CHECK(L.index_of("fc2.weight") == 2);
+  CHECK(L.index_of("fc3.weight") == -1);
+  CHECK(L.names() == "fc1.weight, fc1.bias, fc2.weight, fc2.bias");
+  CHECK(mlp_layout({10, 1}).total == 64);  // weight 10 -> 32, bias 1 -> 32
+}
