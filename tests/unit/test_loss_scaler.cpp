@@ -127,7 +127,7 @@ TEST_CASE("hysteresis backs off only after N overflows since the last growth", "
   CHECK(s.scale == 32768.0f);
 }
 
-TEST_CASE("min and max clamps; overflows at the minimum are counted for divergence", "[scaler]") {
+TEST_CASE("min and max clamps, and overflows at the minimum are counted for divergence", "[scaler]") {
   ScalerParams p = dynamic(2);
   p.init_scale = 4.0f;
   p.min_scale = 1.0f;

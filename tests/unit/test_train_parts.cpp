@@ -115,7 +115,7 @@ TEST_CASE("progress formatting: durations, counts and the line's fixed key order
         "12.3k samples/s | ETA 3m20s");
 }
 
-TEST_CASE("metrics: one JSON line per record; resume truncation keeps records up to the step", "[metrics]") {
+TEST_CASE("metrics: one JSON line per record, and resume truncation keeps records up to the step", "[metrics]") {
   amp_test::TempDir t;
   {
     MetricsWriter m(t.path(), true, false);
@@ -158,7 +158,7 @@ TEST_CASE("metrics: a failed write leaves no torn record and stops recording", "
   m.record({{"step", 2}});  // dropped, no second failure
 }
 
-TEST_CASE("run folders: one lock holder at a time; unwritable folders named with their key", "[rundir]") {
+TEST_CASE("run folders: one lock holder at a time, unwritable folders named with their key", "[rundir]") {
   amp_test::TempDir t;
   {
     RunDirLock lock(t.path(), "run.out_dir");
