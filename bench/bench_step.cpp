@@ -103,8 +103,11 @@ int main(int argc, char** argv) {
   for (auto& kv : t) step += kv.second;
   step /= double(steps);
 
-  // Bare GEMMs of the same shapes and dtype (FP16 runs as FP32 matmul, as the backend does).
-  const DType gemm_t = dt == DType::F16 ? DType::F32 : dt;
+  // Bare GEMMs of the same shapes and dtype, as the backend runs them: FP16 (and BF16 where oneDNN
+  // has no BF16 matmul on this CPU) as FP32 matmuls of widened operands.
+  const bool widened = dt == DType::F16 || (dt == DType::BF16 && !be.bf16_native());
+  const DType gemm_t = widened ? DType::F32 : dt;
+  if (dt == DType::BF16 && widened) std::printf("bf16: no oneDNN BF16 matmul on this CPU: operands widened to FP32\n");
   std::vector<cpu::MatmulShape> shapes;
   double flops = 0;
   for (size_t l = 0; l + 1 < dims.size(); ++l) {

@@ -1,19 +1,47 @@
 #!/usr/bin/env bash
 # CPU training throughput of the default MLP (784-1024-1024-10, batch 128, AdamW) in FP32/FP16/BF16
-# with 1 and 2 threads, next to PyTorch (Debian's python3-torch, installed here if missing) on the
-# same model, batch and threads, measured in the same run; then the step's FLOP rate against
-# oneDNN's bare matmul rate on the same shapes (bench_step). Prints Markdown tables.
+# with 1 and 2 threads, next to PyTorch (Debian's python3-torch with OpenBLAS, installed here if
+# missing) on the same model, batch and threads, measured in the same run; then the step's FLOP
+# rate against oneDNN's bare matmul rate on the same shapes (bench_step). Prints the machine, the
+# BLAS PyTorch actually called, and Markdown tables; no ratio unless the peer ran OpenBLAS.
 # Usage: scripts/bench_train.sh [steps (default 300)] [batch (default 128)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-300}
 batch=${2:-128}
 bin=${AMP_BUILD:-build}
-# PyTorch from Debian runs FP32 GEMMs through the libblas.so.3 alternative: OpenBLAS, not the reference BLAS.
-if ! /usr/bin/python3 -c "import torch" 2>/dev/null || ! dpkg -s libopenblas0-openmp >/dev/null 2>&1; then
+# The peer runs at its best: PyTorch from Debian calls the libblas.so.3 it finds first, so it is
+# pointed at OpenBLAS (OpenMP build) explicitly, whatever the alternatives system selects (a
+# reference BLAS pulled in by another package is 5x slower), with OPENBLAS_CORETYPE and
+# OPENBLAS_L2_SIZE unset for the peer alone (forcing a core type can select slow kernels).
+pkgs=()
+/usr/bin/python3 -c "import torch" 2>/dev/null || pkgs+=(python3-torch)
+dpkg-query -W -f='${Status}' libopenblas0-openmp 2>/dev/null | grep -q "install ok installed" || pkgs+=(libopenblas0-openmp)
+if ((${#pkgs[@]})); then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends python3-torch libopenblas0-openmp >/dev/null
+  $SUDO apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${pkgs[@]}" >/dev/null
 fi
+openblas_dir=/usr/lib/x86_64-linux-gnu/openblas-openmp
+peer() {
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE LD_LIBRARY_PATH="$openblas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      OMP_NUM_THREADS="$1" /usr/bin/python3 bench/peers/torch_mlp.py --precision "$2" --threads "$1" \
+      --batch "$batch" --steps 200
+}
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores," \
+     "$(grep -o -w 'avx512f\|avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | xargs | sed 's/^$/no AVX-512/')"
+probe=$(peer 1 fp32)
+blas=$(/usr/bin/python3 -c "import json,sys; j=json.loads(sys.argv[1]); print(', '.join(j['blas']) or 'none mapped', '|', j['blas_config'] or 'not OpenBLAS', '| core', j['blas_core'] or '?', '| torch', j['torch'], '| oneDNN bf16:', j['mkldnn_bf16'])" "$probe")
+echo "peer: PyTorch called $blas"
+peer_bf16=0
+case "$blas" in *"oneDNN bf16: True"*) peer_bf16=1 ;; esac
+declare -A peer_fp32
+honest=1
+case "$blas" in
+  *openblas*OpenBLAS*) ;;
+  *) honest=0; echo "bench_train: PyTorch did not run OpenBLAS: no ratios are printed (a handicapped peer is no result)" >&2 ;;
+esac
+echo
 out=$(mktemp -d)
 echo "| precision | threads | amp_ddp samples/s | PyTorch samples/s | ratio |"
 echo "|---|---|---|---|---|"
@@ -27,9 +55,16 @@ for threads in 1 2; do
     if [ "$prec" = fp16 ]; then
       echo "| $prec | $threads | $ours | (no FP16 autocast on CPU) | |"
     else
-      peer=$(OMP_NUM_THREADS=$threads /usr/bin/python3 bench/peers/torch_mlp.py --precision "$prec" --threads "$threads" \
-             --batch "$batch" --steps 200 | /usr/bin/python3 -c "import json,sys;print(round(json.load(sys.stdin)['samples_per_second']))")
-      echo "| $prec | $threads | $ours | $peer | $(/usr/bin/python3 -c "print(f'{$ours/$peer:.2f}')") |"
+      peer=$(peer "$threads" "$prec" | /usr/bin/python3 -c "import json,sys;print(round(json.load(sys.stdin)['samples_per_second']))")
+      ratio="(no ratio)"
+      ((honest)) && ratio=$(/usr/bin/python3 -c "print(f'{$ours/$peer:.2f}')")
+      if [ "$prec" = bf16 ] && ((!peer_bf16)); then
+        # PyTorch has no fast BF16 path on this CPU: its best way to train this model here is FP32.
+        ratio="(PyTorch has no BF16 kernel on this CPU)"
+        ((honest)) && ratio="$(/usr/bin/python3 -c "print(f'{$ours/${peer_fp32[$threads]}:.2f}')") vs its FP32"
+      fi
+      [ "$prec" = fp32 ] && peer_fp32[$threads]=$peer
+      echo "| $prec | $threads | $ours | $peer | $ratio |"
     fi
   done
 done

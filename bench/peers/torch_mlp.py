@@ -1,7 +1,11 @@
 """PyTorch peer for the CPU training benchmark: the same MLP (784-1024-1024-10, ReLU), AdamW,
 softmax cross-entropy, the same batch and thread count; FP32, or BF16 through CPU autocast.
-Prints one JSON line: {"precision", "threads", "batch", "samples_per_second", "step_ms"}."""
+Prints one JSON line: {"precision", "threads", "batch", "samples_per_second", "step_ms", "torch",
+"blas", "blas_config", "blas_core", "mkldnn_bf16"}: "blas" is the BLAS library this process
+actually mapped after running its GEMMs (read from /proc/self/maps), "blas_config"/"blas_core"
+what OpenBLAS says of itself (its build and the kernel it picked for this CPU)."""
 import argparse
+import ctypes
 import json
 import time
 
@@ -44,5 +48,36 @@ t0 = time.perf_counter()
 for _ in range(a.steps):
     step()
 dt = (time.perf_counter() - t0) / a.steps
+
+
+def blas_in_use():
+    """The libblas.so.3 this process mapped (libtorch's GEMMs go through it; LAPACK may map another
+    library beside it), and what OpenBLAS reports of itself when that one is OpenBLAS."""
+    libs, others = set(), set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            name = path.rsplit("/", 1)[-1]
+            if name.startswith("libblas.so"):
+                libs.add(path)
+            elif name.startswith(("libopenblas", "libmkl_rt", "libblis")):
+                others.add(path)
+    config = core = ""
+    for path in sorted(libs):
+        try:
+            lib = ctypes.CDLL(path)
+            lib.openblas_get_config.restype = ctypes.c_char_p
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            config = lib.openblas_get_config().decode()
+            core = lib.openblas_get_corename().decode()
+        except (OSError, AttributeError):
+            pass
+    return sorted(libs), config, core
+
+
+libs, config, core = blas_in_use()
 print(json.dumps({"precision": a.precision, "threads": a.threads, "batch": a.batch,
-                  "samples_per_second": a.batch / dt, "step_ms": dt * 1e3, "torch": torch.__version__}))
+                  "samples_per_second": a.batch / dt, "step_ms": dt * 1e3, "torch": torch.__version__,
+                  "blas": libs, "blas_config": config, "blas_core": core,
+                  "mkldnn_bf16": bool(torch.backends.mkldnn.is_available() and
+                                      getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())}))
