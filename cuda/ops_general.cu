@@ -1,0 +1,111 @@
+// Kernels of the general ops (cuda/ops_general.h): add (FP32 addition, one rounding), row_sum (the
+// fixed lane order of backend/ops_args.h, no atomics) and the k == 0 GEMM (C = beta * C). Each
+// element is computed by the same FP32 expression as on the CPU twin, so results are
+// bit-identical (NaN payloads aside). Inputs and outputs of add may be the same memory, so they
+// are not __restrict__.
+#include "cuda/kernel_util.cuh"
+#include "cuda/ops_general.h"
+
+namespace amp::cuda {
+
+namespace {
+
+constexpr int kVec = 4;
+constexpr unsigned kLanes = unsigned(kRowSumLanes);
+static_assert(kLanes * 32 <= 1024, "row_sum block size");
+
+template <typename A, typename B, typename O>
+__global__ void __launch_bounds__(kThreads) add_kernel(const A* a, const B* b, O* out, size_t n, bool vec) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x * kVec;
+  for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n; i += stride) {
+    float va[kVec], vb[kVec];
+    load_floats<kVec>(a, i, n, vec, va);
+    load_floats<kVec>(b, i, n, vec, vb);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) va[k] += vb[k];
+    store_floats<kVec>(out, i, n, vec, va);
+  }
+}
+
+// Block = 32 columns x kLanes row lanes. Lane l sums rows l, l + kLanes, ... of its column in row
+// order from +0; the lanes' sums are then added in lane order from +0 (the CPU twin's order).
+template <typename X, typename O>
+__global__ void __launch_bounds__(32 * kLanes) row_sum_kernel(const X* __restrict__ x, O* __restrict__ out,
+                                                              int64_t rows, int64_t cols, int64_t ldx) {
+  __shared__ float part[kLanes][33];
+  const int64_t col = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  float acc = 0.0f;
+  if (col < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += kLanes) acc += to_f32(x[r * ldx + col]);
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float s = 0.0f;
+#pragma unroll
+    for (unsigned l = 0; l < kLanes; ++l) s += part[l][threadIdx.x];
+    out[col] = from_f32<O>(s);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) scale_c_kernel(T* c, int64_t batch, int64_t m, int64_t n, int64_t ldc,
+                                                           int64_t stride_c, float beta) {
+  const int64_t total = batch * m * n, step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += step) {
+    const int64_t j = idx % n, t = idx / n, i = t % m, b = t / m;
+    T* p = c + b * stride_c + i * ldc + j;
+    *p = from_f32<T>(beta == 0.0f ? 0.0f : beta * to_f32(*p));  // beta == 0: C not read
+  }
+}
+
+}  // namespace
+
+void GeneralOps::add(const AddArgs& a, cudaStream_t stream) {
+  check_args(a);
+  if (a.n == 0) return;
+  const size_t n = size_t(a.n);
+  const Launch l{stream, max_blocks_};
+  dispatch_float(a.a_type, "add", [&](auto at) {
+    dispatch_float(a.b_type, "add", [&](auto bt) {
+      dispatch_float(a.out_type, "add", [&](auto ot) {
+        using A = decltype(at);
+        using B = decltype(bt);
+        using O = decltype(ot);
+        const bool vec = aligned_to(a.a, sizeof(A) * kVec) && aligned_to(a.b, sizeof(B) * kVec) &&
+                         aligned_to(a.out, sizeof(O) * kVec);
+        add_kernel<A, B, O><<<blocks_for((n + kVec - 1) / kVec, kThreads, l), kThreads, 0, stream>>>(
+            static_cast<const A*>(a.a), static_cast<const B*>(a.b), static_cast<O*>(a.out), n, vec);
+        AMP_CHECK_LAUNCH("add_kernel");
+      });
+    });
+  });
+}
+
+void GeneralOps::row_sum(const RowSumArgs& r, cudaStream_t stream) {
+  check_args(r);
+  if (r.cols == 0) return;
+  const int64_t blocks = (r.cols + 31) / 32;
+  AMP_CHECK(blocks <= int64_t(INT32_MAX), "row_sum: too many columns");
+  dispatch_float(r.x_type, "row_sum", [&](auto xt) {
+    dispatch_float(r.out_type, "row_sum", [&](auto ot) {
+      using X = decltype(xt);
+      using O = decltype(ot);
+      row_sum_kernel<X, O><<<unsigned(blocks), dim3(32, kLanes), 0, stream>>>(
+          static_cast<const X*>(r.x), static_cast<O*>(r.out), r.rows, r.cols, r.ldx);
+      AMP_CHECK_LAUNCH("row_sum_kernel");
+    });
+  });
+}
+
+void GeneralOps::scale_c(const GemmArgs& g, cudaStream_t stream) {
+  const Launch l{stream, max_blocks_};
+  const size_t total = size_t(g.batch * g.m * g.n);
+  dispatch_float(g.c, "gemm", [&](auto ct) {
+    using T = decltype(ct);
+    scale_c_kernel<T><<<blocks_for(total, kThreads, l), kThreads, 0, stream>>>(static_cast<T*>(g.C), g.batch, g.m, g.n,
+                                                                               g.ldc, g.stride_c, g.beta);
+    AMP_CHECK_LAUNCH("scale_c_kernel");
+  });
+}
+
+}  // namespace amp::cuda

@@ -1,0 +1,283 @@
+#include "backend/cpu/ops_general.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "core/convert.h"
+#include "core/error.h"
+
+namespace amp::cpu {
+
+namespace {
+
+using dnnl::memory;
+
+constexpr int64_t kBlock = 2048;         // elements per work block of add (fits the L1 cache as floats)
+constexpr int64_t kParallelMin = 4 * kBlock;  // fork threads only for at least this many elements
+constexpr int64_t kTile = 256;           // columns per row_sum work item
+
+memory::data_type dnnl_type(DType t) {
+  switch (t) {
+    case DType::F32: return memory::data_type::f32;
+    case DType::BF16: return memory::data_type::bf16;
+    case DType::F16: return memory::data_type::f16;
+    default: break;
+  }
+  throw Error(ErrorKind::Internal, strcat("gemm: unsupported dtype ", dtype_name(t)));
+}
+
+const char* at(const void* p, DType t, int64_t i) { return static_cast<const char*>(p) + i * int64_t(dtype_size(t)); }
+char* at(void* p, DType t, int64_t i) { return static_cast<char*>(p) + i * int64_t(dtype_size(t)); }
+
+// Matrices seen by oneDNN: dims {batch, rows, cols} of the LOGICAL operand (op(A) is m x k, op(B)
+// is k x n, C is m x n); a transposed operand is the stored matrix read with swapped strides. A
+// batch of 1 (or a stride-0 operand) has batch dimension 1, which oneDNN broadcasts.
+memory::desc matrix_desc(DType t, int64_t nb, int64_t rows, int64_t cols, bool trans, int64_t ld, int64_t stride) {
+  const int64_t stored_rows = trans ? cols : rows;
+  if (nb == 1) stride = stored_rows * ld;  // unused by oneDNN; a non-overlapping value
+  return memory::desc({nb, rows, cols}, dnnl_type(t),
+                      trans ? memory::dims{stride, 1, ld} : memory::dims{stride, ld, 1});
+}
+
+int64_t batch_of(int64_t batch, int64_t stride) { return batch == 1 || stride == 0 ? 1 : batch; }
+
+// Batch dimensions of the dense FP32 copies: oneDNN broadcasts one operand over the batch but not
+// both, so when both are broadcast A is replicated (rare: every product is the same then).
+std::pair<int64_t, int64_t> dense_batches(const GemmArgs& g) {
+  const int64_t nba = batch_of(g.batch, g.stride_a), nbb = batch_of(g.batch, g.stride_b);
+  return {nba == 1 && nbb == 1 ? g.batch : nba, nbb};
+}
+
+// Copies nb matrices of rows x cols (leading dimension ld, batch stride s, dtype t) to dense FP32.
+void gather_f32(const void* src, DType t, int64_t nb, int64_t rows, int64_t cols, int64_t ld, int64_t s, float* dst) {
+  const int64_t total = nb * rows;
+#pragma omp parallel for schedule(static) if (total * cols >= kParallelMin && total > 1)
+  for (int64_t r = 0; r < total; ++r) {
+    const int64_t b = r / rows, i = r % rows;
+    convert(at(src, t, b * s + i * ld), t, dst + r * cols, DType::F32, size_t(cols));
+  }
+}
+
+// The reverse: dense FP32 rows rounded once into the strided destination.
+void scatter_f32(const float* src, void* dst, DType t, int64_t nb, int64_t rows, int64_t cols, int64_t ld, int64_t s) {
+  const int64_t total = nb * rows;
+#pragma omp parallel for schedule(static) if (total * cols >= kParallelMin && total > 1)
+  for (int64_t r = 0; r < total; ++r) {
+    const int64_t b = r / rows, i = r % rows;
+    convert(src + r * cols, DType::F32, at(dst, t, b * s + i * ld), t, size_t(cols));
+  }
+}
+
+}  // namespace
+
+struct GeneralOps::Impl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  bool bf16_native = false;
+
+  struct Plan {
+    dnnl::matmul prim;
+    memory::desc a, b, c;
+    bool direct = false;  // on the caller's memory (else on dense FP32 scratch)
+    std::string impl;
+  };
+  // Everything the primitive depends on; alpha is a run-time scale and not part of it.
+  using Key = std::array<int64_t, 15>;
+  std::map<Key, Plan> plans;
+  std::mutex mu;
+  std::vector<float> sa, sb, sc, partial;  // scratch (under mu)
+
+  static Key key_of(const GemmArgs& g) {
+    uint32_t beta_bits;
+    std::memcpy(&beta_bits, &g.beta, sizeof beta_bits);
+    return Key{g.m,        g.n,        g.k,        g.batch,    g.trans_a, g.trans_b, g.lda,       g.ldb,   g.ldc,
+               g.stride_a, g.stride_b, g.stride_c, int64_t(g.ab), int64_t(g.c), int64_t(beta_bits)};
+  }
+
+  // False when oneDNN refuses; the reference implementation counts as a refusal
+  // when `allow_ref` is false (it is orders of magnitude slower than the FP32 fallback).
+  bool try_make(const memory::desc& a, const memory::desc& b, const memory::desc& c, float beta, bool allow_ref,
+                Plan* out) {
+    try {
+      dnnl::primitive_attr attr;
+      attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});  // alpha, at run time
+      if (beta != 0.0f) {
+        dnnl::post_ops po;
+        po.append_sum(beta);  // C = alpha * A B + beta * C, in FP32, one rounding to C's dtype
+        attr.set_post_ops(po);
+      }
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
+      const std::string impl = pd.impl_info_str();
+      if (!allow_ref && impl.rfind("ref", 0) == 0) return false;
+      out->prim = dnnl::matmul(pd);
+      out->a = a, out->b = b, out->c = c;
+      out->impl = impl;
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }
+
+  Plan& plan_for(const GemmArgs& g) {
+    const Key key = key_of(g);
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+    Plan p;
+    const int64_t nba = batch_of(g.batch, g.stride_a), nbb = batch_of(g.batch, g.stride_b);
+    // What oneDNN can take as it is: FP32, and BF16 where it has a BF16 matmul (C in FP32 or BF16).
+    const bool ab_ok = g.ab == DType::F32 || (g.ab == DType::BF16 && bf16_native);
+    const bool c_ok = g.c == DType::F32 || (g.c == DType::BF16 && g.ab == DType::BF16 && bf16_native);
+    bool made = false;
+    if (ab_ok && c_ok) {
+      try {  // a layout oneDNN cannot describe (overlapping batches) throws here
+        const memory::desc a = matrix_desc(g.ab, nba, g.m, g.k, g.trans_a, g.lda, g.stride_a);
+        const memory::desc b = matrix_desc(g.ab, nbb, g.k, g.n, g.trans_b, g.ldb, g.stride_b);
+        const memory::desc c = matrix_desc(g.c, g.batch, g.m, g.n, false, g.ldc, g.stride_c);
+        made = try_make(a, b, c, g.beta, false, &p);
+      } catch (const dnnl::error&) {
+        made = false;
+      }
+      p.direct = made;
+    }
+    if (!made) {
+      // Dense FP32 copies of everything, in the stored orientation (transposes stay strides).
+      const auto [dba, dbb] = dense_batches(g);
+      const memory::desc a = matrix_desc(DType::F32, dba, g.m, g.k, g.trans_a, g.a_cols(), g.m * g.k);
+      const memory::desc b = matrix_desc(DType::F32, dbb, g.k, g.n, g.trans_b, g.b_cols(), g.k * g.n);
+      const memory::desc c = matrix_desc(DType::F32, g.batch, g.m, g.n, false, g.n, g.m * g.n);
+      if (!try_make(a, b, c, g.beta, true, &p))
+        throw Error(ErrorKind::Internal, strcat("oneDNN has no FP32 matmul for m=", g.m, " n=", g.n, " k=", g.k,
+                                                " batch=", g.batch));
+      p.direct = false;
+    }
+    return plans.emplace(key, std::move(p)).first->second;
+  }
+
+  void execute(Plan& p, const void* a, const void* b, void* c, float alpha) {
+    float scale = alpha;
+    memory ma(p.a, engine, const_cast<void*>(a));
+    memory mb(p.b, engine, const_cast<void*>(b));
+    memory mc(p.c, engine, c);
+    memory ms(memory::desc({1}, memory::data_type::f32, memory::dims{1}), engine, &scale);
+    p.prim.execute(stream, {{DNNL_ARG_SRC, ma},
+                            {DNNL_ARG_WEIGHTS, mb},
+                            {DNNL_ARG_DST, mc},
+                            {DNNL_ARG_ATTR_OUTPUT_SCALES, ms}});
+    stream.wait();
+  }
+
+  // k == 0: C = beta * C (beta == 0: zeros, C not read).
+  static void scale_c(const GemmArgs& g) {
+    std::vector<float> row(size_t(g.n));
+    for (int64_t bi = 0; bi < g.batch; ++bi)
+      for (int64_t i = 0; i < g.m; ++i) {
+        void* p = at(g.C, g.c, bi * g.stride_c + i * g.ldc);
+        if (g.beta == 0.0f) {
+          std::fill(row.begin(), row.end(), 0.0f);
+        } else {
+          convert(p, g.c, row.data(), DType::F32, row.size());
+          for (float& v : row) v *= g.beta;
+        }
+        convert(row.data(), DType::F32, p, g.c, row.size());
+      }
+  }
+};
+
+GeneralOps::GeneralOps() : impl_(std::make_unique<Impl>()) {
+  // oneDNN runs BF16 matmuls natively only where the CPU has AVX-512 (BF16 or emulated); probe once.
+  Impl::Plan probe;
+  const memory::desc d = matrix_desc(DType::BF16, 1, 1, 1, false, 1, 1);
+  impl_->bf16_native = impl_->try_make(d, d, d, 0.0f, false, &probe);
+}
+
+GeneralOps::~GeneralOps() = default;
+
+bool GeneralOps::bf16_native() const { return impl_->bf16_native; }
+
+std::string GeneralOps::gemm_implementation(const GemmArgs& g) {
+  check_args(g);
+  if (g.empty() || g.k == 0) return "none (no product)";
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Impl::Plan& p = impl_->plan_for(g);
+  return p.impl + (p.direct ? " (direct)" : " (widened to f32)");
+}
+
+void GeneralOps::gemm(const GemmArgs& g) {
+  check_args(g);
+  if (g.empty()) return;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (g.k == 0) {
+    Impl::scale_c(g);
+    return;
+  }
+  Impl::Plan& p = impl_->plan_for(g);
+  if (p.direct) {
+    impl_->execute(p, g.A, g.B, g.C, g.alpha);
+    return;
+  }
+  // Widen (or copy) the operands to dense FP32, multiply in FP32, round C once.
+  const auto [nba, nbb] = dense_batches(g);
+  auto& sa = impl_->sa;
+  auto& sb = impl_->sb;
+  auto& sc = impl_->sc;
+  sa.resize(size_t(nba * g.m * g.k));
+  sb.resize(size_t(nbb * g.k * g.n));
+  sc.resize(size_t(g.batch * g.m * g.n));
+  gather_f32(g.A, g.ab, nba, g.a_rows(), g.a_cols(), g.lda, g.stride_a, sa.data());
+  gather_f32(g.B, g.ab, nbb, g.b_rows(), g.b_cols(), g.ldb, g.stride_b, sb.data());
+  if (g.beta != 0.0f) gather_f32(g.C, g.c, g.batch, g.m, g.n, g.ldc, g.stride_c, sc.data());
+  impl_->execute(p, sa.data(), sb.data(), sc.data(), g.alpha);
+  scatter_f32(sc.data(), g.C, g.c, g.batch, g.m, g.n, g.ldc, g.stride_c);
+}
+
+void GeneralOps::add(const AddArgs& a) {
+  check_args(a);
+  const int64_t n = a.n, nb = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    alignas(64) float va[kBlock], vb[kBlock];
+    const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
+    convert(at(a.a, a.a_type, off), a.a_type, va, DType::F32, size_t(len));
+    convert(at(a.b, a.b_type, off), a.b_type, vb, DType::F32, size_t(len));
+    for (int64_t i = 0; i < len; ++i) va[i] += vb[i];
+    convert(va, DType::F32, at(a.out, a.out_type, off), a.out_type, size_t(len));
+  }
+}
+
+void GeneralOps::row_sum(const RowSumArgs& r) {
+  check_args(r);
+  if (r.cols == 0) return;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  // partial[l][j]: lane l's sum of rows l, l + L, ... of column j (the order ops_args.h fixes).
+  // Work items are (column tile, lane) pairs, so even a single column uses kRowSumLanes threads.
+  constexpr int64_t L = kRowSumLanes;
+  auto& partial = impl_->partial;
+  partial.assign(size_t(L * r.cols), 0.0f);
+  const int64_t tiles = (r.cols + kTile - 1) / kTile, items = tiles * L;
+#pragma omp parallel for schedule(static) if (r.rows * r.cols >= kParallelMin && items > 1)
+  for (int64_t w = 0; w < items; ++w) {
+    const int64_t tile = w / L, lane = w % L;
+    const int64_t c0 = tile * kTile, len = std::min(kTile, r.cols - c0);
+    float* acc = partial.data() + lane * r.cols + c0;
+    alignas(64) float v[kTile];
+    for (int64_t i = lane; i < r.rows; i += L) {
+      convert(at(r.x, r.x_type, i * r.ldx + c0), r.x_type, v, DType::F32, size_t(len));
+      for (int64_t j = 0; j < len; ++j) acc[j] += v[j];
+    }
+  }
+  std::vector<float> sum(size_t(r.cols));
+  for (int64_t j = 0; j < r.cols; ++j) {
+    float s = 0.0f;
+    for (int64_t l = 0; l < L; ++l) s += partial[size_t(l * r.cols + j)];
+    sum[size_t(j)] = s;
+  }
+  convert(sum.data(), DType::F32, r.out, r.out_type, sum.size());
+}
+
+}  // namespace amp::cpu

@@ -1,0 +1,161 @@
+// Arguments of the general ops a model zoo needs beyond the MLP's linear layers: a strided,
+// batched GEMM (attention's Q K^T and softmax(P) V, the linear layers as special cases), an
+// elementwise add (residual connections) and a column sum over rows (bias gradients). Plain
+// structs, no virtuals; the CPU twins are amp::cpu::GeneralOps (src/backend/cpu/ops_general.h),
+// the CUDA twins amp::cuda::GeneralOps (cuda/ops_general.h). Both validate with the check_args()
+// functions below, so an argument one side refuses the other refuses too.
+//
+// Numeric semantics shared by both twins (the autocast policy of docs/design.md):
+//
+// GEMM   C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b]          for b in [0, batch)
+//        Every matrix is ROW-MAJOR: element (i, j) of a stored R x Cols matrix X with leading
+//        dimension ldx is X[i * ldx + j], and matrix b of a batch starts stride_x elements after
+//        matrix b - 1. op(A) is m x k, op(B) is k x n, C is m x n.
+//        - A and B have one dtype (ab: F32, F16 or BF16); C is FP32 or A's and B's dtype (the
+//          combinations cuBLAS(Lt) has with FP32 compute; an FP32 x FP32 -> 16-bit product is a
+//          GEMM into FP32 followed by a cast).
+//        - Products and sums in FP32 (16-bit operands are widened exactly; no TF32), then
+//          alpha * acc + beta * float(C_old) in FP32 and ONE rounding to C's dtype.
+//        - beta == 0: C is only written, never read (it may hold NaN or garbage).
+//          beta != 0 with k == 0 gives C = beta * C; beta == 0 with k == 0 gives C = 0.
+//        - alpha == 0 is allowed; whether A and B are then read (a NaN in them propagating) is
+//          unspecified, as in BLAS.
+//        - The summation order is unspecified (it differs between oneDNN and cuBLAS, and between
+//          shapes); the error bound is that of any FP32 summation: |err| <= about k * 2^-24 *
+//          sum_p |a_ip b_pj| before the output rounding.
+//        - stride 0 broadcasts an operand over the batch (e.g. one weight matrix for every batch
+//          entry). Batches of A and B may be interleaved or overlap (heads of a [B, T, 3, H, D]
+//          buffer: stride D, leading dimension 3 H D). C's matrices must not overlap each other
+//          (interleaved is fine: attention's output heads in a [T, H, D] buffer), and C must not
+//          overlap A or B.
+//        Example, one sequence of T tokens, H heads of width D, qkv stored [T, 3, H, D]:
+//          scores = Q K^T / sqrt(D):  m = n = T, k = D, batch = H, trans_b = true,
+//                                     A = qkv + 0*H*D, lda = 3HD, stride_a = D,
+//                                     B = qkv + 1*H*D, ldb = 3HD, stride_b = D,
+//                                     C = scores [H, T, T], ldc = T, stride_c = T*T, alpha = 1/sqrt(D)
+//          out = P V:                 m = T, n = D, k = T, batch = H,
+//                                     A = P [H, T, T], lda = T, stride_a = T*T,
+//                                     B = qkv + 2*H*D, ldb = 3HD, stride_b = D,
+//                                     C = out [T, H, D], ldc = HD, stride_c = D
+//        The linear layers: y = x W^T is m = rows, n = out, k = in, trans_b = true, batch = 1.
+//
+// add    out[i] = round(float(a[i]) + float(b[i])) for i in [0, n): each of a, b, out is F32, F16
+//        or BF16 on its own; one FP32 addition and one rounding to out's dtype, bit-identical on
+//        both twins (up to NaN payloads). out may be a or b itself (same pointer and dtype), no
+//        other overlap.
+//
+// row_sum out[j] = sum over i in [0, rows) of x[i * ldx + j] for j in [0, cols): FP32
+//        accumulation in a FIXED order, the same on both twins (bit-identical results, no
+//        atomics): kRowSumLanes partial sums, lane l adding rows l, l + kRowSumLanes, ... in
+//        increasing order starting from +0.0f; then out[j] = ((0 + p_0) + p_1) + ... + p_15,
+//        rounded once to out's dtype (F32, F16 or BF16). rows == 0 gives 0.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace amp {
+
+// Lanes of row_sum's fixed summation order (see above). Part of the semantics: the CPU and CUDA
+// twins both use it, which is what makes their results bit-identical.
+constexpr int64_t kRowSumLanes = 16;
+
+struct GemmArgs {
+  // Shape: op(A) is m x k, op(B) is k x n, C is m x n; batch matrices of each. Any may be 0
+  // (nothing to do, except k == 0: C = beta * C).
+  int64_t m = 0, n = 0, k = 0;
+  int64_t batch = 1;
+  // Transposes: trans_a means A is stored k x m (row-major) and op(A) = A^T; otherwise A is
+  // stored m x k. trans_b means B is stored n x k and op(B) = B^T; otherwise B is stored k x n.
+  bool trans_a = false, trans_b = false;
+  // Scalars, FP32: C = alpha * op(A) op(B) + beta * C; beta == 0 never reads C.
+  float alpha = 1.0f, beta = 0.0f;
+  // A: first element of matrix 0; lda = elements between consecutive rows of the STORED matrix
+  // (>= its row length: m when trans_a, k otherwise); stride_a = elements between consecutive
+  // matrices of the batch (0: the same matrix for every b).
+  const void* A = nullptr;
+  int64_t lda = 0, stride_a = 0;
+  // B: the same; lda's rule with the stored row length n (!trans_b) or k (trans_b).
+  const void* B = nullptr;
+  int64_t ldb = 0, stride_b = 0;
+  // C: ldc >= n; stride_c between the batch's output matrices (non-zero when batch > 1).
+  void* C = nullptr;
+  int64_t ldc = 0, stride_c = 0;
+  // Dtypes: ab of A and B (F32, F16, BF16: both operands the same), c of C (F32, or ab).
+  DType ab = DType::F32;
+  DType c = DType::F32;
+
+  // Stored shapes (row-major rows x row length) of A and B.
+  int64_t a_rows() const { return trans_a ? k : m; }
+  int64_t a_cols() const { return trans_a ? m : k; }
+  int64_t b_rows() const { return trans_b ? n : k; }
+  int64_t b_cols() const { return trans_b ? k : n; }
+  bool empty() const { return m == 0 || n == 0 || batch == 0; }
+};
+
+// out = a + b elementwise (see the header comment).
+struct AddArgs {
+  const void* a = nullptr;
+  DType a_type = DType::F32;
+  const void* b = nullptr;
+  DType b_type = DType::F32;
+  void* out = nullptr;
+  DType out_type = DType::F32;
+  int64_t n = 0;  // elements
+};
+
+// out[cols] = column sums of x[rows, cols] (see the header comment).
+struct RowSumArgs {
+  const void* x = nullptr;
+  DType x_type = DType::F32;
+  int64_t rows = 0, cols = 0;
+  int64_t ldx = 0;  // elements between consecutive rows of x, >= cols
+  void* out = nullptr;
+  DType out_type = DType::F32;  // FP32 by default (a bias gradient's master copy); F16/BF16 round once
+};
+
+inline bool is_gemm_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// Throws amp::Error (Internal: a caller's bug) naming the first violated rule.
+inline void check_args(const GemmArgs& g) {
+  AMP_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch >= 0, "gemm: negative shape m=", g.m, " n=", g.n,
+            " k=", g.k, " batch=", g.batch);
+  AMP_CHECK(is_gemm_float(g.ab) && (g.c == DType::F32 || g.c == g.ab), "gemm: unsupported dtypes ",
+            dtype_name(g.ab), " -> ", dtype_name(g.c), " (C is f32 or the operands' dtype)");
+  if (g.empty()) return;
+  AMP_CHECK(g.C != nullptr, "gemm: C is null");
+  AMP_CHECK(g.ldc >= g.n, "gemm: ldc ", g.ldc, " < n ", g.n);
+  AMP_CHECK(g.stride_c >= 0 && (g.batch == 1 || g.stride_c > 0), "gemm: stride_c ", g.stride_c,
+            " (must be > 0 when batch > 1)");
+  AMP_CHECK(std::isfinite(g.beta) && std::isfinite(g.alpha), "gemm: alpha/beta not finite");
+  if (g.k == 0) return;
+  AMP_CHECK(g.A != nullptr && g.B != nullptr, "gemm: A or B is null");
+  AMP_CHECK(g.lda >= g.a_cols(), "gemm: lda ", g.lda, " < the stored row length ", g.a_cols(),
+            g.trans_a ? " (A stored k x m)" : " (A stored m x k)");
+  AMP_CHECK(g.ldb >= g.b_cols(), "gemm: ldb ", g.ldb, " < the stored row length ", g.b_cols(),
+            g.trans_b ? " (B stored n x k)" : " (B stored k x n)");
+  AMP_CHECK(g.stride_a >= 0 && g.stride_b >= 0, "gemm: negative batch stride");
+}
+
+inline void check_args(const AddArgs& a) {
+  AMP_CHECK(a.n >= 0, "add: negative n ", a.n);
+  AMP_CHECK(is_gemm_float(a.a_type) && is_gemm_float(a.b_type) && is_gemm_float(a.out_type),
+            "add: unsupported dtypes");
+  if (a.n == 0) return;
+  AMP_CHECK(a.a && a.b && a.out, "add: null pointer");
+  AMP_CHECK((a.out != a.a || a.out_type == a.a_type) && (a.out != a.b || a.out_type == a.b_type),
+            "add: out aliases an input of another dtype");
+}
+
+inline void check_args(const RowSumArgs& r) {
+  AMP_CHECK(r.rows >= 0 && r.cols >= 0, "row_sum: negative shape");
+  AMP_CHECK(is_gemm_float(r.x_type) && is_gemm_float(r.out_type), "row_sum: unsupported dtypes");
+  if (r.cols == 0) return;
+  AMP_CHECK(r.out != nullptr && (r.rows == 0 || r.x != nullptr), "row_sum: null pointer");
+  AMP_CHECK(r.ldx >= r.cols, "row_sum: ldx ", r.ldx, " < cols ", r.cols);
+}
+
+}  // namespace amp
