@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "amp/mixed_precision.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
 #include "model/mlp.h"
@@ -49,27 +50,35 @@ int main(int argc, char** argv) {
   }
   const DType dt = prec == "fp32" ? DType::F32 : prec == "fp16" ? DType::F16 : DType::BF16;
   CpuBackend be(threads);
-  Mlp model(be, dims, Activation::Relu, dt, batch);
+  MlpOptions mo;
+  mo.dims = dims;
+  Mlp model(be, be, mo, dt, batch);
   const ParamLayout& L = model.layout();
   const size_t n = L.total;
-  std::vector<float> w = model.init_params("pytorch", 0.01, 1);
+  std::vector<float> w = model.init_params(1);
   Buffer master = be.alloc(n * 4), lp = be.alloc(n * dtype_size(dt)), grads = be.alloc(n * dtype_size(dt)),
          g32 = be.alloc(n * 4), m = be.alloc(n * 4), v = be.alloc(n * 4);
   std::memcpy(master.data(), w.data(), n * 4);
   be.cast(master.data(), DType::F32, lp.data(), dt, n);
-  Buffer x32 = be.alloc(batch * dims[0] * 4), x16 = be.alloc(batch * dims[0] * dtype_size(dt));
+  // One seeded batch, staged once (the host gathering is not part of the device step).
+  Dataset data;
+  data.n = batch;
+  data.n_features = dims[0];
+  data.n_classes = int(dims.back());
   Rng rng(2);
-  for (size_t i = 0; i < batch * dims[0]; ++i) x32.as<float>()[i] = float(rng.normal());
-  std::vector<int32_t> labels(batch);
-  for (auto& l : labels) l = int32_t(rng.below(dims.back()));
-  ScalerState scaler;
-  scaler.scale = 65536.0f;
+  data.x.resize(batch * dims[0]);
+  for (auto& x : data.x) x = float(rng.normal());
+  data.labels.resize(batch);
+  for (auto& l : data.labels) l = int32_t(rng.below(dims.back()));
+  model.stage(data, nullptr, 0, batch);
   ScalerParams sp;
+  sp.init_scale = 65536.0f;
   OptimizerParams op;
-  std::vector<int32_t> flags(3, 0);
-  float loss = 0, norm_sq = 0, lr = 1e-4f;
+  std::vector<std::string> names;
+  for (const auto& t : L.tensors) names.push_back(t.name);
+  MixedPrecision amp(be, be, sp, dt, L.spans(), names, 0, 1);
+  float loss = 0, lr = 1e-4f;
   int32_t correct = 0;
-  const auto spans = L.spans();
   const void* params = dt == DType::F32 ? master.data() : lp.data();
 
   std::map<std::string, double> t;
@@ -80,24 +89,17 @@ int main(int argc, char** argv) {
   };
   for (size_t s = 0; s < steps + 5; ++s) {
     if (s == 5) t.clear();  // warm-up excluded
-    Tensor x = x32.tensor(DType::F32, batch, dims[0]);
-    if (dt != DType::F32) {
-      timed("cast input", [&] { be.cast(x32.data(), DType::F32, x16.data(), dt, batch * dims[0]); });
-      x = x16.tensor(dt, batch, dims[0]);
-    }
-    Tensor logits;
-    timed("forward", [&] { logits = model.forward(x, params, batch); });
-    timed("loss", [&] {
-      be.softmax_xent(logits, labels.data(), &scaler.scale, 1.0f / batch, model.dlogits(batch), &loss, &correct);
+    amp.begin_step();
+    timed("forward+loss (cast)", [&] {
+      model.forward_loss(params, batch, amp.scale(), 1.0f / float(batch), true, LossSums{&loss, &correct});
     });
-    timed("backward", [&] { model.backward(model.dlogits(batch), params, grads.data(), batch, [](int) {}); });
-    std::fill(flags.begin(), flags.end(), 0);
-    timed("unscale+check+norm", [&] { be.unscale_check(grads.data(), dt, spans, &scaler.scale, g32.as<float>(), flags.data(), &norm_sq); });
+    timed("backward", [&] { model.backward(params, grads.data(), batch, [](int) {}); });
+    timed("unscale+check+norm", [&] { amp.unscale_and_check(grads.data(), g32.as<float>()); });
     timed("optimizer (+cast)", [&] {
       be.optimizer_step(op, &lr, 0.0f, master.as<float>(), g32.as<float>(), m.as<float>(), v.as<float>(), n,
-                        dt == DType::F32 ? nullptr : lp.data(), dt, flags.data(), &norm_sq, &scaler);
+                        dt == DType::F32 ? nullptr : lp.data(), dt, amp.flags(), amp.norm_sq(), amp.state());
     });
-    timed("scale update", [&] { be.update_scale(&scaler, sp, flags.data(), 1); });
+    timed("scale update", [&] { amp.update(); });
   }
   double step = 0;
   for (auto& kv : t) step += kv.second;

@@ -11,6 +11,8 @@
 
 namespace amp {
 
+class Watchdog;  // comm/watchdog.h
+
 enum class ReduceOp { Sum, Avg, Max };
 const char* reduce_op_name(ReduceOp op);
 
@@ -59,6 +61,9 @@ class Communicator {
   virtual void set_step(int64_t /*step*/) {}
   // Raises an error that a collective enqueued earlier met asynchronously (NCCL); never blocks.
   virtual void check_async_errors() {}
+  // The collective watchdog that watches this communicator's collectives, where one runs; callers
+  // mark their other long waits with Watchdog::Wait on it (nullptr: nothing watches).
+  virtual Watchdog* watchdog() { return nullptr; }
 };
 
 }  // namespace amp

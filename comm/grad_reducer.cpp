@@ -32,9 +32,9 @@ std::vector<Bucket> make_buckets(const std::vector<TensorSpan>& spans, size_t to
   return out;
 }
 
-GradReducer::GradReducer(Communicator& comm, Backend& be, std::vector<TensorSpan> spans, size_t total, DType dtype,
-                         void* grads, size_t first_bucket_bytes, size_t bucket_bytes, int32_t* local_flag)
-    : comm_(comm), be_(be), spans_(std::move(spans)), dtype_(dtype), grads_(grads), local_flag_(local_flag) {
+GradReducer::GradReducer(Communicator& comm, std::vector<TensorSpan> spans, size_t total, DType dtype, void* grads,
+                         size_t first_bucket_bytes, size_t bucket_bytes, BeforeReduce before_reduce)
+    : comm_(comm), spans_(std::move(spans)), dtype_(dtype), grads_(grads), before_reduce_(std::move(before_reduce)) {
   buckets_ = make_buckets(spans_, total, dtype_size(dtype), first_bucket_bytes, bucket_bytes);
   of_tensor_.resize(spans_.size());
   for (size_t b = 0; b < buckets_.size(); ++b)
@@ -76,11 +76,19 @@ void GradReducer::tensor_ready(int tensor) {
 void GradReducer::launch(size_t b) {
   AMP_CHECK(b == launched_, "bucket ", b, " launched out of order (next is ", launched_, ")");
   const Bucket& bk = buckets_[b];
-  be_.find_nonfinite(grads_, dtype_, spans_, bk.begin, bk.end, local_flag_);
+  if (before_reduce_) before_reduce_(bk.begin, bk.end);
   BufView view{static_cast<char*>(grads_) + bk.begin * dtype_size(dtype_), bk.end - bk.begin, dtype_};
   requests_.push_back(comm_.iallreduce(view, ReduceOp::Sum));
   step_bytes_ += view.bytes();
   ++launched_;
+}
+
+void GradReducer::reduce_blocking(size_t b) {
+  const Bucket& bk = buckets_[b];
+  if (before_reduce_) before_reduce_(bk.begin, bk.end);
+  BufView view{static_cast<char*>(grads_) + bk.begin * dtype_size(dtype_), bk.end - bk.begin, dtype_};
+  comm_.allreduce(view, ReduceOp::Sum);
+  step_bytes_ += view.bytes();
 }
 
 void GradReducer::finish() {
@@ -90,13 +98,7 @@ void GradReducer::finish() {
   double comm_seconds = 0;
   if (!overlap_) {
     // Blocking, in bucket order, on this thread; the time is all exposed.
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      const Bucket& bk = buckets_[b];
-      be_.find_nonfinite(grads_, dtype_, spans_, bk.begin, bk.end, local_flag_);
-      BufView view{static_cast<char*>(grads_) + bk.begin * dtype_size(dtype_), bk.end - bk.begin, dtype_};
-      comm_.allreduce(view, ReduceOp::Sum);
-      step_bytes_ += view.bytes();
-    }
+    for (size_t b = 0; b < buckets_.size(); ++b) reduce_blocking(b);
   } else {
     AMP_CHECK(launched_ == buckets_.size(), "backward finished with ", buckets_.size() - launched_,
               " gradient buckets never ready");

@@ -1,15 +1,18 @@
 // Bucketed gradient all-reduce overlapped with backward. The flat gradient buffer is cut into
 // contiguous buckets from its end (the last layer's gradients are ready first): a small first
 // bucket, then buckets of bucket_bytes; a bucket may split a tensor. When backward has completed
-// every tensor a bucket overlaps, the bucket is checked for non-finite values (this rank's flag
-// slot) and its non-blocking sum starts, while backward goes on with earlier layers.
+// every tensor a bucket overlaps, the caller's pre-reduction hook sees the bucket's range (the
+// trainer checks it for non-finite values into this rank's flag slot) and its non-blocking sum
+// starts, while backward goes on with earlier layers. The reducer only moves bytes.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
-#include "backend/backend.h"
 #include "comm/communicator.h"
+#include "core/tensor_span.h"
 
 namespace amp {
 
@@ -51,10 +54,11 @@ class StepClock {
 
 class GradReducer {
  public:
-  // grads: flat buffer of `dtype` in backend memory; local_flag: this rank's flag slot (backend
-  // memory) that the pre-reduction check writes.
-  GradReducer(Communicator& comm, Backend& be, std::vector<TensorSpan> spans, size_t total, DType dtype,
-              void* grads, size_t first_bucket_bytes, size_t bucket_bytes, int32_t* local_flag);
+  // Runs just before a bucket's elements [begin, end) are summed (enqueued work, in bucket order).
+  using BeforeReduce = std::function<void(size_t begin, size_t end)>;
+  // grads: flat buffer of `dtype` in the communicator's memory.
+  GradReducer(Communicator& comm, std::vector<TensorSpan> spans, size_t total, DType dtype, void* grads,
+              size_t first_bucket_bytes, size_t bucket_bytes, BeforeReduce before_reduce);
 
   // overlap = false: buckets are reduced one after the other, blocking, in finish() (no
   // communication thread competing with backward for the cores).
@@ -73,12 +77,13 @@ class GradReducer {
  private:
   void launch(size_t b);
 
+  void reduce_blocking(size_t b);
+
   Communicator& comm_;
-  Backend& be_;
   std::vector<TensorSpan> spans_;
   DType dtype_;
   void* grads_;
-  int32_t* local_flag_;
+  BeforeReduce before_reduce_;
   std::vector<Bucket> buckets_;
   std::vector<int> pending_;                 // per bucket: tensors not yet ready
   std::vector<std::vector<size_t>> of_tensor_;  // tensor -> buckets it overlaps

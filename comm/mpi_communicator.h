@@ -39,7 +39,7 @@ class MpiCommunicator final : public Communicator {
   // Starts the collective watchdog (several ranks only; a second call changes the timeout). Every
   // collective of this communicator is watched; watch() marks other waits on other ranks.
   void start_watchdog(double timeout_s);
-  Watchdog* watchdog() { return watchdog_.get(); }
+  Watchdog* watchdog() override { return watchdog_.get(); }
 
   // Blocking all-reduce on the caller's thread with the plain MPI datatype and op (f32 and i32 only):
   // the peer the 16-bit path is benchmarked against.

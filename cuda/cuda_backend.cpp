@@ -31,33 +31,7 @@ void release_device(void* p, cudaStream_t s) noexcept {
 // Graph ids, unique in the process.
 std::atomic<uint64_t> g_next_graph_id{1};
 
-// The live backends, for release_graph_on_stream() and the other *_on_stream functions.
-std::mutex g_live_mutex;
-std::vector<CudaBackend*>& live_backends() {
-  static std::vector<CudaBackend*> live;
-  return live;
-}
-
 }  // namespace
-
-void release_graph_on_stream(cudaStream_t stream) noexcept {
-  std::lock_guard<std::mutex> lock(g_live_mutex);
-  for (CudaBackend* b : live_backends())
-    if (b->native_stream() == static_cast<void*>(stream)) b->release_graph();
-}
-
-GraphLaunches graph_launches_on_stream(cudaStream_t stream) noexcept {
-  std::lock_guard<std::mutex> lock(g_live_mutex);
-  for (CudaBackend* b : live_backends())
-    if (b->native_stream() == static_cast<void*>(stream)) return GraphLaunches{b->graph_id(), b->graph_launches()};
-  return GraphLaunches{};
-}
-
-void set_wait_check_on_stream(cudaStream_t stream, WaitCheck check) noexcept {
-  std::lock_guard<std::mutex> lock(g_live_mutex);
-  for (CudaBackend* b : live_backends())
-    if (b->native_stream() == static_cast<void*>(stream)) b->set_wait_check(std::move(check));
-}
 
 CudaBackend::CudaBackend(int device) : device_(device) {
   CUDA_CHECK(cudaSetDevice(device));
@@ -71,22 +45,15 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   gemm_ = std::make_unique<LtGemm>(kWorkspaceBytes);
   loss_partials_ = DeviceBuffer<double>(kLossBlocks);
   hit_partials_ = DeviceBuffer<long long>(kLossBlocks);
-  std::lock_guard<std::mutex> lock(g_live_mutex);
-  live_backends().push_back(this);
 }
 
 CudaBackend::~CudaBackend() {
-  {
-    std::lock_guard<std::mutex> lock(g_live_mutex);
-    auto& live = live_backends();
-    live.erase(std::remove(live.begin(), live.end(), this), live.end());
-  }
-  release_graph();  // also closes a capture an exception left open
+  release_capture();  // also closes a capture an exception left open
   // Pending copies read the staging ring and kernels the workspace: finish them before those go.
   AMP_CUDA_WARN(cudaStreamSynchronize(stream_->get()));
 }
 
-void CudaBackend::release_graph() noexcept {
+void CudaBackend::release_capture() noexcept {
   if (capturing_) {  // an exception left a capture open: close it and drop what it recorded
     cudaGraph_t g = nullptr;
     if (cudaStreamEndCapture(stream_->get(), &g) == cudaSuccess && g) AMP_CUDA_WARN(cudaGraphDestroy(g));
@@ -313,9 +280,13 @@ std::vector<GradStats> CudaBackend::grad_stats(const void* grads, DType dtype, c
 
 void CudaBackend::optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master,
                                  const float* g32, float* state1, float* state2, size_t n, void* lp, DType lp_dtype,
-                                 int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
+                                 const int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
   cuda::optimizer_step(launch(), p, lr, max_norm, master, g32, state1, state2, n, lp, lp_dtype, flags, norm_sq,
                        scaler);
+}
+
+void CudaBackend::check_norm(const float* norm_sq, float max_norm, int32_t* flags) {
+  cuda::check_norm(launch(), norm_sq, max_norm, flags);
 }
 
 void CudaBackend::update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) {
@@ -328,7 +299,7 @@ bool CudaBackend::begin_capture() {
   AMP_CHECK(!capturing_, "begin_capture: a capture is already open");
   if (graph_) {  // a replay of the old graph may still run
     wait_stream(stream_->get(), wait_check_);
-    release_graph();
+    release_capture();
   }
   // Thread-local mode: only this thread's unsafe calls break the capture (NCCL's and MPI's own
   // threads go on as usual).

@@ -11,16 +11,20 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "cuda/device_buffer.h"
+#include "comm/device_stream.h"
+#include "cudart/device_buffer.h"
 #include "cuda/gemm.h"
-#include "cuda/host_wait.h"
+#include "cudart/host_wait.h"
 #include "cuda/kernels.h"
 #include "cuda/span_table.h"
 #include "cuda/staging_ring.h"
 
 namespace amp::cuda {
 
-class CudaBackend final : public Backend {
+// Also the owner of its stream for a device communicator (DeviceStream): NCCL orders its
+// collectives after this stream, drops the captured graph before it is destroyed or aborted, and
+// makes this backend's host waits check for its errors.
+class CudaBackend final : public Backend, public DeviceStream {
  public:
   explicit CudaBackend(int device);
   ~CudaBackend() override;
@@ -29,7 +33,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return name_; }
   bool host_accessible() const override { return false; }
-  void* native_stream() override { return stream_->get(); }
+  void* stream_handle() override { return stream_->get(); }
   int device() const { return device_; }
 
   Buffer alloc(size_t bytes) override;
@@ -56,21 +60,22 @@ class CudaBackend final : public Backend {
                      float* out32, int32_t* flags, float* norm_sq) override;
   std::vector<GradStats> grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) override;
   void optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master, const float* g32,
-                      float* state1, float* state2, size_t n, void* lp, DType lp_dtype, int32_t* flags,
+                      float* state1, float* state2, size_t n, void* lp, DType lp_dtype, const int32_t* flags,
                       const float* norm_sq, const ScalerState* scaler) override;
+  void check_norm(const float* norm_sq, float max_norm, int32_t* flags) override;
   void update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) override;
 
   bool begin_capture() override;
   void end_capture() override;
   void replay() override;
   // Drops the captured graph (closing a capture left open); replay() fails until the next capture.
-  void release_graph() noexcept;
+  void release_capture() noexcept override;
   // The live graph's id (0: none; each capture gets a new one) and how often it was launched.
-  uint64_t graph_id() const { return graph_id_; }
-  uint64_t graph_launches() const { return launches_; }
+  uint64_t graph_id() const override { return graph_id_; }
+  uint64_t graph_launches() const override { return launches_; }
   // Runs while the host waits for the stream (download, synchronize, a full staging ring): see
   // host_wait.h. Empty: plain blocking waits.
-  void set_wait_check(WaitCheck check) { wait_check_ = std::move(check); }
+  void set_wait_check(WaitCheck check) override { wait_check_ = std::move(check); }
 
  private:
   Launch launch() const { return Launch{stream_->get(), max_blocks_}; }
@@ -97,23 +102,5 @@ class CudaBackend final : public Backend {
   bool capturing_ = false;
   bool warned_bias_ = false;
 };
-
-// Drops the captured graph of the live CUDA backend computing on `stream`, if any. NCCL does not
-// finish ncclCommDestroy or ncclCommAbort while a graph that captured the communicator's collectives
-// lives (it waits for those graphs to go), so the NCCL communicator calls this before either: else
-// destroying the communicator before the backend (the trainer's member order) would hang.
-void release_graph_on_stream(cudaStream_t stream) noexcept;
-
-// The graph of the live CUDA backend computing on `stream`: its id (0 when it has none) and its
-// launches. Events recorded into a graph are recorded again by each launch: the NCCL
-// communicator's step clock reads them once per launch.
-struct GraphLaunches {
-  uint64_t graph = 0, launches = 0;
-};
-GraphLaunches graph_launches_on_stream(cudaStream_t stream) noexcept;
-
-// CudaBackend::set_wait_check of the live CUDA backend computing on `stream` (the NCCL
-// communicator knows only the stream).
-void set_wait_check_on_stream(cudaStream_t stream, WaitCheck check) noexcept;
 
 }  // namespace amp::cuda

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "cuda/cuda_backend.h"
-#include "cuda/cuda_check.h"
+#include "cudart/cuda_check.h"
 
 #ifndef AMP_CUDA_ARCHS
 #define AMP_CUDA_ARCHS "?"

@@ -16,7 +16,7 @@
 
 #include "backend/tensor.h"
 #include "core/dtype.h"
-#include "cuda/device_buffer.h"
+#include "cudart/device_buffer.h"
 
 namespace amp::cuda {
 

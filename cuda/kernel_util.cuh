@@ -10,7 +10,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/half.h"
-#include "cuda/cuda_check.h"
+#include "cudart/cuda_check.h"
 #include "cuda/kernels.h"
 
 namespace amp::cuda {

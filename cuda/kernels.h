@@ -52,9 +52,10 @@ void grad_stats_chunks(const Launch& l, const void* grads, DType dtype, const Sp
 // ---- optimizer.cu
 void optimizer_step(const Launch& l, const OptimizerParams& p, const float* lr, float max_norm, float* master,
                     const float* g32, float* state1, float* state2, size_t n, void* lp, DType lp_dtype,
-                    int32_t* flags, const float* norm_sq, const ScalerState* scaler);
+                    const int32_t* flags, const float* norm_sq, const ScalerState* scaler);
 
 // ---- scaler.cu
+void check_norm(const Launch& l, const float* norm_sq, float max_norm, int32_t* flags);
 void update_scale(const Launch& l, ScalerState* state, const ScalerParams& params, const int32_t* flags, int world);
 
 }  // namespace amp::cuda

@@ -1,7 +1,8 @@
 // optimizer_step on the device: SGD / AdamW on FP32 master weights through the element functions
 // of optim/optimizer.h, with the step scalars (clip coefficient, bias corrections) computed on the
 // device from *lr, *norm_sq and the scaler's applied-step count. Every thread returns at once when
-// the global overflow flag is set: the coordinated skip costs no host round trip.
+// the global overflow flag is set (by the pre-reduction checks, the unscale pass or check_norm):
+// the coordinated skip costs no host round trip.
 #include "cuda/kernel_util.cuh"
 
 namespace amp::cuda {
@@ -13,29 +14,13 @@ __global__ void __launch_bounds__(kThreads) optimizer_kernel(OptimizerParams p, 
                                                              float max_norm, float* __restrict__ master,
                                                              const float* __restrict__ g32, float* __restrict__ state1,
                                                              float* __restrict__ state2, size_t n, LP* __restrict__ lp,
-                                                             int32_t* flags,
+                                                             const int32_t* flags,
                                                              const float* __restrict__ norm_sq,
                                                              const ScalerState* __restrict__ scaler) {
-  // A step already skipped (non-finite gradients) keeps its attribution, as on the CPU: its norm is
-  // non-finite too, but the flags name the tensor. Otherwise clipping by a non-finite norm would
-  // zero the update: skip the step and mark it (one thread writes the mark, after it read kAny;
-  // a thread that reads the mark instead of 0 leaves all the same, so the race decides nothing).
-  if (flags[OverflowFlags::kAny]) return;
-  const bool bad_norm = max_norm > 0.0f && !is_finite_f32(*norm_sq);
-  if (bad_norm) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-      flags[OverflowFlags::kAny] = 1;
-      flags[OverflowFlags::kReduced] = OverflowFlags::kNormOverflow;
-    }
-    return;  // the same for every thread: the whole grid leaves, before the __syncthreads below
-  }
+  if (flags[OverflowFlags::kAny]) return;  // the same for every thread: the grid leaves before __syncthreads
   __shared__ StepScalars shared_scalars;
   if (threadIdx.x == 0) {
-    float grad_mul = 1.0f;
-    if (max_norm > 0.0f) {
-      const float coef = max_norm / (sqrtf(*norm_sq) + 1e-6f);
-      grad_mul = coef < 1.0f ? coef : 1.0f;
-    }
+    const float grad_mul = max_norm > 0.0f ? clip_coefficient(max_norm, *norm_sq) : 1.0f;
     shared_scalars = make_step_scalars(p, *lr, grad_mul, scaler->optimizer_steps + 1);
   }
   __syncthreads();
@@ -62,7 +47,7 @@ __global__ void __launch_bounds__(kThreads) optimizer_kernel(OptimizerParams p, 
 
 void optimizer_step(const Launch& l, const OptimizerParams& p, const float* lr, float max_norm, float* master,
                     const float* g32, float* state1, float* state2, size_t n, void* lp, DType lp_dtype,
-                    int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
+                    const int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
   if (n == 0) return;
   AMP_CHECK(p.kind != OptimizerKind::AdamW || (state1 && state2), "optimizer_step: AdamW needs both moment buffers");
   AMP_CHECK(p.kind != OptimizerKind::Sgd || p.momentum == 0.0f || state1, "optimizer_step: SGD momentum needs state1");

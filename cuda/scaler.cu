@@ -1,5 +1,6 @@
-// update_scale on the device: one thread runs the host's scaler state machine (amp/loss_scaler.h)
-// on the reduced overflow flags, so the scale never leaves device memory.
+// The scaler's one-thread kernels: update_scale runs the host's scaler state machine
+// (amp/loss_scaler.h) on the reduced overflow flags, check_norm the norm verdict
+// (amp/overflow_flags.h), so the scale and the flags never leave device memory.
 #include "cuda/kernel_util.cuh"
 
 namespace amp::cuda {
@@ -11,7 +12,16 @@ __global__ void update_scale_kernel(ScalerState* state, ScalerParams params, con
   scaler_update(*state, params, flags[OverflowFlags::kAny] != 0);
 }
 
+__global__ void check_norm_kernel(const float* norm_sq, float max_norm, int32_t* flags) {
+  flag_norm_overflow(flags, *norm_sq, max_norm);
+}
+
 }  // namespace
+
+void check_norm(const Launch& l, const float* norm_sq, float max_norm, int32_t* flags) {
+  check_norm_kernel<<<1, 1, 0, l.stream>>>(norm_sq, max_norm, flags);
+  AMP_CHECK_LAUNCH("check_norm_kernel");
+}
 
 void update_scale(const Launch& l, ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) {
   update_scale_kernel<<<1, 1, 0, l.stream>>>(state, params, flags, world);

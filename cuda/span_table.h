@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "cuda/device_buffer.h"
+#include "cudart/device_buffer.h"
 
 namespace amp::cuda {
 

@@ -10,8 +10,8 @@
 #include <deque>
 #include <vector>
 
-#include "cuda/device_buffer.h"
-#include "cuda/host_wait.h"
+#include "cudart/device_buffer.h"
+#include "cudart/host_wait.h"
 
 namespace amp::cuda {
 

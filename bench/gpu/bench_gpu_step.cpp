@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "comm/device_stream.h"
 #include "step_rig.h"
 
 namespace {
@@ -25,7 +26,7 @@ double graph_ms(Backend& be, const std::function<void()>& body, int iters) {
   be.begin_capture();
   body();
   be.end_capture();
-  return bench::median_ms(static_cast<cudaStream_t>(be.native_stream()), [&] { be.replay(); }, iters);
+  return bench::median_ms(static_cast<cudaStream_t>(dynamic_cast<DeviceStream&>(be).stream_handle()), [&] { be.replay(); }, iters);
 }
 
 }  // namespace

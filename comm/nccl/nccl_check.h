@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "cuda/cuda_check.h"
+#include "cudart/cuda_check.h"
 
 namespace amp::nccl {
 

@@ -12,9 +12,9 @@
 
 #include "comm/nccl/nccl_check.h"
 #include "core/error.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/device_buffer.h"
-#include "cuda/host_wait.h"
+#include "comm/device_stream.h"
+#include "cudart/device_buffer.h"
+#include "cudart/host_wait.h"
 
 namespace amp {
 
@@ -63,6 +63,7 @@ struct Shared {
   ncclComm_t comm = nullptr;
   cudaStream_t compute = nullptr;
   int rank = 0;
+  DeviceStream* owner = nullptr;  // of the compute stream and its captured graph (outlives this)
   bool captured = false;  // something was recorded into a CUDA graph (see abort_comm)
   std::string failure;    // why the communicator was aborted
   std::vector<Event> spare_events;
@@ -78,11 +79,11 @@ struct Shared {
   }
 
   // ncclCommDestroy and ncclCommAbort both wait until every CUDA graph that captured this
-  // communicator's collectives is gone, and the backend, which owns the step's graph, outlives the
-  // communicator in the trainer: the graph goes first (a launch in flight keeps it alive until it
-  // ends, which the abort makes happen).
+  // communicator's collectives is gone: the stream's owner drops its graph first (a launch in
+  // flight keeps it alive until it ends, which the abort makes happen). The trainer's step drops
+  // it before the communicator goes on the normal path; this covers an abort in the middle.
   void drop_graph() noexcept {
-    if (captured) cuda::release_graph_on_stream(compute);
+    if (captured && owner) owner->release_capture();
     captured = false;
   }
   void abort_comm() noexcept {
@@ -157,7 +158,7 @@ struct TimedStep {
   size_t n = 0;                 // collectives recorded
   bool closed = false;          // wait_end recorded
   bool in_graph = false;
-  uint64_t graph = 0;           // the graph's id (cuda::graph_launches_on_stream)
+  uint64_t graph = 0;           // the graph's id (DeviceStream::graph_id)
   uint64_t launches_read = 0;   // launches of it already read
 
   void mark(Event& e, cudaStream_t s) {
@@ -189,10 +190,11 @@ struct TimedStep {
 }  // namespace
 
 struct NcclCommunicator::Impl {
-  MpiCommunicator& world;
+  Communicator& world;
   std::shared_ptr<Shared> shared = std::make_shared<Shared>();
   cudaStream_t compute = nullptr;
   int device = 0;
+  DeviceStream* owner = nullptr;
   Stream comm_stream;
   DeviceBuffer<int32_t> barrier_word;
 
@@ -203,7 +205,7 @@ struct NcclCommunicator::Impl {
   std::unique_ptr<TimedStep> graph_step;
   TimedStep* open_step = nullptr;  // between clock_begin_step() and clock_wait_ends()
 
-  explicit Impl(MpiCommunicator& w) : world(w) {}
+  explicit Impl(Communicator& w) : world(w) {}
 
   ncclComm_t comm() const {
     shared->require_live();
@@ -233,12 +235,14 @@ struct NcclCommunicator::Impl {
   }
 };
 
-NcclCommunicator::NcclCommunicator(MpiCommunicator& world, void* compute_stream, int device)
+NcclCommunicator::NcclCommunicator(Communicator& world, DeviceStream& stream, int device)
     : impl_(std::make_unique<Impl>(world)) {
-  AMP_CHECK(compute_stream != nullptr, "the NCCL communicator needs the CUDA backend's stream");
+  AMP_CHECK(stream.stream_handle() != nullptr, "the NCCL communicator needs the CUDA backend's stream");
   Impl& m = *impl_;
-  m.compute = static_cast<cudaStream_t>(compute_stream);
+  m.owner = &stream;
+  m.compute = static_cast<cudaStream_t>(stream.stream_handle());
   m.shared->compute = m.compute;
+  m.shared->owner = &stream;
   m.shared->rank = world.rank();
   if (device < 0) CUDA_CHECK(cudaGetDevice(&device));
   m.device = device;
@@ -268,12 +272,12 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& world, void* compute_stream,
   // The backend's host waits on the compute stream (which waits for our collectives) notice NCCL
   // errors instead of blocking forever.
   std::shared_ptr<Shared> s = m.shared;
-  cuda::set_wait_check_on_stream(m.compute, [s] { s->check(); });
+  m.owner->set_wait_check([s] { s->check(); });
 }
 
 NcclCommunicator::~NcclCommunicator() {
   Impl& m = *impl_;
-  cuda::set_wait_check_on_stream(m.compute, nullptr);
+  m.owner->set_wait_check(nullptr);
   Shared& s = *m.shared;
   if (!s.comm) {  // aborted after an error: only a graph captured since could remain
     s.drop_graph();
@@ -374,7 +378,7 @@ void NcclCommunicator::clock_begin_step() {
     // so nothing records that step's events any more.
     m.graph_step = std::make_unique<TimedStep>();
     m.graph_step->in_graph = true;
-    m.graph_step->graph = cuda::graph_launches_on_stream(m.compute).graph;
+    m.graph_step->graph = m.owner->graph_id();
     m.shared->captured = true;
     m.open_step = m.graph_step.get();
     return;
@@ -428,15 +432,15 @@ bool NcclCommunicator::clock_poll(double* comm_seconds, double* exposed_seconds)
   // same events again).
   if (m.graph_step && m.graph_step->closed) {
     TimedStep& t = *m.graph_step;
-    const cuda::GraphLaunches g = cuda::graph_launches_on_stream(m.compute);
-    if (g.graph == t.graph && g.launches > t.launches_read) {
+    const uint64_t graph = m.owner->graph_id(), launches = m.owner->graph_launches();
+    if (graph == t.graph && launches > t.launches_read) {
       const cudaError_t q = cudaEventQuery(t.wait_end.get());
       if (q == cudaErrorNotReady) {
         cudaGetLastError();
       } else {
         if (q == cudaSuccess) got = t.read(comm_seconds, exposed_seconds) || got;
         else cudaGetLastError();
-        t.launches_read = g.launches;
+        t.launches_read = launches;
       }
     }
   }

@@ -10,16 +10,17 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/device_stream.h"
 #include "comm/grad_reducer.h"
-#include "comm/mpi_communicator.h"
 
 namespace amp {
 
 class NcclCommunicator final : public Communicator, public StepClock {
  public:
-  // compute_stream: the backend's cudaStream_t (Backend::native_stream()); device: the CUDA device
-  // of this rank (-1: the current one). Collective over the world: every rank must construct it.
-  NcclCommunicator(MpiCommunicator& world, void* compute_stream, int device = -1);
+  // stream: the compute stream's owner (the CUDA backend); world: the host communicator the
+  // unique id is broadcast over; device: the CUDA device of this rank (-1: the current one).
+  // Collective over the world: every rank must construct it.
+  NcclCommunicator(Communicator& world, DeviceStream& stream, int device = -1);
   // ncclCommDestroy; ncclCommAbort instead while an exception unwinds or after an NCCL error.
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;

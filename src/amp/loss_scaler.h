@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "amp/overflow_flags.h"
 #include "core/hd.h"
 
 namespace amp {
@@ -53,8 +54,6 @@ AMP_HD ScalerState scaler_init(const ScalerParams& p) {
   return s;
 }
 
-AMP_HD bool is_finite_f32(float x) { return x - x == 0.0f; }
-
 AMP_HD void scaler_update(ScalerState& s, const ScalerParams& p, bool found_inf) {
   s.iterations += 1;
   if (found_inf) {
@@ -89,17 +88,16 @@ AMP_HD void scaler_update(ScalerState& s, const ScalerParams& p, bool found_inf)
 
 namespace amp {
 
-// Copies the attribution of an overflowing step out of the reduced flag slots (see OverflowFlags:
-// [0] any, [1] 1 + tensor after the all-reduce, [2 + r] 1 + tensor on rank r before it).
+// Copies the attribution of an overflowing step out of the reduced flag slots (OverflowFlags).
 AMP_HD void scaler_record_flags(ScalerState& s, const int32_t* flags, int world) {
-  if (flags[0] == 0) return;
-  s.last_overflow_tensor = flags[1];
+  if (flags[OverflowFlags::kAny] == 0) return;
+  s.last_overflow_tensor = flags[OverflowFlags::kReduced];
   s.last_overflow_rank = -1;
   s.last_overflow_rank_tensor = 0;
   for (int r = 0; r < world; ++r) {
-    if (flags[2 + r] != 0) {
+    if (flags[OverflowFlags::rank_slot(r)] != 0) {
       s.last_overflow_rank = r;
-      s.last_overflow_rank_tensor = flags[2 + r];
+      s.last_overflow_rank_tensor = flags[OverflowFlags::rank_slot(r)];
       break;
     }
   }

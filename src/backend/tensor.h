@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/dtype.h"
+#include "core/tensor_span.h"
 
 namespace amp {
 

@@ -598,6 +598,45 @@ std::string Config::resolved_checkpoint_dir() const {
   return checkpoint.dir.empty() ? resolved_out_dir() + "/checkpoints" : checkpoint.dir;
 }
 
+const char* precision_name(DType t) { return t == DType::F32 ? "fp32" : t == DType::BF16 ? "bf16" : "fp16"; }
+const char* optimizer_name(OptimizerKind k) { return k == OptimizerKind::Sgd ? "sgd" : "adamw"; }
+const char* scale_mode_name(ScaleMode m) {
+  return m == ScaleMode::Dynamic ? "dynamic" : m == ScaleMode::Static ? "static" : "none";
+}
+
+namespace {
+
+// The typed fields, parsed once from the validated keys.
+void resolve_typed(Config& c) {
+  c.model.act = c.model.activation == "gelu" ? Activation::Gelu : Activation::Relu;
+  c.precision.dtype = c.precision.compute == "fp32" ? DType::F32 : c.precision.compute == "bf16" ? DType::BF16 : DType::F16;
+  ScalerParams& p = c.precision.scaler;
+  const std::string mode = c.loss_scale_mode();
+  p.mode = mode == "dynamic" ? ScaleMode::Dynamic : mode == "static" ? ScaleMode::Static : ScaleMode::None;
+  const LossScaleConfig& ls = c.precision.loss_scale;
+  p.init_scale = float(ls.init_scale);
+  p.growth_factor = float(ls.growth_factor);
+  p.backoff_factor = float(ls.backoff_factor);
+  p.growth_interval = int32_t(ls.growth_interval);  // bounded to int32 by the key table
+  p.hysteresis = int32_t(ls.hysteresis);
+  p.min_scale = float(ls.min_scale);
+  p.max_scale = std::isinf(ls.max_scale) ? std::numeric_limits<float>::max() : float(ls.max_scale);
+  OptimizerParams& o = c.optimizer.params;
+  o.kind = c.optimizer.type == "sgd" ? OptimizerKind::Sgd : OptimizerKind::AdamW;
+  o.momentum = float(c.optimizer.momentum);
+  o.nesterov = c.optimizer.nesterov;
+  o.weight_decay = float(c.optimizer.weight_decay);
+  o.beta1 = float(c.optimizer.beta1);
+  o.beta2 = float(c.optimizer.beta2);
+  o.eps = float(c.optimizer.eps);
+  c.optimizer.schedule_kind =
+      c.optimizer.schedule == "warmup_cosine" ? LrSchedule::Kind::WarmupCosine : LrSchedule::Kind::Constant;
+  c.distributed.overlap_mode =
+      c.distributed.overlap == "on" ? Toggle::On : c.distributed.overlap == "off" ? Toggle::Off : Toggle::Auto;
+}
+
+}  // namespace
+
 std::string Config::loss_scale_mode() const {
   if (precision.loss_scale.mode != "auto") return precision.loss_scale.mode;
   return precision.compute == "fp16" ? "dynamic" : "none";
@@ -638,6 +677,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     apply_key(cfg, *key, value, set_rep, "--set");
   }
   validate(cfg);
+  resolve_typed(cfg);
   return cfg;
 }
 

@@ -1,5 +1,7 @@
 // The resolved run configuration: one struct, filled from a YAML file and --set overrides through
-// one table of keys (config/schema.cpp) that also gives defaults, validation and --help.
+// one table of keys (config/config.cpp) that also gives defaults, validation and --help. The
+// choices the program acts on are parsed once, by the loader, into typed fields (enums, DType,
+// and the ScalerParams / OptimizerParams the kernels take), which the rest of the program uses.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +10,20 @@
 #include <utility>
 #include <vector>
 
+#include "amp/loss_scaler.h"
+#include "core/activation.h"
+#include "core/dtype.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+
 namespace amp {
+
+enum class Toggle : int32_t { Auto, On, Off };
+
+// Names of the typed choices, as the config spells them ("fp16", "adamw", "dynamic").
+const char* precision_name(DType t);
+const char* optimizer_name(OptimizerKind k);
+const char* scale_mode_name(ScaleMode m);
 
 // The most training steps a run may have (step numbers stay well inside every counter and the
 // fixed-width checkpoint file names).
@@ -46,6 +61,7 @@ struct Config {
     std::string type, activation, init;
     std::vector<int64_t> hidden;
     double init_std = 0, loss_weight = 1;
+    Activation act = Activation::Relu;  // from activation
   } model;
   struct Synthetic {
     int64_t train_samples = 0, eval_samples = 0, features = 0, outputs = 0;
@@ -63,6 +79,8 @@ struct Config {
     std::string compute;
     LossScaleConfig loss_scale;
     int64_t telemetry_interval = 0;
+    DType dtype = DType::F16;  // from compute
+    ScalerParams scaler;       // from loss_scale, its mode resolved (auto: dynamic for fp16, none otherwise)
   } precision;
   struct Optimizer {
     std::string type, schedule;
@@ -70,11 +88,14 @@ struct Config {
            min_lr = 0;
     bool nesterov = false;
     int64_t warmup_steps = 0;
+    OptimizerParams params;                                   // from type, momentum, ..., eps
+    LrSchedule::Kind schedule_kind = LrSchedule::Kind::Constant;  // from schedule
   } optimizer;
   struct Distributed {
     double bucket_mb = 0, first_bucket_mb = 0, timeout_s = 0;
     int64_t hash_interval = 0;
     std::string comm, overlap;
+    Toggle overlap_mode = Toggle::Auto;  // from overlap
   } distributed;
   struct Checkpoint {
     int64_t interval = 0, keep = 0;

@@ -19,10 +19,15 @@ enum class ErrorKind {
   Output = 8,      // run output cannot be written (out_dir, checkpoint.dir: permissions, disk full)
 };
 
+// Every error message starts with its kind's prefix ("config error: ", "checkpoint error: ", ...),
+// so a user can grep a log for it: a message given without one gets it here.
+const char* error_prefix(ErrorKind kind);
+std::string with_error_prefix(ErrorKind kind, const std::string& msg);
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& msg, bool agreed = false, bool reported = false)
-      : std::runtime_error(msg), kind_(kind), agreed_(agreed), reported_(reported) {}
+      : std::runtime_error(with_error_prefix(kind, msg)), kind_(kind), agreed_(agreed), reported_(reported) {}
   ErrorKind kind() const { return kind_; }
   int exit_code() const { return static_cast<int>(kind_); }
   // True when every rank raised this error at the same point: the ranks can exit cleanly with
@@ -46,6 +51,9 @@ std::string strcat(const Args&... args) {
 }
 
 [[noreturn]] void fail_check(const char* file, int line, const char* expr, const std::string& msg);
+
+// The one warning path: "warning: MSG" on stderr (something went wrong that does not stop the run).
+void warn(const std::string& msg);
 
 }  // namespace amp
 

@@ -2,34 +2,87 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/rng.h"
 
 namespace amp {
 
-Mlp::Mlp(Backend& be, std::vector<size_t> dims, Activation act, DType compute, size_t max_batch)
-    : be_(be), dims_(std::move(dims)), act_(act), compute_(compute), max_batch_(max_batch),
-      layout_(mlp_layout(dims_)) {
-  AMP_CHECK(dims_.size() >= 2, "an MLP needs inputs and outputs");
+Mlp::Mlp(DeviceMemory& mem, ComputeOps& ops, MlpOptions opt, DType compute, size_t max_rows)
+    : mem_(mem), ops_(ops), opt_(std::move(opt)), compute_(compute), max_rows_(max_rows),
+      layout_(mlp_layout(opt_.dims)) {
+  const std::vector<size_t>& dims = opt_.dims;
+  AMP_CHECK(dims.size() >= 2, "an MLP needs inputs and outputs");
   auto make = [&](size_t cols) {
-    store_.push_back(be_.alloc(max_batch_ * cols * dtype_size(compute_)));
-    return store_.back().tensor(compute_, max_batch_, cols);
+    store_.push_back(mem_.alloc(max_rows_ * cols * dtype_size(compute_)));
+    return store_.back().tensor(compute_, max_rows_, cols);
   };
-  const size_t L = dims_.size() - 1;
+  const size_t L = dims.size() - 1;
   z_.resize(L + 1);
   a_.resize(L + 1);
   for (size_t l = 1; l <= L; ++l) {
-    z_[l] = make(dims_[l]);
-    a_[l] = l < L ? make(dims_[l]) : z_[l];  // the last layer has no activation
+    z_[l] = make(dims[l]);
+    a_[l] = l < L ? make(dims[l]) : z_[l];  // the last layer has no activation
   }
-  const size_t widest = *std::max_element(dims_.begin(), dims_.end());
-  dlogits_ = make(dims_.back());
+  const size_t widest = *std::max_element(dims.begin(), dims.end());
+  dlogits_ = make(dims.back());
   grad_a_ = make(widest);
   grad_b_ = make(widest);
+
+  const size_t in = dims.front(), out = dims.back();
+  x_host_.resize(max_rows_ * in);
+  x_stage_ = mem_.alloc(max_rows_ * in * sizeof(float));
+  if (compute_ != DType::F32) x_lp_ = mem_.alloc(max_rows_ * in * dtype_size(compute_));
+  if (classification()) {
+    labels_host_.resize(max_rows_);
+    labels_ = mem_.alloc(max_rows_ * sizeof(int32_t));
+  } else {
+    targets_host_.resize(max_rows_ * out);
+    targets_ = mem_.alloc(max_rows_ * out * sizeof(float));
+  }
 }
 
-std::vector<float> Mlp::init_params(const std::string& init, double init_std, uint64_t seed) const {
+std::string Mlp::describe() const {
+  std::string widths;
+  for (size_t d : opt_.dims) widths += (widths.empty() ? "" : "-") + std::to_string(d);
+  return strcat("mlp ", widths, " (", opt_.activation == Activation::Gelu ? "gelu" : "relu", ")");
+}
+
+bool Mlp::bytes_needed(const std::vector<size_t>& dims, size_t max_rows, DType compute, size_t* bytes_out,
+                       size_t* params_out) {
+  const size_t lp = dtype_size(compute);
+  // parameters: FP32 master + FP32 gradient + moments, 16-bit working copy and gradient
+  const size_t per_param = 4 + 4 + 8 + 2 * lp;
+  size_t params = 0, widest = 0, activations = 0, largest_weight = 0;
+  bool overflow = false;
+  for (size_t i = 0; i + 1 < dims.size(); ++i) {
+    size_t w = 0;
+    overflow |= __builtin_mul_overflow(dims[i], dims[i + 1], &w);
+    overflow |= __builtin_add_overflow(params, w + dims[i + 1], &params);
+    largest_weight = std::max(largest_weight, w);
+  }
+  for (size_t d : dims) {
+    widest = std::max(widest, d);
+    overflow |= __builtin_add_overflow(activations, d, &activations);
+  }
+  size_t bytes = 0, act_bytes = 0, t = 0;
+  overflow |= __builtin_mul_overflow(params, per_param, &bytes);
+  // activations and their gradients (compute dtype), inputs (FP32 + compute dtype), FP32 scratch
+  overflow |= __builtin_mul_overflow(max_rows, 2 * activations + 3 * widest, &t);
+  overflow |= __builtin_mul_overflow(t, lp + 4, &act_bytes);
+  overflow |= __builtin_add_overflow(bytes, act_bytes, &bytes);
+  overflow |= __builtin_mul_overflow(largest_weight, size_t(8), &t);
+  overflow |= __builtin_add_overflow(bytes, t, &bytes);
+  *bytes_out = bytes;
+  *params_out = params;
+  return !overflow;
+}
+
+std::vector<float> Mlp::init_params(uint64_t seed) const {
+  const std::string& init = opt_.init;
+  const double init_std = opt_.init_std;
+  const std::vector<size_t>& dims_ = opt_.dims;
   std::vector<float> w(layout_.total, 0.0f);
   for (size_t i = 0; i < layout_.tensors.size(); ++i) {
     const ParamInfo& p = layout_.tensors[i];
@@ -63,39 +116,76 @@ Tensor Mlp::param(const void* base, int index) const {
                 p.cols};
 }
 
+void Mlp::stage(const Dataset& data, const uint32_t* idx, size_t first, size_t rows) {
+  AMP_CHECK(rows <= max_rows_ && data.n_features == opt_.dims.front(), "Mlp::stage: bad batch");
+  const size_t in = data.n_features, out = opt_.dims.back();
+  if (idx) {  // gathered on the host, one upload each
+    for (size_t i = 0; i < rows; ++i) {
+      const size_t s = idx[i];
+      std::memcpy(&x_host_[i * in], &data.x[s * in], in * sizeof(float));
+      if (classification()) labels_host_[i] = data.labels[s];
+      else std::memcpy(&targets_host_[i * out], &data.y[s * out], out * sizeof(float));
+    }
+    mem_.upload(x_stage_.data(), x_host_.data(), rows * in * sizeof(float));
+    if (classification()) mem_.upload(labels_.data(), labels_host_.data(), rows * sizeof(int32_t));
+    else mem_.upload(targets_.data(), targets_host_.data(), rows * out * sizeof(float));
+    return;
+  }
+  mem_.upload(x_stage_.data(), &data.x[first * in], rows * in * sizeof(float));
+  if (classification()) mem_.upload(labels_.data(), &data.labels[first], rows * sizeof(int32_t));
+  else mem_.upload(targets_.data(), &data.y[first * out], rows * out * sizeof(float));
+}
+
+void Mlp::forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
+                       LossSums sums) {
+  const size_t in = opt_.dims.front(), out = opt_.dims.back();
+  Tensor x = x_stage_.tensor(DType::F32, rows, in);
+  if (compute_ != DType::F32) {
+    ops_.cast(x_stage_.data(), DType::F32, x_lp_.data(), compute_, rows * in);
+    x = x_lp_.tensor(compute_, rows, in);
+  }
+  const Tensor logits = forward(x, params, rows);
+  const Tensor dlogits = with_grad ? dlogits_.row_slice(0, rows) : Tensor{nullptr, compute_, rows, out};
+  if (classification())
+    ops_.softmax_xent(logits, labels_.as<int32_t>(), scale, inv_count, dlogits, sums.loss_sum, sums.correct);
+  else
+    ops_.mse(logits, targets_.tensor(DType::F32, rows, out), scale, inv_count, dlogits, sums.loss_sum);
+}
+
 Tensor Mlp::forward(const Tensor& x, const void* params, size_t batch) {
-  AMP_CHECK(batch <= max_batch_ && x.cols == dims_[0] && x.dtype == compute_, "Mlp::forward: bad input");
+  const std::vector<size_t>& dims_ = opt_.dims;
+  AMP_CHECK(batch <= max_rows_ && x.cols == dims_[0] && x.dtype == compute_, "Mlp::forward: bad input");
   const size_t L = dims_.size() - 1;
   Tensor in = x.row_slice(0, batch);
   for (size_t l = 1; l <= L; ++l) {
     const Tensor z = z_[l].row_slice(0, batch);
-    be_.linear_forward(in, param(params, int(2 * (l - 1))), param(params, int(2 * (l - 1) + 1)), z);
-    if (l < L) be_.activation_forward(act_, z, a_[l].row_slice(0, batch));
+    ops_.linear_forward(in, param(params, int(2 * (l - 1))), param(params, int(2 * (l - 1) + 1)), z);
+    if (l < L) ops_.activation_forward(opt_.activation, z, a_[l].row_slice(0, batch));
     in = a_[l].row_slice(0, batch);
   }
   a_[0] = x;  // kept for the first layer's weight gradient
   return z_[L].row_slice(0, batch);
 }
 
-void Mlp::backward(const Tensor& dlogits, const void* params, void* grads, size_t batch,
-                   const std::function<void(int)>& on_ready) {
+void Mlp::backward(const void* params, void* grads, size_t batch, const std::function<void(int)>& on_ready) {
+  const std::vector<size_t>& dims_ = opt_.dims;
   const size_t L = dims_.size() - 1;
-  Tensor dz = dlogits.row_slice(0, batch);
+  Tensor dz = dlogits_.row_slice(0, batch);
   Tensor* spare[2] = {&grad_a_, &grad_b_};
   int flip = 0;
   for (size_t l = L; l >= 1; --l) {
     const int wi = int(2 * (l - 1)), bi = wi + 1;
     const Tensor input = a_[l - 1].row_slice(0, batch);
     // Weight and bias gradients first, so their bucket can start reducing during the rest.
-    be_.linear_backward_weight(dz, input, param(grads, wi), param(grads, bi));
+    ops_.linear_backward_weight(dz, input, param(grads, wi), param(grads, bi));
     on_ready(wi);
     on_ready(bi);
     if (l == 1) break;
     const Tensor w = param(params, wi);
     Tensor da{spare[flip]->data, compute_, batch, dims_[l - 1]};
-    be_.linear_backward_input(dz, w, da);
+    ops_.linear_backward_input(dz, w, da);
     Tensor dz_prev{spare[flip]->data, compute_, batch, dims_[l - 1]};  // in place: dz = da * act'(z)
-    be_.activation_backward(act_, z_[l - 1].row_slice(0, batch), da, dz_prev);
+    ops_.activation_backward(opt_.activation, z_[l - 1].row_slice(0, batch), da, dz_prev);
     dz = dz_prev;
     flip ^= 1;
   }

@@ -1,51 +1,66 @@
-// A multi-layer perceptron on a Backend: Linear layers with an activation between them (none
-// after the last). Parameters come from a flat low-precision working copy; gradients go to a flat
-// buffer of the compute dtype in the same layout. Activations and their gradients are stored in
-// the compute dtype, so FP16 underflow is as real here as on a GPU.
+// A multi-layer perceptron, the first Model: Linear layers with an activation between them (none
+// after the last), softmax cross-entropy (classification) or summed squared error (regression).
+// Inputs are staged as FP32 and cast to the compute dtype inside the step; activations and their
+// gradients are stored in the compute dtype, so FP16 underflow is as real here as on a GPU.
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
-#include "backend/backend.h"
-#include "model/param_layout.h"
+#include "backend/compute_ops.h"
+#include "backend/memory.h"
+#include "model/model.h"
 
 namespace amp {
 
-class Mlp {
+struct MlpOptions {
+  std::vector<size_t> dims;  // {inputs, hidden..., outputs}
+  Activation activation = Activation::Relu;
+  std::string init = "pytorch";  // pytorch (U(+-1/sqrt(fan_in))), xavier, normal (std init_std)
+  double init_std = 0.01;
+  Task task = Task::Classification;
+};
+
+class Mlp final : public Model {
  public:
-  // dims = {inputs, hidden..., outputs}; buffers are sized for max_batch rows.
-  Mlp(Backend& be, std::vector<size_t> dims, Activation act, DType compute, size_t max_batch);
+  // Buffers are sized for max_rows samples.
+  Mlp(DeviceMemory& mem, ComputeOps& ops, MlpOptions opt, DType compute, size_t max_rows);
 
-  const ParamLayout& layout() const { return layout_; }
-  const std::vector<size_t>& dims() const { return dims_; }
-  DType compute() const { return compute_; }
+  std::string describe() const override;
+  const ParamLayout& layout() const override { return layout_; }
+  std::vector<float> init_params(uint64_t seed) const override;
+  size_t loss_terms_per_sample() const override { return classification() ? 1 : opt_.dims.back(); }
+  bool classification() const override { return opt_.task == Task::Classification; }
 
-  // The FP32 initial parameters (host), seeded; init is "pytorch", "xavier" or "normal".
-  std::vector<float> init_params(const std::string& init, double init_std, uint64_t seed) const;
+  void stage(const Dataset& data, const uint32_t* idx, size_t first, size_t rows) override;
+  void forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
+                    LossSums sums) override;
+  void backward(const void* params, void* grads, size_t rows, const std::function<void(int)>& ready) override;
 
-  // Forward pass of `batch` rows of x (compute dtype, batch x inputs). Returns the logits view.
-  Tensor forward(const Tensor& x, const void* params, size_t batch);
-  // Backward from dlogits (batch x outputs) down to the first layer's weight gradient. Calls
-  // on_ready(t) as soon as the gradient of parameter tensor t is complete (last layer first).
-  void backward(const Tensor& dlogits, const void* params, void* grads, size_t batch,
-                const std::function<void(int)>& on_ready);
-
-  // Buffer for the loss gradient w.r.t. the logits (batch x outputs, compute dtype).
-  Tensor dlogits(size_t batch) const { return dlogits_.row_slice(0, batch); }
+  const std::vector<size_t>& dims() const { return opt_.dims; }
+  // Backend bytes a model of these widths needs at max_rows (parameters with FP32 masters,
+  // gradients, moments and working copy; activations and inputs); false on overflow.
+  static bool bytes_needed(const std::vector<size_t>& dims, size_t max_rows, DType compute, size_t* bytes,
+                           size_t* params);
 
  private:
   Tensor param(const void* base, int index) const;
+  Tensor forward(const Tensor& x, const void* params, size_t rows);
 
-  Backend& be_;
-  std::vector<size_t> dims_;
-  Activation act_;
+  DeviceMemory& mem_;
+  ComputeOps& ops_;
+  MlpOptions opt_;
   DType compute_;
-  size_t max_batch_;
+  size_t max_rows_;
   ParamLayout layout_;
   std::vector<Buffer> store_;            // owns the activation buffers
   std::vector<Tensor> z_, a_;            // pre-activations and outputs of each layer (a_[0] = input)
   Tensor dlogits_, grad_a_, grad_b_;     // gradient ping-pong buffers
+  // Inputs: FP32 staging, its compute-dtype copy, labels or targets; host gathering buffers.
+  Buffer x_stage_, x_lp_, labels_, targets_;
+  std::vector<float> x_host_, targets_host_;
+  std::vector<int32_t> labels_host_;
 };
 
 }  // namespace amp

@@ -28,6 +28,14 @@ struct StepScalars {
   float bias2_sqrt;     // AdamW: sqrt(1 - beta2^t)
 };
 
+// Clipping by the global norm: the gradients are multiplied by min(1, max_norm / (norm + eps)).
+constexpr float kClipEpsilon = 1e-6f;
+AMP_HD float clip_coefficient(float max_norm, float norm_sq) {
+  if (!(max_norm > 0.0f)) return 1.0f;
+  const float coef = max_norm / (sqrtf(norm_sq) + kClipEpsilon);
+  return coef < 1.0f ? coef : 1.0f;
+}
+
 // Step scalars from the learning rate, the clip coefficient and the applied-step count t (>= 1).
 AMP_HD StepScalars make_step_scalars(const OptimizerParams& p, float lr, float grad_mul, int64_t t) {
   StepScalars s;

@@ -4,7 +4,7 @@
 
 namespace amp {
 
-int run(const Config& cfg, MpiCommunicator& world) {
+int run(const Config& cfg, Communicator& world) {
   Trainer trainer(cfg, world);
   return trainer.run();
 }

@@ -3,12 +3,12 @@
 
 #include <string>
 
-#include "comm/mpi_communicator.h"
+#include "comm/communicator.h"
 #include "config/config.h"
 
 namespace amp {
 
 // Trains as the config says; returns the process exit code. Throws amp::Error on failure.
-int run(const Config& cfg, MpiCommunicator& world);
+int run(const Config& cfg, Communicator& world);
 
 }  // namespace amp

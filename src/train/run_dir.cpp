@@ -29,15 +29,6 @@ void make_dir(const std::string& dir, const std::string& key) {
 
 }  // namespace
 
-std::string format_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int u = 0;
-  while (bytes >= 1024.0 && u < 6) bytes /= 1024.0, ++u;
-  char b[32];
-  std::snprintf(b, sizeof b, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
-  return b;
-}
-
 RunDirLock::RunDirLock(const std::string& dir, const std::string& key) {
   make_dir(dir, key);
   const std::string path = dir + "/.amp_ddp.lock";

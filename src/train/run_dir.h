@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/format.h"
+
 namespace amp {
 
 // flock() on DIR/.amp_ddp.lock, held until destruction. Throws Error(Config) naming `key` when
@@ -25,8 +27,5 @@ class RunDirLock {
 // Creates dir, writes, syncs and removes a probe file, and checks that the file system has at
 // least need_bytes free. Throws Error(Config) naming `key` and the folder.
 void check_writable(const std::string& dir, const std::string& key, uint64_t need_bytes);
-
-// "1.5 GiB" etc.
-std::string format_bytes(double bytes);
 
 }  // namespace amp

@@ -366,7 +366,7 @@ TEST_CASE("update_scale: the device state machine follows the host's on a script
   }
 }
 
-TEST_CASE("optimizer_step: clipping by a non-finite norm skips and marks kNormOverflow as the CPU does; an "
+TEST_CASE("check_norm + optimizer_step: clipping by a non-finite norm skips and marks kNormOverflow as the CPU does; an "
           "overflow step keeps its attribution",
           "[.cuda][optim]") {
   auto gpu = make_cuda();
@@ -409,6 +409,7 @@ TEST_CASE("optimizer_step: clipping by a non-finite norm skips and marks kNormOv
             Backend& be = side ? static_cast<Backend&>(*gpu) : static_cast<Backend&>(cpu);
             auto t = [&](Mirror& x) { return side ? x.g : x.c; };
             S* sp = (side ? s.g : s.c).as<S>();
+            be.check_norm(&sp->norm_sq, max_norm, sp->flags);  // the norm's verdict, then the step
             be.optimizer_step(p, &sp->lr, max_norm, t(W).as<float>(), t(G).as<float>(), t(M).as<float>(),
                               p.kind == OptimizerKind::AdamW ? t(V).as<float>() : nullptr, n, t(LP).data,
                               DType::F16, sp->flags, &sp->norm_sq, &sp->scaler);

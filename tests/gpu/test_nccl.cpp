@@ -15,11 +15,18 @@ std::unique_ptr<Backend> rank_backend() {
   return make_backend("cuda", world().local_rank(), 1);
 }
 
+// The CUDA backend owns the compute stream NCCL orders its collectives with.
+DeviceStream& stream_of(Backend& be) {
+  auto* s = dynamic_cast<DeviceStream*>(&be);
+  REQUIRE(s != nullptr);
+  return *s;
+}
+
 }  // namespace
 
 TEST_CASE("nccl: all-reduce sum, average and max with exact expectations", "[.cuda][nccl]") {
   auto be = rank_backend();
-  NcclCommunicator comm(world(), be->native_stream());
+  NcclCommunicator comm(world(), stream_of(*be));
   const int n = comm.size(), r = comm.rank();
   const size_t count = 100001;
   // f32 and i32 sums of rank-valued integers are exact; 16-bit sums of small integers too.
@@ -62,7 +69,7 @@ TEST_CASE("nccl: all-reduce sum, average and max with exact expectations", "[.cu
 TEST_CASE("nccl: non-blocking all-reduces are ordered after earlier compute and before later compute",
           "[.cuda][nccl]") {
   auto be = rank_backend();
-  NcclCommunicator comm(world(), be->native_stream());
+  NcclCommunicator comm(world(), stream_of(*be));
   const size_t count = 1 << 20;
   Buffer src = be->alloc(count * 4), b1 = be->alloc(count * 2), b2 = be->alloc(count * 2);
   std::vector<float> v(count);
@@ -88,7 +95,7 @@ TEST_CASE("nccl: non-blocking all-reduces are ordered after earlier compute and 
 
 TEST_CASE("nccl: broadcast, all-gather and barrier", "[.cuda][nccl]") {
   auto be = rank_backend();
-  NcclCommunicator comm(world(), be->native_stream());
+  NcclCommunicator comm(world(), stream_of(*be));
   const int n = comm.size(), r = comm.rank();
   std::vector<int32_t> v(1000, r == 0 ? 42 : -1);
   Buffer b = be->alloc(v.size() * 4);
@@ -112,7 +119,7 @@ TEST_CASE("nccl: an all-reduce inside a captured step replays", "[.cuda][nccl]")
   const size_t count = 4096;
   Buffer src = be->alloc(count * 4), buf = be->alloc(count * 4);
   {
-    NcclCommunicator comm(world(), be->native_stream());
+    NcclCommunicator comm(world(), stream_of(*be));
     std::vector<float> v(count, float(comm.rank() + 1));
     be->upload(src.data(), v.data(), count * 4);
     auto step = [&] {
@@ -140,7 +147,7 @@ TEST_CASE("nccl: check_async_errors on a healthy communicator does not throw", "
   const size_t count = 1 << 16;
   Buffer buf = be->alloc(count * 2);
   {
-    NcclCommunicator comm(world(), be->native_stream());
+    NcclCommunicator comm(world(), stream_of(*be));
     CHECK_NOTHROW(comm.check_async_errors());
     comm.allreduce(BufView{buf.data(), count, DType::F16}, ReduceOp::Sum);
     CHECK_NOTHROW(comm.check_async_errors());  // right after enqueueing: may still run
@@ -168,7 +175,7 @@ TEST_CASE("nccl: the step clock reads eager steps and each completed graph launc
   const size_t count = size_t(8) << 20;  // 16 MiB of f16: the collective takes measurable time
   Buffer src = be->alloc(count * 4), buf = be->alloc(count * 2);
   {
-    NcclCommunicator comm(world(), be->native_stream());
+    NcclCommunicator comm(world(), stream_of(*be));
     StepClock& clock = comm;
     double c = -1, e = -1;
     CHECK_FALSE(clock.clock_poll(&c, &e));  // nothing measured yet
@@ -227,9 +234,11 @@ TEST_CASE("nccl: the gradient reducer measures eager and replayed steps", "[.cud
   std::vector<TensorSpan> spans{{0, 300000}, {300032, 700000}, {1000064, 5000}};
   const size_t total = 1005088;
   Buffer grads = be->alloc(total * 2), flags = be->alloc(64);
-  NcclCommunicator comm(world(), be->native_stream());
-  GradReducer red(comm, *be, spans, total, DType::F16, grads.data(), 1 << 20, 1 << 20,
-                  flags.as<int32_t>() + OverflowFlags::kRank0 + comm.rank());
+  NcclCommunicator comm(world(), stream_of(*be));
+  int32_t* my_flag = flags.as<int32_t>() + OverflowFlags::rank_slot(comm.rank());
+  GradReducer red(comm, spans, total, DType::F16, grads.data(), 1 << 20, 1 << 20, [&](size_t begin, size_t end) {
+    be->find_nonfinite(grads.data(), DType::F16, spans, begin, end, my_flag);
+  });
   auto step = [&] {
     red.begin_step();
     for (int t = int(spans.size()) - 1; t >= 0; --t) red.tensor_ready(t);

@@ -39,7 +39,7 @@ struct Curve {
 Curve train(const Config& cfg) {
   Curve c;
   Trainer t(cfg, world());
-  t.set_step_observer([&](int64_t, const StepScalarsDev& s, const std::vector<int32_t>& flags) {
+  t.set_step_observer([&](int64_t, const Trainer::StepObservation& s, const std::vector<int32_t>& flags) {
     c.loss_sum.push_back(s.loss_sum);
     c.scale.push_back(s.scaler.scale);
     c.skipped.push_back(s.scaler.overflow_steps);

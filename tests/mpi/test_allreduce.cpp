@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "amp/overflow_flags.h"
 #include "comm/grad_reducer.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/convert.h"
@@ -159,7 +160,9 @@ TEST_CASE("gradient buckets split tensors; the reducer sums every element and fl
   for (DType t : {DType::F16, DType::BF16, DType::F32}) {
     Buffer g = be.alloc(total * dtype_size(t));
     std::vector<int32_t> flags(size_t(2 + c.size()), 0);
-    GradReducer red(c, be, spans, total, t, g.data(), 2400, 6000, &flags[size_t(2 + c.rank())]);
+    int32_t* my_flag = &flags[size_t(OverflowFlags::rank_slot(c.rank()))];
+    GradReducer red(c, spans, total, t, g.data(), 2400, 6000,
+                    [&](size_t begin, size_t end) { be.find_nonfinite(g.data(), t, spans, begin, end, my_flag); });
     for (int step = 0; step < 2; ++step) {
       std::vector<float> host(total, 0.0f);
       for (const auto& s : spans)

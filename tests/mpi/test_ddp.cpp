@@ -68,7 +68,7 @@ TEST_CASE("one global overflow flag: every rank skips exactly the planted steps"
   int64_t prev_overflows = 0;
   size_t disagreements = 0, wrong_param_effect = 0;
   std::vector<std::string> where;
-  t.set_step_observer([&](int64_t step, const StepScalarsDev& s, const std::vector<int32_t>& flags) {
+  t.set_step_observer([&](int64_t step, const Trainer::StepObservation& s, const std::vector<int32_t>& flags) {
     const std::vector<float> w = t.master_weights();
     const uint64_t h = hash64(w.data(), w.size() * sizeof(float));
     struct Snapshot {  // no padding: compared bytewise

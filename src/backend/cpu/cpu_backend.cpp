@@ -168,20 +168,15 @@ std::vector<GradStats> CpuBackend::grad_stats(const void* grads, DType dtype, co
 
 void CpuBackend::optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master, const float* g32,
                                 float* state1, float* state2, size_t n, void* lp, DType lp_dtype,
-                                int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
+                                const int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
   if (flags[OverflowFlags::kAny]) return;  // the coordinated skip: nothing changes
-  if (max_norm > 0.0f && !is_finite_f32(*norm_sq)) {  // the same on every rank: norm_sq is of the reduced sum
-    flags[OverflowFlags::kAny] = 1;
-    flags[OverflowFlags::kReduced] = OverflowFlags::kNormOverflow;
-    return;
-  }
-  float grad_mul = 1.0f;
-  if (max_norm > 0.0f) {
-    const float coef = max_norm / (std::sqrt(*norm_sq) + 1e-6f);
-    grad_mul = coef < 1.0f ? coef : 1.0f;
-  }
+  const float grad_mul = max_norm > 0.0f ? clip_coefficient(max_norm, *norm_sq) : 1.0f;
   const StepScalars s = make_step_scalars(p, *lr, grad_mul, scaler->optimizer_steps + 1);
   cpu::optimizer_step(p, s, master, g32, state1, state2, n, lp, lp_dtype);
+}
+
+void CpuBackend::check_norm(const float* norm_sq, float max_norm, int32_t* flags) {
+  flag_norm_overflow(flags, *norm_sq, max_norm);
 }
 
 void CpuBackend::update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) {

@@ -39,8 +39,9 @@ class CpuBackend final : public Backend {
                      float* out32, int32_t* flags, float* norm_sq) override;
   std::vector<GradStats> grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) override;
   void optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master, const float* g32,
-                      float* state1, float* state2, size_t n, void* lp, DType lp_dtype, int32_t* flags,
+                      float* state1, float* state2, size_t n, void* lp, DType lp_dtype, const int32_t* flags,
                       const float* norm_sq, const ScalerState* scaler) override;
+  void check_norm(const float* norm_sq, float max_norm, int32_t* flags) override;
   void update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) override;
 
   int threads() const { return threads_; }

@@ -1,4 +1,4 @@
-#include "cuda/cuda_check.h"
+#include "cudart/cuda_check.h"
 
 #include <cstdio>
 #include <cstring>

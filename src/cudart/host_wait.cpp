@@ -1,9 +1,9 @@
-#include "cuda/host_wait.h"
+#include "cudart/host_wait.h"
 
 #include <chrono>
 #include <thread>
 
-#include "cuda/cuda_check.h"
+#include "cudart/cuda_check.h"
 
 namespace amp::cuda {
 

@@ -1,0 +1,87 @@
+#include "amp/mixed_precision.h"
+
+#include "core/error.h"
+
+namespace amp {
+
+MixedPrecision::MixedPrecision(DeviceMemory& mem, AmpKernels& kernels, const ScalerParams& params, DType grad_dtype,
+                               std::vector<TensorSpan> spans, std::vector<std::string> names, int rank, int world)
+    : mem_(mem), k_(kernels), params_(params), grad_dtype_(grad_dtype), spans_(std::move(spans)),
+      names_(std::move(names)), rank_(rank), world_(world) {
+  AmpScalars init;
+  init.scaler = scaler_init(params_);
+  scalars_ = mem_.alloc(sizeof(AmpScalars));
+  mem_.upload(scalars_.data(), &init, sizeof init);
+  dev_ = scalars_.as<AmpScalars>();
+  flags_ = mem_.alloc(OverflowFlags::count(world_) * sizeof(int32_t));
+  flags_dev_ = flags_.as<int32_t>();
+}
+
+void MixedPrecision::begin_step() { mem_.zero(flags_dev_, OverflowFlags::count(world_) * sizeof(int32_t)); }
+
+void MixedPrecision::check_bucket(const void* grads, size_t begin, size_t end) {
+  k_.find_nonfinite(grads, grad_dtype_, spans_, begin, end, flags_dev_ + OverflowFlags::rank_slot(rank_));
+}
+
+void MixedPrecision::unscale_and_check(const void* grads, float* g32) {
+  k_.unscale_check(grads, grad_dtype_, spans_, &dev_->scaler.scale, g32, flags_dev_, &dev_->norm_sq);
+}
+
+void MixedPrecision::agree(Communicator* comm) {
+  if (comm && world_ > 1) comm->allreduce(BufView{flags_dev_, OverflowFlags::count(world_), DType::I32}, ReduceOp::Max);
+}
+
+void MixedPrecision::check_norm(float max_norm) {
+  if (max_norm > 0.0f) k_.check_norm(&dev_->norm_sq, max_norm, flags_dev_);
+}
+
+void MixedPrecision::update() { k_.update_scale(&dev_->scaler, params_, flags_dev_, world_); }
+
+AmpScalars MixedPrecision::read() const {
+  AmpScalars s;
+  mem_.download(&s, dev_, sizeof s);
+  return s;
+}
+
+std::vector<int32_t> MixedPrecision::read_flags() const {
+  std::vector<int32_t> f(OverflowFlags::count(world_));
+  mem_.download(f.data(), flags_dev_, f.size() * sizeof(int32_t));
+  return f;
+}
+
+void MixedPrecision::load(const ScalerState& s) { mem_.upload(&dev_->scaler, &s, sizeof s); }
+
+std::string MixedPrecision::overflow_where(const ScalerState& s) const {
+  const auto name = [&](int32_t t1) {
+    return t1 > 0 && size_t(t1) <= names_.size() ? names_[size_t(t1 - 1)] : std::string("?");
+  };
+  if (s.last_overflow_tensor == OverflowFlags::kNormOverflow)
+    return "the global gradient norm (every gradient finite, their norm beyond FP32, so grad_clip cannot clip)";
+  if (s.last_overflow_rank >= 0) return strcat(name(s.last_overflow_rank_tensor), " on rank ", s.last_overflow_rank);
+  if (world_ > 1) return strcat(name(s.last_overflow_tensor), " after the all-reduce (the 16-bit sum overflowed)");
+  return name(s.last_overflow_tensor);
+}
+
+std::string MixedPrecision::skip_report(const ScalerState& before, const ScalerState& now) const {
+  const int64_t new_skips = now.overflow_steps - before.overflow_steps;
+  if (new_skips <= 0) return "";
+  const std::string count = new_skips == 1 ? "" : strcat(" (", new_skips, " skipped since step ", before.iterations, ")");
+  return strcat("step ", now.last_overflow_iteration, ": non-finite gradients in ", overflow_where(now),
+                " | step skipped on every rank | scale ", before.scale, " -> ", now.scale, count);
+}
+
+void MixedPrecision::check_divergence(const ScalerState& s, int64_t divergence_steps) const {
+  if (s.overflow_at_min < divergence_steps) return;
+  throw Error(ErrorKind::Divergence,
+              strcat("divergence error: training diverged at step ", s.last_overflow_iteration,
+                     ": gradients were non-finite for ", s.overflow_at_min,
+                     " consecutive steps with the loss scale at its minimum (", s.scale, "); last in ", overflow_where(s),
+                     ". Lower optimizer.lr, enable optimizer.grad_clip, or use bf16"),
+              true);
+}
+
+std::vector<GradStats> MixedPrecision::grad_stats(const void* grads) const {
+  return k_.grad_stats(grads, grad_dtype_, spans_);
+}
+
+}  // namespace amp

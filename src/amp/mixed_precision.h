@@ -1,0 +1,86 @@
+// The owner of mixed precision in a training step: the loss-scaler state (in backend memory, so a
+// device step never waits for the host), the overflow-flag buffer and its layout
+// (overflow_flags.h), and the verbs of the step protocol (docs/design.md), in the order the step
+// calls them:
+//
+//   begin_step()           clears the flags
+//   scale()                the scale that seeds backward (loss x S)
+//   check_bucket(...)      pre-reduction check of a gradient bucket: this rank's flag slot
+//   unscale_and_check(...) the fused pass: FP32 gradients = 16-bit / S, non-finite check, norm²
+//   agree(comm)            one MAX all-reduce of the flags: every rank sees every rank's verdict
+//   check_norm(max_norm)   a non-finite norm with clipping on is a skip too
+//   [the optimizer reads flags(), norm_sq() and state(); it steps unless flags()[kAny]]
+//   update()               attribution of a skip, then the scale moves (scaler_update)
+//
+// The backends provide the kernels (AmpKernels); the decisions are the shared host/device code of
+// loss_scaler.h and overflow_flags.h. Host-side reading, checkpoint state and the skip report
+// are here too, so following the scale or the flag through a step takes this class, its kernels
+// and the trainer's call sites.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "amp/loss_scaler.h"
+#include "amp/overflow_flags.h"
+#include "backend/amp_kernels.h"
+#include "backend/memory.h"
+#include "comm/communicator.h"
+
+namespace amp {
+
+// What lives in backend memory beside the flags: the scaler and the step's squared norm.
+struct AmpScalars {
+  ScalerState scaler;
+  float norm_sq = 0;  // of the last step's unscaled gradients (the global norm after the all-reduce)
+  int32_t pad_ = 0;
+};
+
+class MixedPrecision {
+ public:
+  // names: the parameter tensors (for reports); spans: where they lie in the flat gradients.
+  MixedPrecision(DeviceMemory& mem, AmpKernels& kernels, const ScalerParams& params, DType grad_dtype,
+                 std::vector<TensorSpan> spans, std::vector<std::string> names, int rank, int world);
+
+  // ---- the step's verbs (enqueued on the backend; capturable into a CUDA graph) --------------------
+  void begin_step();
+  const float* scale() const { return &dev_->scaler.scale; }
+  void check_bucket(const void* grads, size_t begin, size_t end);
+  void unscale_and_check(const void* grads, float* g32);
+  void agree(Communicator* comm);  // nullptr or one rank: nothing to agree on
+  void check_norm(float max_norm);
+  const int32_t* flags() const { return flags_dev_; }
+  const float* norm_sq() const { return &dev_->norm_sq; }
+  const ScalerState* state() const { return &dev_->scaler; }
+  void update();
+
+  // ---- host side -----------------------------------------------------------------------------
+  AmpScalars read() const;                      // downloads (waits for the device)
+  std::vector<int32_t> read_flags() const;      // the reduced flags of the last step
+  void load(const ScalerState& s);              // a resumed state
+  ScalerState initial_state() const { return scaler_init(params_); }
+  const ScalerParams& params() const { return params_; }
+  // Where the last skipped step's non-finite values were ("fc1.weight on rank 1", ...).
+  std::string overflow_where(const ScalerState& s) const;
+  // The line reporting skips between two reads ("" when none), and the divergence check: too many
+  // consecutive overflows at the minimum scale throw an agreed Divergence error.
+  std::string skip_report(const ScalerState& before, const ScalerState& now) const;
+  void check_divergence(const ScalerState& now, int64_t divergence_steps) const;
+  // Per-tensor underflow statistics of the still-scaled 16-bit gradients (telemetry).
+  std::vector<GradStats> grad_stats(const void* grads) const;
+
+ private:
+  DeviceMemory& mem_;
+  AmpKernels& k_;
+  ScalerParams params_;
+  DType grad_dtype_;
+  std::vector<TensorSpan> spans_;
+  std::vector<std::string> names_;
+  int rank_, world_;
+  Buffer scalars_, flags_;
+  AmpScalars* dev_ = nullptr;
+  int32_t* flags_dev_ = nullptr;
+};
+
+}  // namespace amp

@@ -1,0 +1,39 @@
+// The layout of the overflow-flag buffer (int32 slots in backend memory), owned by amp/. The
+// buffer is reduced across ranks with one MAX all-reduce, so each slot carries who saw what:
+//   kAny           1 when any rank found a non-finite value (the global flag: every rank skips);
+//   kReduced       1 + the first tensor with a non-finite value after the all-reduce, or
+//                  kNormOverflow when every gradient was finite but their norm was not while
+//                  clipping needs it (FP32 gradients near the top of the range);
+//   rank_slot(r)   1 + the first tensor with a non-finite value on rank r before the all-reduce
+//                  (the pre-reduction check of each bucket writes this rank's slot).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/hd.h"
+
+namespace amp {
+
+struct OverflowFlags {
+  static constexpr int kAny = 0;
+  static constexpr int kReduced = 1;
+  static constexpr int kRank0 = 2;
+  static constexpr int32_t kNormOverflow = -1;
+  AMP_HD static constexpr int rank_slot(int rank) { return kRank0 + rank; }
+  static constexpr size_t count(int world) { return size_t(kRank0 + world); }
+};
+
+AMP_HD bool is_finite_f32(float x) { return x - x == 0.0f; }
+
+// The step's verdict on its norm: with clipping on (max_norm > 0), a non-finite squared norm of
+// gradients that were each finite skips the step too (clipping by it would zero the update), and is
+// marked so. A step already flagged keeps its attribution. The norm is of the reduced sum, so the
+// verdict is the same on every rank.
+AMP_HD void flag_norm_overflow(int32_t* flags, float norm_sq, float max_norm) {
+  if (flags[OverflowFlags::kAny] || !(max_norm > 0.0f) || is_finite_f32(norm_sq)) return;
+  flags[OverflowFlags::kAny] = 1;
+  flags[OverflowFlags::kReduced] = OverflowFlags::kNormOverflow;
+}
+
+}  // namespace amp

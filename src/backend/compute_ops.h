@@ -1,0 +1,45 @@
+// The compute ops a model is written in: casts, GEMMs (the linear layers' fused forms and the
+// general strided/batched product), activations, losses. 16-bit (or FP32) operands, FP32 math and
+// accumulation, one rounding to the output's dtype. Pointers are backend memory (memory.h).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/tensor.h"
+#include "core/activation.h"
+#include "core/dtype.h"
+
+namespace amp {
+
+class ComputeOps {
+ public:
+  virtual ~ComputeOps() = default;
+
+  // Converts between f32/f16/bf16, bit-identical to the scalar conversions of core/half.h.
+  virtual void cast(const void* src, DType src_type, void* dst, DType dst_type, size_t n) = 0;
+
+  // ---- linear layers: y's dtype out, bias added before the one rounding ------------------------
+  // y[B,out] = x[B,in] * w[out,in]^T + b[out]; b has w's dtype.
+  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) = 0;
+  // dx[B,in] = dy[B,out] * w[out,in]
+  virtual void linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) = 0;
+  // dw[out,in] = dy^T * x, db[out] = sum over rows of dy (FP32 sums, one rounding each)
+  virtual void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) = 0;
+
+  // y = act(z); dz = dy * act'(z). Math in FP32, results rounded to the tensors' dtype.
+  virtual void activation_forward(Activation a, const Tensor& z, const Tensor& y) = 0;
+  virtual void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) = 0;
+
+  // ---- losses (FP32 math from low-precision predictions) -----------------------------------------
+  // Softmax cross-entropy. Adds this batch's summed loss to *loss_sum and its correct count to
+  // *correct. When dlogits.data is non-null it receives (softmax - onehot) * (*scale) * inv_count,
+  // rounded to its dtype: the loss-scaled gradient of the mean loss over inv_count^-1 samples.
+  // labels are int32.
+  virtual void softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
+                            const Tensor& dlogits, float* loss_sum, int32_t* correct) = 0;
+  // Squared error summed over elements into *loss_sum; dpred = 2 (pred - target) * scale * inv_count.
+  virtual void mse(const Tensor& pred, const Tensor& target, const float* scale, float inv_count,
+                   const Tensor& dpred, float* loss_sum) = 0;
+};
+
+}  // namespace amp

@@ -1,0 +1,27 @@
+// Backend memory: where a backend computes (host memory on the CPU, device memory on CUDA), and
+// the ordered copies in and out of it. Pointers called "backend memory" elsewhere live here.
+#pragma once
+
+#include <cstddef>
+
+#include "backend/tensor.h"
+
+namespace amp {
+
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual bool host_accessible() const = 0;  // true: backend memory is ordinary host memory
+
+  // Allocations are zero-filled.
+  virtual Buffer alloc(size_t bytes) = 0;
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;    // ordered on the stream
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;  // waits for the stream
+  virtual void zero(void* dst, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  // Bytes this rank may still allocate (host memory available / ranks of this node, or the
+  // device's free memory); 0 when unknown. Checked before a model is built.
+  virtual size_t memory_available(int ranks_on_node) const = 0;
+};
+
+}  // namespace amp

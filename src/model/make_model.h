@@ -1,0 +1,21 @@
+// Builds the model model.type names, sized from the data (inputs, outputs) and checked against the
+// memory this rank may use: a model too large for the machine is a config error naming the key,
+// not an allocation failure (or an overflowed size) somewhere inside.
+#pragma once
+
+#include <memory>
+
+#include "backend/compute_ops.h"
+#include "backend/memory.h"
+#include "config/config.h"
+#include "data/dataset.h"
+#include "model/model.h"
+
+namespace amp {
+
+// max_rows: the most samples one forward pass holds (training or evaluation batch);
+// bytes_available: what this rank may allocate (0: unknown, not checked).
+std::unique_ptr<Model> make_model(const Config& cfg, const Dataset& train, DeviceMemory& mem, ComputeOps& ops,
+                                  DType compute, size_t max_rows, size_t bytes_available);
+
+}  // namespace amp

@@ -1,0 +1,58 @@
+// The model seam: what the trainer needs of a network, whatever its family. A model owns its
+// parameter layout (names, shapes, where each tensor lies in the flat buffers), its input and
+// activation buffers (backend memory, sized for max_rows samples), and its loss. The trainer owns
+// the parameters themselves (FP32 masters, the 16-bit working copy, the gradients) and passes the
+// flat buffers in. One step is:
+//
+//   stage(data, idx, rows)                 host -> backend copy of the batch (outside a capture)
+//   forward_loss(params, rows, scale, ...) forward, loss sums, and the loss-scaled output gradient
+//   backward(params, grads, rows, ready)   gradients, calling ready(t) as each tensor completes
+//
+// Evaluation is stage + forward_loss without the gradient. The MLP (mlp.h) is the first model.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "model/param_layout.h"
+
+namespace amp {
+
+// Where forward_loss accumulates (backend memory).
+struct LossSums {
+  float* loss_sum = nullptr;   // summed per-sample losses
+  int32_t* correct = nullptr;  // classification hits (unused by regression losses)
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::string describe() const = 0;  // "mlp 784-1024-1024-10 (relu)"
+  virtual const ParamLayout& layout() const = 0;
+  // The FP32 initial parameters (host, layout().total elements), seeded.
+  virtual std::vector<float> init_params(uint64_t seed) const = 0;
+
+  // Loss terms per sample (1 for cross-entropy, outputs for a summed squared error): the mean
+  // loss divides the sums by samples x this.
+  virtual size_t loss_terms_per_sample() const = 0;
+  virtual bool classification() const = 0;
+
+  // Copies `rows` samples of `data` into the input buffers: samples idx[0..rows) when idx is
+  // non-null, else the contiguous samples [first, first + rows). Host work plus uploads.
+  virtual void stage(const Dataset& data, const uint32_t* idx, size_t first, size_t rows) = 0;
+  // Forward over the staged rows from the working parameters `params` (compute dtype, flat), adding
+  // the summed loss (and hits) to `sums`. With with_grad, the output gradient receives the gradient
+  // of loss x (*scale) x inv_count (the loss scale times the mean's 1/N), for backward().
+  virtual void forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
+                            LossSums sums) = 0;
+  // Backward from the output gradient of the last forward_loss(with_grad), writing the flat
+  // gradient buffer (compute dtype). Calls ready(t) as soon as tensor t's gradient is complete.
+  virtual void backward(const void* params, void* grads, size_t rows, const std::function<void(int)>& ready) = 0;
+};
+
+}  // namespace amp

@@ -1,0 +1,283 @@
+#include "train/checkpoint_io.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "comm/agree.h"
+#include "core/error.h"
+#include "core/hash.h"
+
+namespace amp {
+
+namespace {
+
+nlohmann::json layout_json(const ParamLayout& L) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& t : L.tensors) j.push_back({{"name", t.name}, {"rows", t.rows}, {"cols", t.cols}});
+  return j;
+}
+
+template <typename T>
+std::vector<char> bytes_of(const T* p, size_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  return std::vector<char>(c, c + n * sizeof(T));
+}
+
+// A header field read here: missing -> fallback; present with the wrong type -> a Checkpoint error
+// naming it (never a json exception).
+template <typename T>
+T header_field(const Checkpoint& ck, const char* key, T fallback) {
+  const auto it = ck.header.find(key);
+  if (it == ck.header.end()) return fallback;
+  bool ok = false;
+  if constexpr (std::is_same_v<T, std::string>) ok = it->is_string();
+  else if constexpr (std::is_integral_v<T>) ok = it->is_number_integer();
+  else ok = it->is_number();
+  if (!ok)
+    throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", ck.path, ": header field \"", key,
+                                              "\" has the wrong type (", it->type_name(), ")"));
+  return it->get<T>();
+}
+
+// The step of a checkpoint file from its name (ckpt_step<digits>.bin); -1 if it has none.
+int64_t step_of_name(const std::string& path) {
+  const std::string name = std::filesystem::path(path).filename().string();
+  const std::string prefix = "ckpt_step";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  errno = 0;
+  char* end = nullptr;
+  const long long step = std::strtoll(name.c_str() + prefix.size(), &end, 10);
+  if (errno == ERANGE || end == name.c_str() + prefix.size() || std::string(end) != ".bin" || step < 0) return -1;
+  return int64_t(step);
+}
+
+}  // namespace
+
+CheckpointIO::CheckpointIO(const Config& cfg, Communicator& world, TrainStep& step, const ParamLayout& layout,
+                           DType compute, const ShardedSampler& sampler, int64_t total_steps, Reporter& reporter,
+                           const Drills& drills)
+    : cfg_(cfg), world_(world), step_(step), layout_(layout), compute_(compute), sampler_(sampler),
+      total_steps_(total_steps), reporter_(reporter), drills_(drills) {}
+
+std::string CheckpointIO::save(int64_t step, const RunRecord& record) {
+  const StepSums sums = step_.read_sums();
+  const ScalerState scaler = step_.amp().read().scaler;
+  // Each rank's half-finished interval sums differ: every rank gets its own back on resume, so the
+  // logged losses after a resume are the uninterrupted run's, bit for bit.
+  const RankIntervalSums mine{sums.loss_sum, sums.correct};
+  std::vector<RankIntervalSums> all(static_cast<size_t>(world_.size()));
+  world_.allgather(&mine, all.data(), sizeof mine);
+  std::string path;
+  run_agreed(world_, [&] {
+    if (world_.rank() == 0) path = write(step, scaler, all, record);
+  });
+  return path;
+}
+
+std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const std::vector<RankIntervalSums>& sums,
+                                const RunRecord& record) {
+  Checkpoint ck;
+  const std::vector<float> master = step_.masters();
+  ck.sections["master"] = bytes_of(master.data(), master.size());
+  for (int which : {1, 2}) {
+    const std::vector<float> s = step_.state(which);
+    if (!s.empty()) ck.sections[which == 1 ? "state1" : "state2"] = bytes_of(s.data(), s.size());
+  }
+  ck.sections["scaler"] = bytes_of(&scaler, 1);
+  ck.sections["rank_sums"] = bytes_of(sums.data(), sums.size());
+  ck.header = {{"program", "amp_ddp"},
+               {"version", AMP_VERSION},
+               {"step", step},
+               {"epoch", double(step) / double(sampler_.steps_per_epoch())},
+               {"world_size", world_.size()},
+               {"global_batch", sampler_.global_batch()},
+               {"precision", precision_name(compute_)},
+               {"optimizer", optimizer_name(cfg_.optimizer.params.kind)},
+               {"loss_scale_mode", scale_mode_name(cfg_.precision.scaler.mode)},
+               {"config_hash", hex64(config_hash(cfg_))},
+               {"params_hash", hex64(hash64(master.data(), master.size() * sizeof(float)))},
+               {"layout", layout_json(layout_)},
+               {"scaler", {{"scale", scaler.scale},
+                           {"growth_tracker", scaler.growth_tracker},
+                           {"hysteresis_left", scaler.hysteresis_left},
+                           {"overflow_steps", scaler.overflow_steps},
+                           {"optimizer_steps", scaler.optimizer_steps}}},
+               {"interval_steps", record.interval_steps},
+               {"first_loss", record.first_loss},
+               {"last_eval_loss", record.last_eval_loss},
+               {"last_eval_accuracy", record.last_eval_accuracy},
+               {"train_seconds", record.train_seconds},
+               {"sizeof_scaler", sizeof(ScalerState)}};
+  return save_checkpoint(cfg_.resolved_checkpoint_dir(), ck, int(cfg_.checkpoint.keep));
+}
+
+// Rank 0: does this checkpoint belong to this run? Refused when it cannot continue it.
+void CheckpointIO::check_header(const Checkpoint& ck, const std::string& path) const {
+  auto mismatch = [&](const std::string& what, const nlohmann::json& theirs, const nlohmann::json& ours) {
+    const auto brief = [](const nlohmann::json& j) {  // a crafted header can be long
+      const std::string t = j.dump();
+      return t.size() > 240 ? t.substr(0, 240) + "..." : t;
+    };
+    throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": written by a run with ", what, " ",
+                                              brief(theirs), ", this run has ", brief(ours)));
+  };
+  const int64_t world = header_field<int64_t>(ck, "world_size", -1);
+  if (world != world_.size()) mismatch("world size", world, world_.size());
+  const nlohmann::json layout = ck.header.contains("layout") ? ck.header["layout"] : nlohmann::json();
+  if (layout != layout_json(layout_)) mismatch("another model: parameter tensors", layout, layout_json(layout_));
+  const std::string prec = header_field<std::string>(ck, "precision", "");
+  if (prec != precision_name(compute_)) mismatch("precision", prec, precision_name(compute_));
+  const std::string opt = header_field<std::string>(ck, "optimizer", "");
+  if (opt != optimizer_name(cfg_.optimizer.params.kind)) mismatch("optimizer", opt, optimizer_name(cfg_.optimizer.params.kind));
+  if (header_field<int64_t>(ck, "sizeof_scaler", 0) != int64_t(sizeof(ScalerState)))
+    mismatch("a different scaler-state layout (program version)", header_field<std::string>(ck, "version", ""),
+             AMP_VERSION);
+  if (ck.step() > total_steps_)
+    throw Error(ErrorKind::Checkpoint,
+                strcat("checkpoint error: ", path, ": it is at step ", ck.step(), ", beyond this run's ", total_steps_,
+                       " steps; raise run.steps (or run.epochs) to train on from it, or start the new run in "
+                       "another run.out_dir / checkpoint.dir"));
+  if (header_field<std::string>(ck, "config_hash", "") != hex64(config_hash(cfg_)))
+    reporter_.message("note: " + path + " was written with a different configuration; continuing with this one");
+}
+
+int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
+  // Rank 0 finds, reads and checks the checkpoint (agreed: a failure there ends every rank); then
+  // every rank receives its size (0: nothing to resume) and its bytes.
+  std::string data, path;
+  run_agreed(world_, [&] {
+    if (world_.rank() != 0) return;
+    const std::string dir = cfg_.resolved_checkpoint_dir();
+    if (cfg_.checkpoint.resume == "auto") {
+      std::vector<std::string> skipped;
+      path = find_latest_intact(dir, &skipped);
+      for (const auto& s : skipped) reporter_.message("skipping " + s);
+      if (path.empty()) {
+        reporter_.message("checkpoint.resume is auto but " + dir + " holds no intact checkpoint: starting from step 1");
+        return;
+      }
+    } else {
+      path = cfg_.checkpoint.resume;
+    }
+    data = read_file_bytes(path);
+    check_header(parse_checkpoint(data, path), path);
+  });
+  int64_t size = int64_t(data.size());
+  world_.broadcast(BufView{&size, sizeof size, DType::U8}, 0);
+  if (size == 0) return 0;
+  data.resize(size_t(size));
+  world_.broadcast(BufView{data.data(), data.size(), DType::U8}, 0);
+  int64_t step = 0;
+  run_agreed(world_, [&] {
+    drills_.fail_setup("resume");
+    const Checkpoint ck = parse_checkpoint(data, path.empty() ? "checkpoint from rank 0" : path);
+    apply(ck, path, record);
+    step = ck.step();
+  });
+  if (world_.rank() == 0) set_aside_newer(step);
+  if (world_.rank() == 0 && step == total_steps_)
+    reporter_.message(strcat("the checkpoint is at step ", step, ", the last of this run (run.steps): nothing left to train"));
+  *from = path;
+  return step;
+}
+
+// Loads a verified checkpoint into this rank's state; every field is checked before it is used.
+void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecord& record) {
+  auto bad = [&](const std::string& what) { throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": ", what)); };
+  const size_t n = layout_.total;
+  auto section = [&](const char* name, size_t bytes) -> const std::vector<char>& {
+    auto it = ck.sections.find(name);
+    if (it == ck.sections.end()) bad(strcat("section \"", name, "\" is missing"));
+    if (it->second.size() != bytes)
+      bad(strcat("section \"", name, "\" has ", it->second.size(), " bytes, this run needs ", bytes));
+    return it->second;
+  };
+  auto floats = [&](const std::vector<char>& raw) {
+    std::vector<float> v(raw.size() / sizeof(float));
+    std::memcpy(v.data(), raw.data(), v.size() * sizeof(float));
+    return v;
+  };
+  const std::vector<float> master = floats(section("master", n * sizeof(float)));
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(master[i]))
+      bad(strcat("master weight ", i, " is not finite (", master[i], "): the run it comes from had diverged"));
+  std::vector<float> states[2];
+  for (int which : {1, 2})
+    if (step_.has_state(which)) states[which - 1] = floats(section(which == 1 ? "state1" : "state2", n * sizeof(float)));
+
+  const int64_t step = ck.step();
+  ScalerState sc;
+  std::memcpy(&sc, section("scaler", sizeof sc).data(), sizeof sc);
+  if (!(std::isfinite(sc.scale) && sc.scale > 0) || sc.overflow_steps < 0 || sc.optimizer_steps < 0 ||
+      sc.iterations != step || sc.overflow_steps + sc.optimizer_steps != step)
+    bad(strcat("the loss-scaler state (scale ", sc.scale, ", ", sc.overflow_steps, " skipped + ", sc.optimizer_steps,
+               " applied of ", sc.iterations, " steps) does not fit step ", step));
+  // Every rank continues its own half-finished log interval.
+  const auto& rs = section("rank_sums", size_t(world_.size()) * sizeof(RankIntervalSums));
+  RankIntervalSums mine;
+  std::memcpy(&mine, rs.data() + size_t(world_.rank()) * sizeof mine, sizeof mine);
+  const int64_t interval = header_field<int64_t>(ck, "interval_steps", 0);
+  if (interval < 0 || interval > step) bad(strcat("header field \"interval_steps\" is ", interval, " at step ", step));
+
+  // A changed loss-scale mode applies from here on: the new mode starts from its initial state; the
+  // step counters (AdamW's bias correction counts applied steps) carry on.
+  const ScalerParams& now = cfg_.precision.scaler;
+  const std::string mode_then = header_field<std::string>(ck, "loss_scale_mode", "");
+  const std::string mode_now = scale_mode_name(now.mode);
+  const bool static_changed = now.mode == ScaleMode::Static && sc.scale != now.init_scale;
+  if (!mode_then.empty() && (mode_then != mode_now || static_changed)) {
+    const ScalerState fresh = scaler_init(now);
+    if (world_.rank() == 0)
+      reporter_.message(strcat("note: the checkpoint's loss scaling was ", mode_then, " (scale ", sc.scale,
+                               "); this run's is ", mode_now, " (scale ", fresh.scale, "): the new one applies from step ",
+                               step + 1));
+    sc.scale = fresh.scale;
+    sc.growth_tracker = fresh.growth_tracker;
+    sc.hysteresis_left = fresh.hysteresis_left;
+    sc.overflow_at_min = 0;
+  } else if (now.mode == ScaleMode::Dynamic) {  // new clamps apply to the scale carried over
+    sc.scale = std::min(std::max(sc.scale, now.min_scale), now.max_scale);
+  }
+
+  // Everything checked: load.
+  step_.load_masters(master.data());
+  step_.load_states(states[0].empty() ? nullptr : states[0].data(), states[1].empty() ? nullptr : states[1].data());
+  step_.amp().load(sc);
+  step_.load_sums(mine.loss_sum, mine.correct);
+  record.interval_steps = interval;
+  record.first_loss = header_field<double>(ck, "first_loss", 0.0);
+  record.last_eval_loss = header_field<double>(ck, "last_eval_loss", -1.0);
+  record.last_eval_accuracy = header_field<double>(ck, "last_eval_accuracy", -1.0);
+  record.train_seconds = header_field<double>(ck, "train_seconds", 0.0);
+}
+
+// After a roll-back to an older checkpoint, the newer ones belong to the run this one replaces:
+// they are moved to abandoned/ (kept, not deleted), so that resume=auto and checkpoint.keep see
+// only this run's line of checkpoints.
+void CheckpointIO::set_aside_newer(int64_t step) {
+  const std::string dir = cfg_.resolved_checkpoint_dir();
+  std::vector<std::string> moved;
+  for (const std::string& p : list_checkpoints(dir)) {
+    if (step_of_name(p) <= step) continue;
+    const std::filesystem::path to = std::filesystem::path(dir) / "abandoned" / std::filesystem::path(p).filename();
+    std::error_code ec;
+    std::filesystem::create_directories(to.parent_path(), ec);
+    if (!ec) std::filesystem::rename(p, to, ec);
+    if (ec)
+      warn(strcat("could not move ", p, " (newer than the resumed step ", step, ") aside: ", ec.message(),
+                  "; resume=auto would pick it"));
+    else
+      moved.push_back(std::filesystem::path(p).filename().string());
+  }
+  if (!moved.empty()) {
+    std::string list;
+    for (const auto& m : moved) list += (list.empty() ? "" : ", ") + m;
+    reporter_.message(strcat("moved ", moved.size(), " checkpoint(s) newer than step ", step,
+                             " (from the run this one replaces) to ", dir, "/abandoned/: ", list));
+  }
+}
+
+}  // namespace amp

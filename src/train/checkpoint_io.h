@@ -1,0 +1,57 @@
+// Checkpoint I/O of a run: what goes into a checkpoint (train/checkpoint.h is the file format) and
+// how a run continues from one, bit for bit. Rank 0 writes and reads files; every rank receives the
+// bytes (no shared file system needed). Every field is validated before it is used.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "config/config.h"
+#include "data/sampler.h"
+#include "model/param_layout.h"
+#include "train/checkpoint.h"
+#include "train/drills.h"
+#include "train/reporting.h"
+#include "train/step.h"
+
+namespace amp {
+
+// One rank's share of a half-finished log interval (checkpoints keep every rank's).
+struct RankIntervalSums {
+  float loss_sum = 0;
+  int32_t correct = 0;
+};
+
+class CheckpointIO {
+ public:
+  CheckpointIO(const Config& cfg, Communicator& world, TrainStep& step, const ParamLayout& layout, DType compute,
+               const ShardedSampler& sampler, int64_t total_steps, Reporter& reporter, const Drills& drills);
+
+  // Collective: every rank's interval sums go to rank 0, which writes; returns the path ("" on
+  // other ranks). A failed write is an agreed Output error.
+  std::string save(int64_t step, const RunRecord& record);
+  // checkpoint.resume (auto or a path): loads and applies on every rank. Returns the step resumed
+  // from (0: starting from scratch) and fills record and *from.
+  int64_t resume(RunRecord& record, std::string* from);
+
+ private:
+  std::string write(int64_t step, const ScalerState& scaler, const std::vector<RankIntervalSums>& sums,
+                    const RunRecord& record);
+  void check_header(const Checkpoint& ck, const std::string& path) const;  // rank 0, before sending
+  void apply(const Checkpoint& ck, const std::string& path, RunRecord& record);
+  void set_aside_newer(int64_t step);
+
+  const Config& cfg_;
+  Communicator& world_;
+  TrainStep& step_;
+  const ParamLayout& layout_;
+  DType compute_;
+  const ShardedSampler& sampler_;
+  int64_t total_steps_;
+  Reporter& reporter_;
+  const Drills& drills_;
+};
+
+}  // namespace amp

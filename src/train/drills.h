@@ -1,0 +1,39 @@
+// Fault drills (config section faults): planted non-finite gradients, stop signals, perturbed
+// weights and failed set-up phases, so that every failure path of the trainer can be exercised on
+// purpose, on chosen ranks and steps. Nothing here runs unless the config asks for it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/memory.h"
+#include "config/config.h"
+#include "model/param_layout.h"
+
+namespace amp {
+
+class Drills {
+ public:
+  Drills(const Config& cfg, int rank);
+  // faults.fail_setup: throws on this rank when the phase is listed for it.
+  void fail_setup(const char* phase) const;
+  // Checks faults.inject_nonfinite against the model (tensor names) and the world (ranks); throws
+  // a Config error naming what does not exist.
+  void bind(const ParamLayout& layout, int world);
+  bool plants_gradients() const { return !my_faults_.empty(); }
+  // faults.inject_nonfinite: writes inf/nan into tensor's first gradient element at that step
+  // (called as backward completes the tensor, before its bucket is checked and reduced).
+  void plant_gradient(int64_t step, int tensor, DeviceMemory& mem, void* grads, DType dtype) const;
+  // faults.raise_signal: delivers the stop signal to this process after that step.
+  void raise_signal(int64_t step) const;
+  // faults.corrupt_params: this rank's first master weight drifts after that step (desync drill).
+  void corrupt_params(int64_t step, DeviceMemory& mem, float* master) const;
+
+ private:
+  const Config& cfg_;
+  int rank_;
+  const ParamLayout* layout_ = nullptr;
+  std::vector<FaultSpec> my_faults_;
+};
+
+}  // namespace amp

@@ -1,0 +1,88 @@
+#include "train/reporting.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace amp {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+Reporter::Reporter(const Config& cfg, bool lead)
+    : cfg_(cfg), lead_(lead), progress_(std::make_unique<Progress>(cfg.run.progress, lead)) {}
+
+void Reporter::open_metrics(int64_t resumed_step) {
+  const std::string out = cfg_.resolved_out_dir();
+  if (lead_ && resumed_step > 0) truncate_metrics(out + "/metrics.jsonl", resumed_step);
+  metrics_ = std::make_unique<MetricsWriter>(out, lead_, resumed_step > 0);
+  metrics_->write_text("config.yaml", config_to_yaml(cfg_));
+}
+
+const std::string& Reporter::output_failure() const {
+  static const std::string none;
+  return metrics_ ? metrics_->failure() : none;
+}
+
+void Reporter::start_interval() {
+  interval_start_ = now_seconds();
+  pause_ = 0;
+}
+
+void Reporter::log(const IntervalView& v, RunRecord& record) {
+  const double t = now_seconds();
+  const double elapsed = t - interval_start_ - pause_;
+  pause_ = 0;
+  record.train_seconds += elapsed;
+  const double step_s = record.interval_steps ? elapsed / double(record.interval_steps) : 0.0;
+  const double sps = elapsed > 0 ? double(record.interval_steps) * double(v.global_batch) / elapsed : 0.0;
+  ProgressLine p;
+  p.step = v.step;
+  p.total = v.total_steps;
+  p.loss = v.loss;
+  p.scale = v.scaler->scale;
+  p.skipped = v.scaler->overflow_steps;
+  p.grad_norm = v.grad_norm;
+  p.lr = v.lr;
+  p.step_ms = step_s * 1e3;
+  p.samples_per_s = sps;
+  p.eta_s = double(v.total_steps - v.step) * (record.train_seconds / double(std::max<int64_t>(1, v.step)));
+  progress_->update(p);
+  metrics_->record({{"step", v.step},
+                    {"epoch", double(v.step) / double(v.steps_per_epoch)},
+                    {"loss", finite_or_null(v.loss)},
+                    {"scale", v.scaler->scale},
+                    {"skipped", v.scaler->overflow_steps},
+                    {"growth_tracker", v.scaler->growth_tracker},
+                    {"grad_norm", finite_or_null(v.grad_norm)},
+                    {"lr", p.lr},
+                    {"step_ms", p.step_ms},
+                    {"samples_per_second", sps}});
+}
+
+void Reporter::telemetry(int64_t step, float scale, const std::vector<GradStats>& stats,
+                         const std::vector<std::string>& names) {
+  nlohmann::json t = nlohmann::json::object();
+  for (size_t i = 0; i < stats.size(); ++i)
+    t[names[i]] = {{"zero_frac", stats[i].zero_frac},
+                   {"subnormal_frac", stats[i].subnormal_frac},
+                   {"max_abs_scaled", finite_or_null(stats[i].max_abs)}};
+  metrics_->record({{"step", step}, {"scale", scale}, {"telemetry", t}});
+}
+
+void Reporter::evaluation(int64_t step, const EvalResult& r, bool classification) {
+  if (!lead_) return;
+  progress_->message(classification ? strcat("eval step ", step, " | loss ", r.loss, " | accuracy ", r.accuracy * 100.0,
+                                             "% | ", r.samples, " samples")
+                                    : strcat("eval step ", step, " | mse ", r.loss, " | ", r.samples, " samples"));
+  nlohmann::json j = {{"step", step}, {"eval_loss", r.loss}, {"eval_samples", r.samples}};
+  if (classification) j["eval_accuracy"] = r.accuracy;
+  metrics_->record(j);
+}
+
+}  // namespace amp

@@ -1,0 +1,67 @@
+// The run's reporting on rank 0: progress lines, out_dir/metrics.jsonl (one record per logged step,
+// evaluation or telemetry sample), out_dir/summary.json, and the counters that checkpoints carry
+// so that a resumed run reports exactly what the uninterrupted run would have.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "amp/mixed_precision.h"
+#include "config/config.h"
+#include "train/evaluation.h"
+#include "train/metrics.h"
+#include "train/progress.h"
+
+namespace amp {
+
+// Host counters of the run, kept in checkpoints.
+struct RunRecord {
+  int64_t interval_steps = 0;  // steps since the last log
+  double first_loss = 0;       // the loss of step 1 (run.max_loss_ratio)
+  double last_loss = 0;        // the last logged mean training loss
+  double last_eval_loss = -1, last_eval_accuracy = -1;
+  double train_seconds = 0;    // training time, evaluations and checkpoints excluded
+};
+
+// What a log line reports beside the loss.
+struct IntervalView {
+  int64_t step = 0, total_steps = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+  const ScalerState* scaler = nullptr;
+  size_t global_batch = 0, steps_per_epoch = 1;
+};
+
+class Reporter {
+ public:
+  Reporter(const Config& cfg, bool lead);
+  Progress& progress() { return *progress_; }
+  // Opens metrics.jsonl (appending after the checkpoint's step when resumed) and writes config.yaml.
+  void open_metrics(int64_t resumed_step);
+  MetricsWriter& metrics() { return *metrics_; }
+  const std::string& output_failure() const;  // "" while the run output is writable
+
+  // Interval timing: pauses (evaluation, checkpoints) are kept out of the throughput.
+  void start_interval();
+  void pause(double seconds) { pause_ += seconds; }
+  // One log line and record; advances record.train_seconds.
+  void log(const IntervalView& v, RunRecord& record);
+  void telemetry(int64_t step, float scale, const std::vector<GradStats>& stats, const std::vector<std::string>& names);
+  void evaluation(int64_t step, const EvalResult& r, bool classification);
+  void message(const std::string& line) { progress_->message(line); }
+
+ private:
+  const Config& cfg_;
+  bool lead_;
+  std::unique_ptr<Progress> progress_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  double interval_start_ = 0, pause_ = 0;
+};
+
+double now_seconds();
+nlohmann::json finite_or_null(double v);
+
+}  // namespace amp

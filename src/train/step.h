@@ -1,0 +1,110 @@
+// One data-parallel, mixed-precision training step (the step protocol of docs/design.md, read top
+// to bottom in TrainStep::device_step): it owns the training state in backend memory (FP32
+// masters, the 16-bit working copy, gradients, optimizer moments, the step's loss sums and lr), the
+// mixed-precision owner, the gradient reducer, and the CUDA graph the step is captured into after
+// warm-up (released when the step goes, before any communicator that the graph's collectives use).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "amp/mixed_precision.h"
+#include "backend/backend.h"
+#include "comm/grad_reducer.h"
+#include "config/config.h"
+#include "data/dataset.h"
+#include "model/model.h"
+
+namespace amp {
+
+// Steps a process runs eagerly before capturing the step into a CUDA graph (first-use allocations
+// and library set-up stay outside the graph).
+constexpr int64_t kWarmupStepsBeforeCapture = 2;
+
+// The step's own scalars in backend memory (the scaler's live in MixedPrecision).
+struct StepSums {
+  float loss_sum = 0;   // summed per-sample losses since the last log (this rank)
+  int32_t correct = 0;  // classification hits since the last log (this rank)
+  float lr = 0;         // this step's learning rate (uploaded with the batch)
+  int32_t pad_ = 0;
+};
+
+class TrainStep {
+ public:
+  // batch: samples per rank per step; rank/world: this rank's place among the data-parallel ranks.
+  TrainStep(const Config& cfg, Backend& be, Model& model, DType compute, size_t batch, int rank, int world);
+  ~TrainStep();  // drops the captured graph first
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
+
+  // The communicators: world_comm is the host one (step marks, the watchdog, and gradients when
+  // device_comm is null); device_comm, when given (NCCL on the CUDA backend), carries gradients and
+  // flags and is owned here, so that it goes after the captured graph that holds its collectives
+  // and before the buffers those collectives use. overlap reduces buckets during backward.
+  void connect(Communicator& world_comm, std::unique_ptr<Communicator> device_comm, bool overlap);
+  // Called with (step, tensor) as backward completes each tensor, before its bucket may launch
+  // (fault drills plant non-finite gradients here); set before the first step.
+  void set_gradient_hook(std::function<void(int64_t step, int tensor)> hook) { hook_ = std::move(hook); }
+  // false: never capture (faults planted from the host in the middle of a step).
+  void allow_capture(bool allow) { use_graph_ = allow; }
+
+  // FP32 masters from the host (every rank the same), and the working copy cast from them.
+  void load_masters(const float* host);
+  void load_states(const float* state1, const float* state2);  // nullptr: not held by this optimizer
+  std::vector<float> masters() const;                          // host copy
+  std::vector<float> state(int which) const;                   // 1 or 2; empty when not held
+  bool has_state(int which) const { return (which == 1 ? state1_ : state2_).data() != nullptr; }
+  float* master_data() { return master_.as<float>(); }
+  const void* working_params() const { return compute_ == DType::F32 ? master_.data() : lp_.data(); }
+  const void* gradients() const { return grads_.data(); }
+
+  // One step: the host part (batch, learning rate), then the device part, captured into a graph
+  // at step first_step + kWarmupStepsBeforeCapture and replayed from then on where the backend can.
+  void run(int64_t step, int64_t first_step, const Dataset& train, const std::vector<uint32_t>& idx, float lr);
+
+  MixedPrecision& amp() { return *amp_; }
+  const MixedPrecision& amp() const { return *amp_; }
+  StepSums read_sums() const;
+  void load_sums(float loss_sum, int32_t correct);
+  void clear_sums();
+
+  // Communication of the latest measured step, summed over the run (summary.json).
+  struct CommTotals {
+    double seconds = 0, exposed_seconds = 0;
+    size_t bytes_per_step = 0;
+    int64_t steps = 0;
+  };
+  void take_comm_stats();  // polls the reducer; call when the device has caught up for the last step
+  const CommTotals& comm_totals() const { return comm_; }
+  bool reducing() const { return reducer_ != nullptr; }
+
+ private:
+  void device_step(int64_t step);  // everything after the uploads: capturable
+
+  const Config& cfg_;
+  Backend& be_;
+  Model& model_;
+  DType compute_;
+  size_t batch_;
+  int rank_, world_;
+  float inv_count_ = 0;  // loss weight / (global batch x loss terms per sample)
+  bool use_graph_ = false, graph_ready_ = false;
+  Communicator* world_comm_ = nullptr;
+  Communicator* grad_comm_ = nullptr;
+  std::function<void(int64_t, int)> hook_;
+
+  // Destroyed bottom up, after ~TrainStep() dropped the graph: the reducer (its pending requests),
+  // the device communicator (an abort must not wait behind buffer frees, which synchronize the
+  // device), then the flags and the buffers.
+  Buffer master_, lp_, grads_, g32_, state1_, state2_, sums_;
+  StepSums* sums_dev_ = nullptr;
+  std::unique_ptr<MixedPrecision> amp_;
+  std::unique_ptr<Communicator> device_comm_;
+  std::unique_ptr<GradReducer> reducer_;
+  int64_t comm_measured_ = 0;
+  CommTotals comm_;
+};
+
+}  // namespace amp
