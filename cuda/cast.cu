@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const S* src, D* dst, si
 void cast(const Launch& l, const void* src, DType src_type, void* dst, DType dst_type, size_t n) {
   if (n == 0) return;
   if (src_type == dst_type) {
-    if (src != dst) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * dtype_size(src_type), cudaMemcpyDeviceToDevice, l.stream));
+    if (src != dst) AMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * dtype_size(src_type), cudaMemcpyDeviceToDevice, l.stream));
     return;
   }
   dispatch_float(src_type, "cast", [&](auto s_tag) {

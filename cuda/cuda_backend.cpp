@@ -34,15 +34,16 @@ std::atomic<uint64_t> g_next_graph_id{1};
 }  // namespace
 
 CudaBackend::CudaBackend(int device) : device_(device) {
-  CUDA_CHECK(cudaSetDevice(device));
+  AMP_CUDA_CHECK(cudaSetDevice(device));
   cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  AMP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   name_ = strcat("cuda:", device, " (", prop.name, ")");
   // One wave of 256-thread blocks at full occupancy: the grid-stride kernels loop beyond it.
   max_blocks_ = unsigned(std::max(1, prop.multiProcessorCount)) * 8u;
   stream_ = std::make_shared<Stream>(0);
   ring_ = std::make_unique<StagingRing>(kStagingBytes, &wait_check_);
   gemm_ = std::make_unique<LtGemm>(kWorkspaceBytes);
+  general_ = std::make_unique<GeneralOps>(kWorkspaceBytes);
   loss_partials_ = DeviceBuffer<double>(kLossBlocks);
   hit_partials_ = DeviceBuffer<long long>(kLossBlocks);
 }
@@ -90,7 +91,7 @@ Buffer CudaBackend::alloc(size_t bytes) {
   }
   std::shared_ptr<Stream> keep = stream_;
   Buffer buf(p, bytes, [keep](void* q) { release_device(q, keep->get()); });
-  CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_->get()));
+  AMP_CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_->get()));
   return buf;
 }
 
@@ -105,12 +106,12 @@ void CudaBackend::download(void* host_dst, const void* src, size_t bytes) {
   // stream works towards it: with a wait check (NCCL), wait for the stream first, so that the copy
   // finds it idle and a stuck collective is noticed here.
   if (wait_check_) wait_stream(stream_->get(), wait_check_);
-  if (bytes) CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_->get()));
+  if (bytes) AMP_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_->get()));
   wait_stream(stream_->get(), wait_check_);
 }
 
 void CudaBackend::zero(void* dst, size_t bytes) {
-  if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_->get()));
+  if (bytes) AMP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_->get()));
 }
 
 size_t CudaBackend::memory_available(int ranks_on_node) const {
@@ -303,7 +304,7 @@ bool CudaBackend::begin_capture() {
   }
   // Thread-local mode: only this thread's unsafe calls break the capture (NCCL's and MPI's own
   // threads go on as usual).
-  CUDA_CHECK(cudaStreamBeginCapture(stream_->get(), cudaStreamCaptureModeThreadLocal));
+  AMP_CUDA_CHECK(cudaStreamBeginCapture(stream_->get(), cudaStreamCaptureModeThreadLocal));
   capturing_ = true;
   graph_id_ = g_next_graph_id++;  // what is recorded from here on belongs to this graph
   launches_ = 0;
@@ -331,12 +332,12 @@ void CudaBackend::end_capture() {
     throw_device_error(__FILE__, __LINE__, "cudaGraphInstantiate(&exec, graph, 0)", cuda_error_string(ie));
   }
   graph_ = GraphExec(g, exec);
-  CUDA_CHECK(cudaGraphUpload(graph_.get(), stream_->get()));
+  AMP_CUDA_CHECK(cudaGraphUpload(graph_.get(), stream_->get()));
 }
 
 void CudaBackend::replay() {
   AMP_CHECK(bool(graph_), "replay without a captured graph");
-  CUDA_CHECK(cudaGraphLaunch(graph_.get(), stream_->get()));
+  AMP_CUDA_CHECK(cudaGraphLaunch(graph_.get(), stream_->get()));
   ++launches_;
 }
 

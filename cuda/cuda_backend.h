@@ -16,6 +16,7 @@
 #include "cuda/gemm.h"
 #include "cudart/host_wait.h"
 #include "cuda/kernels.h"
+#include "cuda/ops_general.h"
 #include "cuda/span_table.h"
 #include "cuda/staging_ring.h"
 
@@ -48,6 +49,9 @@ class CudaBackend final : public Backend, public DeviceStream {
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
   void linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
   void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override;
+  void gemm(const GemmArgs& g) override { general_->gemm(g, stream_->get()); }
+  void add(const AddArgs& a) override { general_->add(a, stream_->get()); }
+  void row_sum(const RowSumArgs& r) override { general_->row_sum(r, stream_->get()); }
   void activation_forward(Activation a, const Tensor& z, const Tensor& y) override;
   void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) override;
   void softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
@@ -92,6 +96,7 @@ class CudaBackend final : public Backend, public DeviceStream {
   WaitCheck wait_check_;            // before ring_, which refers to it
   std::unique_ptr<StagingRing> ring_;
   std::unique_ptr<LtGemm> gemm_;
+  std::unique_ptr<GeneralOps> general_;  // gemm/add/row_sum of the general op set
   SpanTableCache spans_;
   DeviceBuffer<double> loss_partials_;
   DeviceBuffer<long long> hit_partials_;

@@ -32,7 +32,7 @@ bool cuda_device_visible(std::string* why) {
 
 std::unique_ptr<Backend> make_cuda_backend(int local_rank) {
   int count = 0;
-  CUDA_CHECK(cudaGetDeviceCount(&count));
+  AMP_CUDA_CHECK(cudaGetDeviceCount(&count));
   AMP_CHECK(count > 0, "no CUDA device");
   const int device = (local_rank < 0 ? 0 : local_rank) % count;
   return std::make_unique<CudaBackend>(device);

@@ -26,7 +26,7 @@ uint32_t alignment_of(const void* p) {
 
 template <typename T>
 void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v) {
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v));
+  AMP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v));
 }
 
 }  // namespace
@@ -115,7 +115,7 @@ LtGemm::Plan* LtGemm::find_plan(const GemmCall& c, std::string* why) {
   }
 
   auto p = std::make_unique<Plan>();
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  AMP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const int32_t ta = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, ta);
   set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, tb);
@@ -125,12 +125,12 @@ LtGemm::Plan* LtGemm::find_plan(const GemmCall& c, std::string* why) {
     set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);  // its alignment guides the heuristic
   }
   // Stored shapes: A is (k x m) when transposed, else (m x k); B is (n x k) when transposed, else (k x n).
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, cuda_type(c.ab), c.trans_a ? c.k : c.m, c.trans_a ? c.m : c.k, c.lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, cuda_type(c.ab), c.trans_b ? c.n : c.k, c.trans_b ? c.k : c.n, c.ldb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, cuda_type(c.dt), c.m, c.n, c.ldd));
+  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, cuda_type(c.ab), c.trans_a ? c.k : c.m, c.trans_a ? c.m : c.k, c.lda));
+  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, cuda_type(c.ab), c.trans_b ? c.n : c.k, c.trans_b ? c.k : c.n, c.ldb));
+  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, cuda_type(c.dt), c.m, c.n, c.ldd));
 
   cublasLtMatmulPreference_t pref = nullptr;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const uint64_t ws = workspace_.bytes();
@@ -173,13 +173,13 @@ void LtGemm::run(const GemmCall& c, cudaStream_t stream) {
   if (c.m == 0 || c.n == 0) return;
   if (c.k == 0) {  // an empty sum: D = bias (not needed by the backend) or 0
     AMP_CHECK(!c.bias, "gemm: k = 0 with a bias");
-    CUDA_CHECK(cudaMemset2DAsync(c.d, size_t(c.ldd) * dtype_size(c.dt), 0, c.m * dtype_size(c.dt), c.n, stream));
+    AMP_CUDA_CHECK(cudaMemset2DAsync(c.d, size_t(c.ldd) * dtype_size(c.dt), 0, c.m * dtype_size(c.dt), c.n, stream));
     return;
   }
   Plan& p = plan_for(c);
   if (c.bias) set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
   const float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_.get(), p.desc, &alpha, c.a, p.a, c.b, p.b, &beta, c.d, p.d, c.d, p.d, &p.algo,
+  AMP_CUBLAS_CHECK(cublasLtMatmul(handle_.get(), p.desc, &alpha, c.a, p.a, c.b, p.b, &beta, c.d, p.d, c.d, p.d, &p.algo,
                               workspace_.get(), workspace_.bytes(), stream));
 }
 

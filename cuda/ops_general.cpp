@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "core/error.h"
-#include "cuda/cuda_check.h"
-#include "cuda/device_buffer.h"
+#include "cudart/cuda_check.h"
+#include "cudart/device_buffer.h"
 
 namespace amp::cuda {
 
@@ -41,12 +41,12 @@ void warn_cublas(cublasStatus_t s, const char* what) {
 
 template <typename T>
 void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v) {
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v));
+  AMP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v));
 }
 
 template <typename T>
 void set_layout(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr, const T& v) {
-  CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, attr, &v, sizeof v));
+  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, attr, &v, sizeof v));
 }
 
 // The row-major problem as cuBLAS's column-major one (see the header): a row-major R x C matrix
@@ -91,9 +91,9 @@ struct GeneralOps::Impl {
   bool force_cublas = false;
 
   explicit Impl(size_t workspace_bytes) : workspace(workspace_bytes) {
-    CUBLAS_CHECK(cublasCreate(&classic));
+    AMP_CUBLAS_CHECK(cublasCreate(&classic));
     // Split-K partial sums in FP32, never in a 16-bit output type: C is rounded once.
-    CUBLAS_CHECK(cublasSetMathMode(classic, cublasMath_t(CUBLAS_DEFAULT_MATH |
+    AMP_CUBLAS_CHECK(cublasSetMathMode(classic, cublasMath_t(CUBLAS_DEFAULT_MATH |
                                                          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   }
   ~Impl() {
@@ -120,13 +120,13 @@ struct GeneralOps::Impl {
   // Descriptors, layouts and the heuristic's first algorithm; false when cuBLASLt has none.
   bool make_lt(const GemmArgs& g, Plan* p) {
     const ColMajor cm = col_major(g);
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    AMP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(cm.op1));
     set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(cm.op2));
     // Stored (column-major) shapes: our B is b_cols x b_rows, our A a_cols x a_rows, C n x m.
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->first, cuda_type(g.ab), uint64_t(g.b_cols()), uint64_t(g.b_rows()), g.ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->second, cuda_type(g.ab), uint64_t(g.a_cols()), uint64_t(g.a_rows()), g.lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, cuda_type(g.c), uint64_t(g.n), uint64_t(g.m), g.ldc));
+    AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->first, cuda_type(g.ab), uint64_t(g.b_cols()), uint64_t(g.b_rows()), g.ldb));
+    AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->second, cuda_type(g.ab), uint64_t(g.a_cols()), uint64_t(g.a_rows()), g.lda));
+    AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, cuda_type(g.c), uint64_t(g.n), uint64_t(g.m), g.ldc));
     if (g.batch > 1) {
       AMP_CHECK(g.batch <= INT32_MAX, "gemm: batch ", g.batch, " exceeds cuBLASLt's int32 batch count");
       const int32_t count = int32_t(g.batch);
@@ -138,7 +138,7 @@ struct GeneralOps::Impl {
       }
     }
     cublasLtMatmulPreference_t pref = nullptr;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = workspace.bytes();
     const uint32_t al_first = alignment_of(g.B), al_second = alignment_of(g.A), al_c = alignment_of(g.C);
     // No split-K reduction in the output type (a 16-bit C would be rounded more than once).
@@ -165,15 +165,15 @@ struct GeneralOps::Impl {
   void run(const GemmArgs& g, Plan& p, cudaStream_t stream) {
     const float alpha = g.alpha, beta = g.beta;
     if (p.lt) {
-      CUBLAS_CHECK(cublasLtMatmul(lt.get(), p.desc, &alpha, g.B, p.first, g.A, p.second, &beta, g.C, p.c, g.C, p.c,
+      AMP_CUBLAS_CHECK(cublasLtMatmul(lt.get(), p.desc, &alpha, g.B, p.first, g.A, p.second, &beta, g.C, p.c, g.C, p.c,
                                   &p.algo, workspace.get(), workspace.bytes(), stream));
       return;
     }
     const ColMajor cm = col_major(g);
-    CUBLAS_CHECK(cublasSetStream(classic, stream));
+    AMP_CUBLAS_CHECK(cublasSetStream(classic, stream));
     // After cublasSetStream (which resets it): our workspace, so nothing is allocated under capture.
-    CUBLAS_CHECK(cublasSetWorkspace(classic, workspace.get(), workspace.bytes()));
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(classic, cm.op1, cm.op2, int64_t(cm.m), int64_t(cm.n), int64_t(cm.k),
+    AMP_CUBLAS_CHECK(cublasSetWorkspace(classic, workspace.get(), workspace.bytes()));
+    AMP_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(classic, cm.op1, cm.op2, int64_t(cm.m), int64_t(cm.n), int64_t(cm.k),
                                                &alpha, g.B, cuda_type(g.ab), g.ldb, g.stride_b, g.A, cuda_type(g.ab),
                                                g.lda, g.stride_a, &beta, g.C, cuda_type(g.c), g.ldc, g.stride_c,
                                                g.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -182,8 +182,8 @@ struct GeneralOps::Impl {
 
 GeneralOps::GeneralOps(size_t workspace_bytes) : impl_(std::make_unique<Impl>(workspace_bytes)) {
   int dev = 0, sms = 1;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  AMP_CUDA_CHECK(cudaGetDevice(&dev));
+  AMP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   max_blocks_ = unsigned(sms > 0 ? sms : 1) * 8u;
 }
 

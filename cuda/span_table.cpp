@@ -28,7 +28,7 @@ const SpanTable& SpanTableCache::get(const std::vector<TensorSpan>& spans, size_
   if (it != tables_.end()) return *it->second;
 
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  AMP_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
   if (status != cudaStreamCaptureStatusNone)
     throw Error(ErrorKind::Internal,
                 "cuda backend: a multi-tensor pass met a new tensor layout while a CUDA graph was being captured; "

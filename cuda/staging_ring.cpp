@@ -40,7 +40,7 @@ size_t StagingRing::reserve(size_t n) {
       cudaGetLastError();  // no error: leave nothing for a later launch check
       break;
     }
-    CUDA_CHECK(q);
+    AMP_CUDA_CHECK(q);
     free_events_.push_back(pending_.front().event);
     pending_.pop_front();
   }
@@ -55,9 +55,9 @@ void StagingRing::upload(void* dst, const void* host_src, size_t bytes, cudaStre
     const size_t n = std::min(piece, bytes - done);
     const size_t off = reserve(n);
     std::memcpy(buf_.get() + off, s + done, n);
-    CUDA_CHECK(cudaMemcpyAsync(d + done, buf_.get() + off, n, cudaMemcpyHostToDevice, stream));
+    AMP_CUDA_CHECK(cudaMemcpyAsync(d + done, buf_.get() + off, n, cudaMemcpyHostToDevice, stream));
     const size_t e = take_event();
-    CUDA_CHECK(cudaEventRecord(events_[e].get(), stream));
+    AMP_CUDA_CHECK(cudaEventRecord(events_[e].get(), stream));
     pending_.push_back(Region{off, off + n, e});
     head_ = off + n;
     done += n;

@@ -97,24 +97,24 @@ bool launched_as_rank() {
 
 // Every rank must have been asked the same thing. Returns an exit code when the job ends here.
 int agree_on_action(amp::MpiCommunicator& world, const Cli& cli) {
+  // A usage error on any rank ends every rank, agreed like every set-up error (its rank prints it).
+  try {
+    amp::run_agreed(world, [&] {
+      if (cli.action != Action::UsageError) return;
+      std::string text = cli.text;
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      throw amp::Error(amp::ErrorKind::Config, text);
+    });
+  } catch (const amp::Error& e) {
+    return e.exit_code();
+  }
   const int mine = int(cli.action);
   std::vector<int> all(size_t(world.size()));
   world.allgather(&mine, all.data(), sizeof mine);
-  const int rank = world.rank();
   bool same = true;
-  int first_usage_error = -1;
-  for (int r = 0; r < world.size(); ++r) {
-    same = same && all[size_t(r)] == all[0];
-    if (all[size_t(r)] == int(Action::UsageError) && first_usage_error < 0) first_usage_error = r;
-  }
-  if (first_usage_error >= 0) {
-    if (rank == first_usage_error)
-      std::fprintf(stderr, "%s%s", world.size() > 1 ? ("[rank " + std::to_string(rank) + "] ").c_str() : "",
-                   cli.text.c_str());
-    return 2;
-  }
+  for (int r = 0; r < world.size(); ++r) same = same && all[size_t(r)] == all[0];
   if (!same) {
-    if (rank == 0) {
+    if (world.rank() == 0) {
       std::string list;
       for (int r = 0; r < world.size(); ++r)
         list += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + ": " + action_name(Action(all[size_t(r)]));
@@ -126,7 +126,7 @@ int agree_on_action(amp::MpiCommunicator& world, const Cli& cli) {
     return 2;
   }
   if (cli.action == Action::Help || cli.action == Action::Version) {
-    if (rank == 0) std::fputs(cli.text.c_str(), stdout);
+    if (world.rank() == 0) std::fputs(cli.text.c_str(), stdout);
     return 0;
   }
   return -1;

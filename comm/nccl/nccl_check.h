@@ -1,4 +1,4 @@
-// NCCL_CHECK: a failed NCCL call becomes an amp::Error of kind Device naming file:line, the call
+// AMP_NCCL_CHECK: a failed NCCL call becomes an amp::Error of kind Device naming file:line, the call
 // and NCCL's reason (with its last-error detail when it has one).
 #pragma once
 
@@ -20,7 +20,7 @@ inline std::string nccl_error_string(ncclResult_t r) {
 
 }  // namespace amp::nccl
 
-#define NCCL_CHECK(call)                                                                       \
+#define AMP_NCCL_CHECK(call)                                                                       \
   do {                                                                                         \
     const ncclResult_t amp_nr_ = (call);                                                       \
     if (amp_nr_ != ncclSuccess)                                                                \

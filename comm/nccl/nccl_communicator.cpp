@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -52,7 +53,7 @@ ncclRedOp_t nccl_op(ReduceOp op, DType t) {
 
 bool is_capturing(cudaStream_t s) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(s, &st));
+  AMP_CUDA_CHECK(cudaStreamIsCapturing(s, &st));
   return st != cudaStreamCaptureStatusNone;
 }
 
@@ -126,7 +127,7 @@ class NcclRequest final : public Request {
   void wait() override {
     if (!done_.get() || waited_) return;
     shared_->require_live();
-    CUDA_CHECK(cudaStreamWaitEvent(shared_->compute, done_.get(), 0));
+    AMP_CUDA_CHECK(cudaStreamWaitEvent(shared_->compute, done_.get(), 0));
     waited_ = true;
     shared_->check();
   }
@@ -139,7 +140,7 @@ class NcclRequest final : public Request {
       shared_->check();
       return false;
     }
-    CUDA_CHECK(q);
+    AMP_CUDA_CHECK(q);
     return true;
   }
 
@@ -163,7 +164,7 @@ struct TimedStep {
 
   void mark(Event& e, cudaStream_t s) {
     if (!e.get()) e = Event(true);
-    CUDA_CHECK(cudaEventRecordWithFlags(e.get(), s, in_graph ? cudaEventRecordExternal : cudaEventRecordDefault));
+    AMP_CUDA_CHECK(cudaEventRecordWithFlags(e.get(), s, in_graph ? cudaEventRecordExternal : cudaEventRecordDefault));
   }
   // The step's times once wait_end has completed; false if an event cannot be read.
   bool read(double* comm_seconds, double* exposed_seconds) const {
@@ -217,15 +218,15 @@ struct NcclCommunicator::Impl {
   // Makes the communication stream wait for everything enqueued on the compute stream so far.
   void order_after_compute() {
     Event ready = shared->take_event();
-    CUDA_CHECK(cudaEventRecord(ready.get(), compute));
-    CUDA_CHECK(cudaStreamWaitEvent(comm_stream.get(), ready.get(), 0));
+    AMP_CUDA_CHECK(cudaEventRecord(ready.get(), compute));
+    AMP_CUDA_CHECK(cudaStreamWaitEvent(comm_stream.get(), ready.get(), 0));
     shared->give_event(std::move(ready));  // the wait above already holds this record
   }
   // Makes the compute stream wait for everything enqueued on the communication stream so far.
   void join_compute() {
     Event done = shared->take_event();
-    CUDA_CHECK(cudaEventRecord(done.get(), comm_stream.get()));
-    CUDA_CHECK(cudaStreamWaitEvent(compute, done.get(), 0));
+    AMP_CUDA_CHECK(cudaEventRecord(done.get(), comm_stream.get()));
+    AMP_CUDA_CHECK(cudaStreamWaitEvent(compute, done.get(), 0));
     shared->give_event(std::move(done));
   }
   // Host wait for the communication stream that notices NCCL errors.
@@ -244,9 +245,9 @@ NcclCommunicator::NcclCommunicator(Communicator& world, DeviceStream& stream, in
   m.shared->compute = m.compute;
   m.shared->owner = &stream;
   m.shared->rank = world.rank();
-  if (device < 0) CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0) AMP_CUDA_CHECK(cudaGetDevice(&device));
   m.device = device;
-  CUDA_CHECK(cudaSetDevice(device));
+  AMP_CUDA_CHECK(cudaSetDevice(device));
 
   // Rank 0 makes the id and sends it with its status, so a failure there cannot leave the other
   // ranks waiting in the broadcast.
@@ -264,11 +265,11 @@ NcclCommunicator::NcclCommunicator(Communicator& world, DeviceStream& stream, in
   if (!boot.ok) throw Error(ErrorKind::Comm, strcat("ncclGetUniqueId failed on rank 0: ", boot.error));
 
   int least = 0, greatest = 0;
-  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  AMP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   m.comm_stream = Stream(greatest);  // collectives first when both streams have work ready
   m.barrier_word = DeviceBuffer<int32_t>(1);
-  CUDA_CHECK(cudaMemsetAsync(m.barrier_word.get(), 0, sizeof(int32_t), m.comm_stream.get()));
-  NCCL_CHECK(ncclCommInitRank(&m.shared->comm, world.size(), boot.id, world.rank()));
+  AMP_CUDA_CHECK(cudaMemsetAsync(m.barrier_word.get(), 0, sizeof(int32_t), m.comm_stream.get()));
+  AMP_NCCL_CHECK(ncclCommInitRank(&m.shared->comm, world.size(), boot.id, world.rank()));
   // The backend's host waits on the compute stream (which waits for our collectives) notice NCCL
   // errors instead of blocking forever.
   std::shared_ptr<Shared> s = m.shared;
@@ -321,10 +322,10 @@ std::unique_ptr<Request> NcclCommunicator::iallreduce(BufView buf, ReduceOp op) 
     t->ends.emplace_back();
   }
   if (t) t->mark(t->starts[t->n], m.comm_stream.get());
-  NCCL_CHECK(ncclAllReduce(buf.data, buf.data, buf.count, type, rop, comm, m.comm_stream.get()));
+  AMP_NCCL_CHECK(ncclAllReduce(buf.data, buf.data, buf.count, type, rop, comm, m.comm_stream.get()));
   if (t) t->mark(t->ends[t->n++], m.comm_stream.get());
   Event done = m.shared->take_event();
-  CUDA_CHECK(cudaEventRecord(done.get(), m.comm_stream.get()));
+  AMP_CUDA_CHECK(cudaEventRecord(done.get(), m.comm_stream.get()));
   return std::make_unique<NcclRequest>(m.shared, std::move(done));
 }
 
@@ -336,7 +337,7 @@ void NcclCommunicator::broadcast(BufView buf, int root) {
   if (buf.count == 0) return;
   m.note_capture();
   m.order_after_compute();
-  NCCL_CHECK(ncclBroadcast(buf.data, buf.data, buf.count, nccl_type(buf.dtype), root, comm, m.comm_stream.get()));
+  AMP_NCCL_CHECK(ncclBroadcast(buf.data, buf.data, buf.count, nccl_type(buf.dtype), root, comm, m.comm_stream.get()));
   m.join_compute();
 }
 
@@ -346,7 +347,7 @@ void NcclCommunicator::allgather(const void* send, void* recv, size_t bytes) {
   if (bytes == 0) return;
   m.note_capture();
   m.order_after_compute();
-  NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm, m.comm_stream.get()));
+  AMP_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm, m.comm_stream.get()));
   m.join_compute();
 }
 
@@ -355,7 +356,7 @@ void NcclCommunicator::barrier() {
   ncclComm_t comm = m.comm();
   AMP_CHECK(!is_capturing(m.compute), "barrier() blocks the host: not allowed while a CUDA graph is captured");
   m.order_after_compute();
-  NCCL_CHECK(ncclAllReduce(m.barrier_word.get(), m.barrier_word.get(), 1, ncclInt32, ncclSum, comm,
+  AMP_NCCL_CHECK(ncclAllReduce(m.barrier_word.get(), m.barrier_word.get(), 1, ncclInt32, ncclSum, comm,
                            m.comm_stream.get()));
   m.wait_comm_stream();
 }
@@ -363,6 +364,7 @@ void NcclCommunicator::barrier() {
 void NcclCommunicator::abort(int exit_code) {
   impl_->shared->abort_comm();
   impl_->world.abort(exit_code);
+  std::_Exit(exit_code);  // the world's abort does not return (a virtual call the compiler cannot see through)
 }
 
 // ---- step clock ---------------------------------------------------------------------------------

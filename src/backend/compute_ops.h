@@ -1,10 +1,11 @@
 // The compute ops a model is written in: casts, GEMMs (the linear layers' fused forms and the
-// general strided/batched product), activations, losses. 16-bit (or FP32) operands, FP32 math and
+// general strided/batched product), elementwise adds and row sums, activations, losses. 16-bit (or FP32) operands, FP32 math and
 // accumulation, one rounding to the output's dtype. Pointers are backend memory (memory.h).
 #pragma once
 
 #include <cstdint>
 
+#include "backend/ops_args.h"
 #include "backend/tensor.h"
 #include "core/activation.h"
 #include "core/dtype.h"
@@ -25,6 +26,15 @@ class ComputeOps {
   virtual void linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) = 0;
   // dw[out,in] = dy^T * x, db[out] = sum over rows of dy (FP32 sums, one rounding each)
   virtual void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) = 0;
+
+  // ---- general ops (semantics in backend/ops_args.h) ---------------------------------------------
+  // C[b] = alpha op(A[b]) op(B[b]) + beta C[b]: row-major, transposes, leading dimensions, batch
+  // strides (0: broadcast), FP32 accumulation, one rounding. Attention's products; any linear layer.
+  virtual void gemm(const GemmArgs& g) = 0;
+  // out = a + b elementwise (residual connections), FP32 math, one rounding.
+  virtual void add(const AddArgs& a) = 0;
+  // out[j] = sum over rows of x[:, j] in a fixed order (bias gradients), no atomics.
+  virtual void row_sum(const RowSumArgs& r) = 0;
 
   // y = act(z); dz = dy * act'(z). Math in FP32, results rounded to the tensors' dtype.
   virtual void activation_forward(Activation a, const Tensor& z, const Tensor& y) = 0;

@@ -38,19 +38,15 @@ struct FaultSpec {
   std::string value;    // "inf" or "nan"
 };
 
-struct LossScaleConfig {
-  std::string mode;             // auto | none | static | dynamic (auto: dynamic for fp16, else none)
-  double init_scale = 0;
-  double growth_factor = 0;
-  double backoff_factor = 0;
-  int64_t growth_interval = 0;
-  int64_t hysteresis = 0;
-  double min_scale = 0;
-  double max_scale = 0;
-  int64_t divergence_steps = 0;
-};
+// precision.loss_scale.mode as written: auto resolves against the compute precision (dynamic for
+// fp16, none otherwise) into ScalerParams::mode.
+enum class LossScaleChoice : int32_t { Auto, None, Static, Dynamic };
 
 struct Config {
+  // Keys the program acts on are typed; strings are names (files, folders) or choices handed to the
+  // component that owns them (run.device to the backend factory, run.progress to the progress
+  // output, distributed.comm to the communicator factory, data.* to the loaders), which the key
+  // table validates against their choices first.
   struct Run {
     std::string name, out_dir, device, progress;
     int64_t seed = 0, steps = 0, epochs = 0, log_interval = 0, eval_interval = 0, threads = 0;
@@ -58,10 +54,10 @@ struct Config {
     bool cuda_graph = true;
   } run;
   struct Model {
-    std::string type, activation, init;
+    std::string type, init;
+    Activation activation = Activation::Relu;
     std::vector<int64_t> hidden;
     double init_std = 0, loss_weight = 1;
-    Activation act = Activation::Relu;  // from activation
   } model;
   struct Synthetic {
     int64_t train_samples = 0, eval_samples = 0, features = 0, outputs = 0;
@@ -76,26 +72,23 @@ struct Config {
     Synthetic synthetic;
   } data;
   struct Precision {
-    std::string compute;
-    LossScaleConfig loss_scale;
+    DType compute = DType::F16;
+    LossScaleChoice loss_scale = LossScaleChoice::Auto;
+    ScalerParams scaler;            // precision.loss_scale.*; mode resolved from loss_scale
+    int64_t divergence_steps = 0;   // precision.loss_scale.divergence_steps
     int64_t telemetry_interval = 0;
-    DType dtype = DType::F16;  // from compute
-    ScalerParams scaler;       // from loss_scale, its mode resolved (auto: dynamic for fp16, none otherwise)
   } precision;
   struct Optimizer {
-    std::string type, schedule;
-    double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0, grad_clip = 0,
-           min_lr = 0;
-    bool nesterov = false;
+    OptimizerParams params;  // type, momentum, nesterov, weight_decay, beta1, beta2, eps
+    LrSchedule::Kind schedule = LrSchedule::Kind::Constant;
+    double lr = 0, grad_clip = 0, min_lr = 0;
     int64_t warmup_steps = 0;
-    OptimizerParams params;                                   // from type, momentum, ..., eps
-    LrSchedule::Kind schedule_kind = LrSchedule::Kind::Constant;  // from schedule
   } optimizer;
   struct Distributed {
     double bucket_mb = 0, first_bucket_mb = 0, timeout_s = 0;
     int64_t hash_interval = 0;
-    std::string comm, overlap;
-    Toggle overlap_mode = Toggle::Auto;  // from overlap
+    std::string comm;
+    Toggle overlap = Toggle::Auto;
   } distributed;
   struct Checkpoint {
     int64_t interval = 0, keep = 0;
@@ -116,7 +109,6 @@ struct Config {
   // Derived helpers (after validation).
   std::string resolved_out_dir() const;
   std::string resolved_checkpoint_dir() const;
-  std::string loss_scale_mode() const;  // auto resolved against the compute precision
 };
 
 // Parse a YAML file plus "--set key=value" overrides into a validated Config.

@@ -1,5 +1,5 @@
-// CUDA_CHECK / CUBLAS_CHECK: turn a failed CUDA runtime or cuBLAS(Lt) call into an amp::Error of
-// kind Device whose message reads "cuda/gemm.cu:88: cublasLtMatmul(...) failed: <reason>" (main
+// AMP_CUDA_CHECK / AMP_CUBLAS_CHECK: turn a failed CUDA runtime or cuBLAS(Lt) call into an amp::Error of
+// kind Device whose message reads "cuda/gemm.cpp:88: cublasLtMatmul(...) failed: <reason>" (main
 // adds the rank). AMP_CUDA_WARN is the destructor flavour: it logs instead of throwing.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 namespace amp::cuda {
 
-// "cuda/gemm.cu" from an absolute __FILE__: the last two path components.
+// "cuda/gemm.cpp" from an absolute __FILE__: the last two path components.
 const char* short_path(const char* file);
 
 [[noreturn]] void throw_device_error(const char* file, int line, const char* expr, const std::string& why);
@@ -24,14 +24,14 @@ void check_launch(const char* file, int line, const char* kernel);
 
 }  // namespace amp::cuda
 
-#define CUDA_CHECK(call)                                                                       \
+#define AMP_CUDA_CHECK(call)                                                                       \
   do {                                                                                         \
     const cudaError_t amp_err_ = (call);                                                       \
     if (amp_err_ != cudaSuccess)                                                               \
       ::amp::cuda::throw_device_error(__FILE__, __LINE__, #call, ::amp::cuda::cuda_error_string(amp_err_)); \
   } while (0)
 
-#define CUBLAS_CHECK(call)                                                                     \
+#define AMP_CUBLAS_CHECK(call)                                                                     \
   do {                                                                                         \
     const cublasStatus_t amp_st_ = (call);                                                     \
     if (amp_st_ != CUBLAS_STATUS_SUCCESS)                                                      \

@@ -22,8 +22,8 @@ class CudaMemory {
   explicit CudaMemory(size_t n) : n_(n) {
     if (!n) return;
     void** out = reinterpret_cast<void**>(&p_);
-    if (kPinned) CUDA_CHECK(cudaMallocHost(out, n * sizeof(T)));
-    else CUDA_CHECK(cudaMalloc(out, n * sizeof(T)));
+    if (kPinned) AMP_CUDA_CHECK(cudaMallocHost(out, n * sizeof(T)));
+    else AMP_CUDA_CHECK(cudaMalloc(out, n * sizeof(T)));
   }
   ~CudaMemory() { reset(); }
   CudaMemory(const CudaMemory&) = delete;
@@ -64,7 +64,7 @@ class Stream {
  public:
   Stream() = default;
   explicit Stream(int priority) {
-    CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority));
+    AMP_CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority));
   }
   ~Stream() {
     if (s_) AMP_CUDA_WARN(cudaStreamDestroy(s_));
@@ -90,7 +90,7 @@ class Event {
  public:
   Event() = default;
   explicit Event(bool timing) {
-    CUDA_CHECK(cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault : cudaEventDisableTiming));
+    AMP_CUDA_CHECK(cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault : cudaEventDisableTiming));
   }
   ~Event() {
     if (e_) AMP_CUDA_WARN(cudaEventDestroy(e_));
@@ -113,7 +113,7 @@ class Event {
 
 class CublasLtHandle {
  public:
-  CublasLtHandle() { CUBLAS_CHECK(cublasLtCreate(&h_)); }
+  CublasLtHandle() { AMP_CUBLAS_CHECK(cublasLtCreate(&h_)); }
   ~CublasLtHandle() {
     if (h_) {
       const cublasStatus_t s = cublasLtDestroy(h_);

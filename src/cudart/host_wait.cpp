@@ -38,18 +38,18 @@ cudaError_t poll(Query query, const WaitCheck& check) {
 
 void wait_stream(cudaStream_t stream, const WaitCheck& check) {
   if (!check) {
-    CUDA_CHECK(cudaStreamSynchronize(stream));
+    AMP_CUDA_CHECK(cudaStreamSynchronize(stream));
     return;
   }
-  CUDA_CHECK(poll([&] { return cudaStreamQuery(stream); }, check));
+  AMP_CUDA_CHECK(poll([&] { return cudaStreamQuery(stream); }, check));
 }
 
 void wait_event(cudaEvent_t event, const WaitCheck& check) {
   if (!check) {
-    CUDA_CHECK(cudaEventSynchronize(event));
+    AMP_CUDA_CHECK(cudaEventSynchronize(event));
     return;
   }
-  CUDA_CHECK(poll([&] { return cudaEventQuery(event); }, check));
+  AMP_CUDA_CHECK(poll([&] { return cudaEventQuery(event); }, check));
 }
 
 }  // namespace amp::cuda

@@ -12,7 +12,7 @@ std::unique_ptr<Model> make_model(const Config& cfg, const Dataset& train, Devic
   opt.dims.push_back(train.n_features);
   for (int64_t h : cfg.model.hidden) opt.dims.push_back(size_t(h));
   opt.dims.push_back(train.n_outputs());
-  opt.activation = cfg.model.act;
+  opt.activation = cfg.model.activation;
   opt.init = cfg.model.init;
   opt.init_std = cfg.model.init_std;
   opt.task = train.task;

@@ -39,7 +39,7 @@ class Reporter {
  public:
   Reporter(const Config& cfg, bool lead);
   Progress& progress() { return *progress_; }
-  // Opens metrics.jsonl (appending after the checkpoint's step when resumed) and writes config.yaml.
+  // Opens metrics.jsonl (appending after the checkpoint's step when resumed) and writes out_dir/config.yaml.
   void open_metrics(int64_t resumed_step);
   MetricsWriter& metrics() { return *metrics_; }
   const std::string& output_failure() const;  // "" while the run output is writable

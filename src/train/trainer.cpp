@@ -87,7 +87,7 @@ void Trainer::setup() {
 void Trainer::setup_local() {
   drills_.fail_setup("backend");
   be_ = make_backend(cfg_.run.device, world_.local_rank(), pick_threads(cfg_.run.threads, world_.local_size()));
-  compute_ = cfg_.precision.dtype;
+  compute_ = cfg_.precision.compute;
 
   drills_.fail_setup("data");
   data_ = load_datasets(cfg_);
@@ -123,7 +123,7 @@ void Trainer::setup_local() {
       drills_.plant_gradient(step, tensor, *be_, const_cast<void*>(step_->gradients()), compute_);
     });
 
-  schedule_.kind = cfg_.optimizer.schedule_kind;
+  schedule_.kind = cfg_.optimizer.schedule;
   schedule_.lr = cfg_.optimizer.lr;
   schedule_.min_lr = cfg_.optimizer.min_lr;
   schedule_.warmup_steps = cfg_.optimizer.warmup_steps;
@@ -135,7 +135,7 @@ void Trainer::setup_local() {
 // Overlap needs a core for the communication thread: on a CPU rank whose cores all compute, the
 // all-reduce would only steal time from backward, so it runs after it instead.
 bool Trainer::overlap_buckets() const {
-  const Toggle ov = cfg_.distributed.overlap_mode;
+  const Toggle ov = cfg_.distributed.overlap;
   const int threads = pick_threads(cfg_.run.threads, world_.local_size());
   return ov == Toggle::On ||
          (ov == Toggle::Auto && (!be_->host_accessible() || cpus_per_rank(world_.local_size()) > threads));
@@ -200,7 +200,7 @@ void Trainer::observe(int64_t step) {
   const AmpScalars now = amp.read();
   if (rank_ == 0)
     if (const std::string skips = amp.skip_report(seen_.scaler, now.scaler); !skips.empty()) reporter_.message(skips);
-  amp.check_divergence(now.scaler, cfg_.precision.loss_scale.divergence_steps);
+  amp.check_divergence(now.scaler, cfg_.precision.divergence_steps);
   if (telemetry) {
     std::vector<std::string> names;
     for (const ParamInfo& t : model_->layout().tensors) names.push_back(t.name);

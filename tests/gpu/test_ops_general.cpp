@@ -14,7 +14,7 @@
 #include "../unit/ops_general_ref.h"
 #include "backend/cpu/ops_general.h"
 #include "core/error.h"
-#include "cuda/device_buffer.h"
+#include "cudart/device_buffer.h"
 #include "cuda/ops_general.h"
 
 using namespace amp;
@@ -40,12 +40,12 @@ struct Dev {
   cuda::DeviceBuffer<unsigned char> buf;
   size_t bytes = 0;
   explicit Dev(const Raw& r) : buf(std::max<size_t>(r.bytes.size(), 1)), bytes(r.bytes.size()) {
-    if (bytes) CUDA_CHECK(cudaMemcpy(buf.get(), r.bytes.data(), bytes, cudaMemcpyHostToDevice));
+    if (bytes) AMP_CUDA_CHECK(cudaMemcpy(buf.get(), r.bytes.data(), bytes, cudaMemcpyHostToDevice));
   }
   void* get() const { return buf.get(); }
   Raw read(DType t) const {
     Raw r(t, bytes / dtype_size(t));
-    if (bytes) CUDA_CHECK(cudaMemcpy(r.bytes.data(), buf.get(), bytes, cudaMemcpyDeviceToHost));
+    if (bytes) AMP_CUDA_CHECK(cudaMemcpy(r.bytes.data(), buf.get(), bytes, cudaMemcpyDeviceToHost));
     return r;
   }
 };
@@ -55,7 +55,7 @@ Raw run_gemm(cuda::GeneralOps& ops, const ops_ref::GemmCase& cs, cudaStream_t s,
   const GemmArgs g = cs.bind(a.get(), b.get(), c.get());
   if (path) *path = ops.gemm_path(g);
   ops.gemm(g, s);
-  CUDA_CHECK(cudaStreamSynchronize(s));
+  AMP_CUDA_CHECK(cudaStreamSynchronize(s));
   return c.read(cs.g.c);
 }
 
@@ -164,7 +164,7 @@ TEST_CASE("cuda gemm: dense aligned products run on cuBLASLt, k = 0 and invalid 
   bad = cs.bind(a.get(), b.get(), c.get());
   bad.c = DType::F16;
   REQUIRE_THROWS_AS(ops.gemm(bad, stream.get()), Error);
-  CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   REQUIRE(c.read(DType::F32).bytes == cs.c0.bytes);
 }
 
@@ -203,7 +203,7 @@ TEST_CASE("cuda gemm: attention's strides into a [T, 3, H, D] buffer", "[.cuda][
     INFO("paths " << ops.gemm_path(g) << " / " << ops.gemm_path(pv));
     ops.gemm(g, stream.get());
     ops.gemm(pv, stream.get());
-    CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
     const Raw gs = dscores.read(ab), go = dout.read(ab);
     const double u = ops_ref::unit_roundoff(ab), acc = kDeviceAccFactor * 0x1p-24;
     for (int64_t h = 0; h < H; ++h)
@@ -260,7 +260,7 @@ TEST_CASE("cuda add: every dtype combination bit-identical to the CPU twin, in p
             cpu_ops.add(AddArgs{off(a.data(), ta), ta, off(b.data(), tb), tb, off(cpu_out.data(), to), to, n});
             Dev da(a), db(b), dout(out);
             ops.add(AddArgs{off(da.get(), ta), ta, off(db.get(), tb), tb, off(dout.get(), to), to, n}, stream.get());
-            CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+            AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
             const Raw got = dout.read(to);
             for (size_t i = 0; i < got.size(); ++i) {
               INFO("element " << i << ": gpu " << got.get(i) << " cpu " << cpu_out.get(i));
@@ -275,7 +275,7 @@ TEST_CASE("cuda add: every dtype combination bit-identical to the CPU twin, in p
     const Raw spec = ops_ref::add_spec(a, b, t);
     Dev da(a), db(b);
     ops.add(AddArgs{da.get(), t, db.get(), t, da.get(), t, 1000}, stream.get());
-    CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
     const Raw got = da.read(t);
     for (size_t i = 0; i < got.size(); ++i) REQUIRE(ops_ref::same_value(got, i, spec, i));
   }
@@ -307,7 +307,7 @@ TEST_CASE("cuda row_sum: every dtype pair bit-identical to the CPU twin and the 
         cpu_ops.row_sum(RowSumArgs{x.data(), tx, s.rows, s.cols, s.ldx, cpu_out.data(), to});
         Dev dx(x), dout(out);
         ops.row_sum(RowSumArgs{dx.get(), tx, s.rows, s.cols, s.ldx, dout.get(), to}, stream.get());
-        CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
         const Raw got = dout.read(to);
         const Raw spec = ops_ref::row_sum_spec(x, s.rows, s.cols, s.ldx, to);
         for (size_t j = 0; j < got.size(); ++j) {
@@ -341,22 +341,22 @@ TEST_CASE("cuda general ops captured into a graph replay with the eager results"
     ops.row_sum(rs, stream.get());
   };
   step();  // eager, plans the GEMM
-  CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   const Raw c_eager = c.read(t), add_eager = dadd.read(t), sum_eager = dsum.read(DType::F32);
   OPS_REQUIRE_GEMM(cs, c_eager, kDeviceAccFactor);
   // Poison the outputs, then capture and replay.
-  CUDA_CHECK(cudaMemset(c.get(), 0xff, c.bytes));
-  CUDA_CHECK(cudaMemset(dadd.get(), 0xff, dadd.bytes));
-  CUDA_CHECK(cudaMemset(dsum.get(), 0xff, dsum.bytes));
+  AMP_CUDA_CHECK(cudaMemset(c.get(), 0xff, c.bytes));
+  AMP_CUDA_CHECK(cudaMemset(dadd.get(), 0xff, dadd.bytes));
+  AMP_CUDA_CHECK(cudaMemset(dsum.get(), 0xff, dsum.bytes));
   cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  AMP_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
   step();
-  CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  AMP_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
   cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  AMP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   cuda::GraphExec owned(graph, exec);
-  CUDA_CHECK(cudaGraphLaunch(owned.get(), stream.get()));
-  CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  AMP_CUDA_CHECK(cudaGraphLaunch(owned.get(), stream.get()));
+  AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   // C's padding was poisoned too: compare the written elements only.
   const Raw c_graph = c.read(t);
   for (int64_t bi = 0; bi < cs.g.batch; ++bi)

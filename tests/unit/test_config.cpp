@@ -36,12 +36,12 @@ TEST_CASE("defaults and file values resolve", "[config]") {
   CHECK(c.run.name == "demo");
   CHECK(c.run.steps == 7);
   CHECK(c.optimizer.lr == Approx(3e-4));
-  CHECK(c.optimizer.type == "sgd");
+  CHECK(c.optimizer.params.kind == amp::OptimizerKind::Sgd);
   CHECK(c.model.hidden == std::vector<int64_t>{64, 32});
   CHECK(c.data.batch_size == 128);                       // default
-  CHECK(c.precision.loss_scale.init_scale == 65536.0);   // PyTorch's default
-  CHECK(c.precision.loss_scale.growth_interval == 2000);
-  CHECK(c.loss_scale_mode() == "none");                  // auto: bf16 -> none
+  CHECK(c.precision.scaler.init_scale == 65536.0f);      // PyTorch's default
+  CHECK(c.precision.scaler.growth_interval == 2000);
+  CHECK(c.precision.scaler.mode == amp::ScaleMode::None);     // auto: bf16 -> none
   CHECK(c.origin.at("run.name") == p + ":2:9");
   CHECK(c.origin.at("data.batch_size") == "default");
   CHECK(c.resolved_out_dir() == "runs/demo");
@@ -54,7 +54,7 @@ TEST_CASE("set overrides the file and accepts YAML values", "[config]") {
                              "precision.loss_scale.max_scale=.inf"});
   CHECK(c.optimizer.lr == 0.5);
   CHECK(c.model.hidden.size() == 3);
-  CHECK(c.loss_scale_mode() == "dynamic");
+  CHECK(c.precision.scaler.mode == amp::ScaleMode::Dynamic);
   CHECK(c.origin.at("optimizer.lr") == "--set");
 }
 

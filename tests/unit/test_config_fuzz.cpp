@@ -107,7 +107,7 @@ TEST_CASE("config fuzz: mutated YAML and --set either load or fail as config err
       REQUIRE(std::isfinite(c.optimizer.lr));
       REQUIRE(c.optimizer.lr > 0);
       REQUIRE(c.run.steps <= amp::kMaxSteps);
-      REQUIRE(std::isfinite(c.precision.loss_scale.init_scale));
+      REQUIRE(std::isfinite(c.precision.scaler.init_scale));
       for (int64_t h : c.model.hidden) REQUIRE((h >= 1 && h <= (int64_t(1) << 24)));
       REQUIRE(!amp::config_to_yaml(c).empty());
     } catch (const amp::Error& e) {

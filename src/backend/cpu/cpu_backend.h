@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/matmul_dnnl.h"
+#include "backend/cpu/ops_general.h"
 
 namespace amp {
 
@@ -27,6 +28,9 @@ class CpuBackend final : public Backend {
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
   void linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
   void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override;
+  void gemm(const GemmArgs& g) override { general_.gemm(g); }
+  void add(const AddArgs& a) override { general_.add(a); }
+  void row_sum(const RowSumArgs& r) override { general_.row_sum(r); }
   void activation_forward(Activation a, const Tensor& z, const Tensor& y) override;
   void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) override;
   void softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
@@ -56,6 +60,7 @@ class CpuBackend final : public Backend {
   int threads_;
   bool bf16_native_ = false;  // oneDNN has a BF16 matmul on this CPU
   cpu::DnnlMatmul matmul_;
+  cpu::GeneralOps general_;
   std::vector<float> scratch_[4];
 };
 

@@ -1,3 +1,0 @@
-// Moved to src/cudart/ (temporary forwarding header, removed once nothing includes it).
-#pragma once
-#include "cudart/cuda_check.h"

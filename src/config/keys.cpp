@@ -1,0 +1,133 @@
+// The key table: defaults, help, ranges and choices of every config key, and where each value
+// goes in Config. One row per key; the loader, --dry-run, --help and the hash all read it.
+#include <algorithm>
+
+#include "config/config_detail.h"
+
+namespace amp::config_detail {
+
+
+#define F(m) [](Config& c) -> FieldRef { return &c.m; }
+// An enumeration: the values, in the order of the key's choices.
+#define E(m, ...) [](Config& c) -> FieldRef { return enum_ref(&c.m, {__VA_ARGS__}); }
+
+const std::vector<Key>& keys() {
+  static const std::vector<Key> k = {
+      // run
+      {"run.name", "\"run\"", "run name (default out_dir is runs/<name>)", F(run.name)},
+      {"run.seed", "1", "seed of initialization, shuffling and synthetic data", F(run.seed), count_upto(9.0e15)},
+      {"run.steps", "0", "training steps (0: use run.epochs)", F(run.steps), count_upto(kMaxSteps)},
+      {"run.epochs", "1", "epochs over the training set when run.steps is 0", F(run.epochs), count_upto(kMaxSteps)},
+      {"run.log_interval", "50", "steps between progress lines and metrics.jsonl records", F(run.log_interval), positive_upto(kMaxSteps)},
+      {"run.eval_interval", "0", "steps between evaluations (0: at the end of each epoch)", F(run.eval_interval), count_upto(kMaxSteps)},
+      {"run.out_dir", "\"\"", "output folder (\"\": runs/<run.name>)", F(run.out_dir)},
+      {"run.threads", "0", "CPU threads per rank (0: cores / ranks on this node)", F(run.threads), count_upto(kMaxThreads)},
+      {"run.device", "\"auto\"", "compute device (auto: CUDA when a GPU is visible)", F(run.device), {}, {"auto", "cpu", "cuda"}},
+      {"run.cuda_graph", "true", "CUDA: capture the step into a graph after warm-up and replay it", F(run.cuda_graph)},
+      {"run.max_loss_ratio", "10000", "stop as diverged (exit 5) when a log interval's mean training loss exceeds this multiple of step 1's (0: off)", F(run.max_loss_ratio), at_least(0)},
+      {"run.progress", "\"auto\"", "progress output (auto: bar on a terminal, lines otherwise)", F(run.progress), {}, {"auto", "bar", "lines", "off"}},
+      // model
+      {"model.type", "\"mlp\"", "model family", F(model.type), {}, {"mlp"}},
+      {"model.hidden", "[1024, 1024]", "hidden layer widths (input and output come from the data)", F(model.hidden), positive_upto(kMaxWidth)},
+      {"model.activation", "\"relu\"", "hidden activation", E(model.activation, Activation::Relu, Activation::Gelu), {}, {"relu", "gelu"}},
+      {"model.init", "\"pytorch\"", "weight init: pytorch (U(+-1/sqrt(fan_in))), xavier, normal (std init_std)", F(model.init), {}, {"pytorch", "xavier", "normal"}},
+      {"model.loss_weight", "1", "coefficient of the training loss (gradients scale with it; reported losses do not)", F(model.loss_weight), above(0)},
+      {"model.init_std", "0.01", "standard deviation of model.init=normal", F(model.init_std), above(0)},
+      // data
+      {"data.format", "\"idx\"", "data source", F(data.format), {}, {"idx", "csv", "synthetic"}},
+      {"data.train_images", "\"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\"", "IDX training inputs (raw or .gz)", F(data.train_images)},
+      {"data.train_labels", "\"/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz\"", "IDX training labels", F(data.train_labels)},
+      {"data.eval_images", "\"/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz\"", "IDX evaluation inputs (\"\": no evaluation)", F(data.eval_images)},
+      {"data.eval_labels", "\"/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz\"", "IDX evaluation labels", F(data.eval_labels)},
+      {"data.train_csv", "\"\"", "CSV training file", F(data.train_csv)},
+      {"data.eval_csv", "\"\"", "CSV evaluation file (\"\": split off data.eval_fraction)", F(data.eval_csv)},
+      {"data.csv_header", "true", "CSV files start with a header line", F(data.csv_header)},
+      {"data.target", "\"\"", "CSV target column: name or 0-based index (\"\": last column)", F(data.target)},
+      {"data.task", "\"classification\"", "CSV task", F(data.task), {}, {"classification", "regression"}},
+      {"data.eval_fraction", "0", "CSV: fraction of the training file held out for evaluation", F(data.eval_fraction), between(0, 1, false, true)},
+      {"data.n_classes", "0", "classes (0: largest training label + 1)", F(data.n_classes), count_upto(kMaxWidth)},
+      {"data.normalize", "\"none\"", "feature normalization fitted on the training set", F(data.normalize), {}, {"none", "global", "per_feature"}},
+      {"data.batch_size", "128", "samples per rank per step (global batch = batch_size x ranks)", F(data.batch_size), positive_upto(kMaxBatch)},
+      {"data.eval_batch_size", "1000", "samples per rank per evaluation batch", F(data.eval_batch_size), positive_upto(kMaxBatch)},
+      {"data.shuffle", "true", "reshuffle the training set every epoch (seeded, same on every rank)", F(data.shuffle)},
+      {"data.synthetic.train_samples", "1024", "synthetic regression: training samples", F(data.synthetic.train_samples), positive_upto(kMaxSamples)},
+      {"data.synthetic.eval_samples", "256", "synthetic regression: evaluation samples (0: none)", F(data.synthetic.eval_samples), count_upto(kMaxSamples)},
+      {"data.synthetic.features", "10", "synthetic regression: input features", F(data.synthetic.features), positive_upto(kMaxWidth)},
+      {"data.synthetic.outputs", "1", "synthetic regression: outputs", F(data.synthetic.outputs), positive_upto(kMaxWidth)},
+      {"data.synthetic.noise", "0.1", "synthetic regression: noise standard deviation", F(data.synthetic.noise), at_least(0)},
+      // precision
+      {"precision.compute", "\"fp16\"", "compute precision of GEMMs and activations (masters stay FP32)", E(precision.compute, DType::F32, DType::F16, DType::BF16), {}, {"fp32", "fp16", "bf16"}},
+      {"precision.loss_scale.mode", "\"auto\"", "loss scaling (auto: dynamic for fp16, none otherwise)", E(precision.loss_scale, LossScaleChoice::Auto, LossScaleChoice::None, LossScaleChoice::Static, LossScaleChoice::Dynamic), {}, {"auto", "none", "static", "dynamic"}},
+      {"precision.loss_scale.init_scale", "65536", "initial (dynamic) or fixed (static) loss scale", F(precision.scaler.init_scale), above(0)},
+      {"precision.loss_scale.growth_factor", "2", "dynamic: scale multiplier after growth_interval clean steps", F(precision.scaler.growth_factor), above(1)},
+      {"precision.loss_scale.backoff_factor", "0.5", "dynamic: scale multiplier on overflow", F(precision.scaler.backoff_factor), between(0, 1, true, true)},
+      {"precision.loss_scale.growth_interval", "2000", "dynamic: consecutive clean steps before growth", F(precision.scaler.growth_interval), positive_upto(kInt32Max)},
+      {"precision.loss_scale.hysteresis", "1", "dynamic: overflows tolerated before backing off (1: PyTorch)", F(precision.scaler.hysteresis), positive_upto(kInt32Max)},
+      {"precision.loss_scale.min_scale", "1", "dynamic: lower clamp of the scale", F(precision.scaler.min_scale), above(0)},
+      {"precision.loss_scale.max_scale", ".inf", "dynamic: upper clamp of the scale", F(precision.scaler.max_scale), above_or_inf(0)},
+      {"precision.loss_scale.divergence_steps", "20", "consecutive overflowing steps at the minimum scale that end the run", F(precision.divergence_steps), positive_upto(kInt32Max)},
+      {"precision.telemetry_interval", "0", "steps between per-layer gradient underflow telemetry (0: off)", F(precision.telemetry_interval), count_upto(kMaxSteps)},
+      // optimizer
+      {"optimizer.type", "\"adamw\"", "optimizer on the FP32 master weights", E(optimizer.params.kind, OptimizerKind::Sgd, OptimizerKind::AdamW), {}, {"sgd", "adamw"}},
+      {"optimizer.lr", "0.001", "peak learning rate", F(optimizer.lr), above(0)},
+      {"optimizer.momentum", "0", "SGD momentum", F(optimizer.params.momentum), between(0, 1, false, true)},
+      {"optimizer.nesterov", "false", "SGD Nesterov momentum", F(optimizer.params.nesterov)},
+      {"optimizer.weight_decay", "0", "decoupled (AdamW) or L2 (SGD) weight decay", F(optimizer.params.weight_decay), at_least(0)},
+      {"optimizer.beta1", "0.9", "AdamW beta1", F(optimizer.params.beta1), between(0, 1, false, true)},
+      {"optimizer.beta2", "0.999", "AdamW beta2", F(optimizer.params.beta2), between(0, 1, false, true)},
+      {"optimizer.eps", "1e-8", "AdamW epsilon", F(optimizer.params.eps), above(0)},
+      {"optimizer.grad_clip", "0", "clip the global gradient norm to this value (0: off)", F(optimizer.grad_clip), at_least(0)},
+      {"optimizer.schedule", "\"constant\"", "learning-rate schedule", E(optimizer.schedule, LrSchedule::Kind::Constant, LrSchedule::Kind::WarmupCosine), {}, {"constant", "warmup_cosine"}},
+      {"optimizer.warmup_steps", "0", "warmup_cosine: linear warm-up steps", F(optimizer.warmup_steps), count_upto(kMaxSteps)},
+      {"optimizer.min_lr", "0", "warmup_cosine: final learning rate", F(optimizer.min_lr), at_least(0)},
+      // distributed
+      {"distributed.comm", "\"auto\"", "gradient communicator (auto: nccl on CUDA, mpi on CPU)", F(distributed.comm), {}, {"auto", "mpi", "nccl"}},
+      {"distributed.overlap", "\"auto\"", "all-reduce buckets during backward (auto: on GPUs, and on CPUs with a core to spare)", E(distributed.overlap, Toggle::Auto, Toggle::On, Toggle::Off), {}, {"auto", "on", "off"}},
+      {"distributed.bucket_mb", "25", "gradient bucket size in MiB", F(distributed.bucket_mb), between(0, kMaxBucketMb, true), {}},
+      {"distributed.first_bucket_mb", "1", "size of the first (last-layer) bucket in MiB", F(distributed.first_bucket_mb), between(0, kMaxBucketMb, true), {}},
+      {"distributed.timeout_s", "600", "collective watchdog: a collective without progress for this long ends the job, naming the ranks it waits for", F(distributed.timeout_s), between(0, 1e7, true)},
+      {"distributed.hash_interval", "100", "steps between cross-rank parameter hash checks (0: only at the end)", F(distributed.hash_interval), count_upto(kMaxSteps), {}},
+      // checkpoint
+      {"checkpoint.interval", "0", "steps between checkpoints (0: none periodic)", F(checkpoint.interval), count_upto(kMaxSteps)},
+      {"checkpoint.keep", "3", "checkpoints kept (older ones are deleted)", F(checkpoint.keep), positive_upto(1e6)},
+      {"checkpoint.final", "true", "write a checkpoint at the end of the run", F(checkpoint.final)},
+      {"checkpoint.on_signal", "true", "checkpoint and stop on SIGTERM/SIGUSR1", F(checkpoint.on_signal)},
+      {"checkpoint.dir", "\"\"", "checkpoint folder (\"\": <out_dir>/checkpoints)", F(checkpoint.dir)},
+      {"checkpoint.resume", "\"none\"", "none | auto (newest intact checkpoint in dir) | PATH", F(checkpoint.resume)},
+      // faults
+      {"faults.inject_nonfinite", "[]", "list of {step, rank, tensor, value: inf|nan}: plant a non-finite gradient", F(faults.inject_nonfinite)},
+      {"faults.corrupt_params", "[]", "list of {step, rank}: perturb one master weight on that rank after that step (desync drill)", F(faults.corrupt_params)},
+      {"faults.raise_signal", "[]", "list of {step, rank, signal: TERM|USR1}: deliver a stop signal after that step", F(faults.raise_signal)},
+      {"faults.fail_setup", "[]", "list of {rank, phase: backend|data|comm|resume|output}: fail that set-up phase on that rank (agreement drill)", F(faults.fail_setup)},
+  };
+  return k;
+}
+#undef F
+#undef E
+const Key* find_key(const std::string& path) {
+  for (const auto& k : keys())
+    if (path == k.path) return &k;
+  return nullptr;
+}
+
+bool is_section(const std::string& path) {
+  const std::string prefix = path + ".";
+  for (const auto& k : keys())
+    if (std::string(k.path).compare(0, prefix.size(), prefix) == 0) return true;
+  return false;
+}
+
+std::vector<std::string> all_paths() {
+  std::vector<std::string> v;
+  for (const auto& k : keys()) {
+    std::string p = k.path;
+    v.push_back(p);
+    for (size_t dot = p.find('.'); dot != std::string::npos; dot = p.find('.', dot + 1))
+      v.push_back(p.substr(0, dot));
+  }
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+}  // namespace amp::config_detail

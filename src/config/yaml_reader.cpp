@@ -1,0 +1,279 @@
+// The YAML side of the loader: one document walked key by key against the key table, every
+// value parsed into its field with errors naming FILE:LINE:COL (or the --set argument), repeated
+// keys and second documents refused.
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "config/config_detail.h"
+
+namespace amp::config_detail {
+
+std::string describe_node(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Null: return "nothing";
+    case YAML::NodeType::Scalar: return "\"" + n.Scalar() + "\"";
+    default: return "an undefined value";
+  }
+}
+
+
+// YAML allows no key twice in one mapping, but yaml-cpp keeps both and lookups would take one
+// silently: a repeated key or section is an error naming both places.
+void check_unique_keys(const YAML::Node& map, const std::string& prefix, const Reporter& rep) {
+  std::map<std::string, YAML::Mark> seen;
+  for (const auto& kv : map) {
+    if (!kv.first.IsScalar()) continue;
+    const auto [it, fresh] = seen.emplace(kv.first.Scalar(), kv.first.Mark());
+    if (!fresh)
+      rep.fail(kv.first.Mark(), prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar(),
+               "appears twice in one mapping (first at " + rep.where(it->second) + "); give each key once");
+  }
+}
+
+void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Reporter& rep) {
+  const std::string path = key.path;
+  const YAML::Mark mark = node.Mark();
+  FieldRef ref = key.field(cfg);
+  auto expect = [&](const std::string& what) {
+    rep.fail(mark, path, "expected " + what + ", got " + describe_node(node));
+  };
+  auto scalar = [&](const std::string& what) -> std::string {
+    if (!node.IsScalar()) expect(what);
+    return node.Scalar();
+  };
+
+  // One of the key's choices (with a typo suggestion); returns its index.
+  auto choose = [&]() -> size_t {
+    std::string list;
+    std::vector<std::string> choices;
+    for (const char* c : key.choices) {
+      list += (list.empty() ? "" : ", ") + std::string(c);
+      choices.emplace_back(c);
+    }
+    const std::string v = scalar("one of " + list);
+    const auto it = std::find(choices.begin(), choices.end(), v);
+    if (it == choices.end()) {
+      const std::string near = closest(v, choices);
+      rep.fail(mark, path,
+               "expected one of " + list + ", got " + describe_node(node) +
+                   (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
+    }
+    return size_t(it - choices.begin());
+  };
+  // A number within the key's range that the step can compute with (FP32-representable).
+  auto number = [&]() -> double {
+    const std::string what = describe_range(key.range, false);
+    double v;
+    if (!parse_double(scalar(what), v)) expect(what);
+    if (const std::string why = float_problem(v, key.range); !why.empty())
+      rep.fail(mark, path, "expected " + what + ", got " + describe_node(node) + ": " + why);
+    if (!in_range(v, key.range)) expect(what);
+    return v;
+  };
+  auto integer = [&]() -> int64_t {
+    const std::string what = describe_range(key.range, true);
+    int64_t v;
+    if (!parse_int(scalar(what), v) || !in_range(double(v), key.range)) expect(what);
+    return v;
+  };
+
+  if (auto* p = std::get_if<double*>(&ref)) {
+    **p = number();
+  } else if (auto* p = std::get_if<float*>(&ref)) {
+    const double v = number();
+    const float f = float(v);
+    if (!in_range(double(f), key.range))  // e.g. 0.99999999999 rounds to 1 in FP32
+      rep.fail(mark, path, "expected " + describe_range(key.range, false) + ", got " + describe_node(node) +
+                               ": it rounds to " + format_number(double(f)) + " in FP32, outside that range");
+    **p = f;
+  } else if (auto* p = std::get_if<int64_t*>(&ref)) {
+    **p = integer();
+  } else if (auto* p = std::get_if<int32_t*>(&ref)) {
+    **p = int32_t(integer());  // the key's range keeps it within int32
+  } else if (auto* p = std::get_if<EnumRef>(&ref)) {
+    p->set(choose());
+  } else if (auto* p = std::get_if<bool*>(&ref)) {
+    bool v;
+    if (!parse_bool(scalar("true or false"), v)) expect("true or false");
+    **p = v;
+  } else if (auto* p = std::get_if<std::string*>(&ref)) {
+    if (node.IsNull() && key.choices.empty()) **p = "";
+    else if (!key.choices.empty()) **p = key.choices[choose()];
+    else **p = scalar("a string");
+  } else if (auto* p = std::get_if<std::vector<int64_t>*>(&ref)) {
+    std::string what = describe_range(key.range, true);  // "an integer >= 1" -> "integers >= 1"
+    for (const char* art : {"an ", "a "})
+      if (what.rfind(art, 0) == 0) what = what.substr(std::strlen(art));
+    what = "a list of " + what.replace(what.find("integer"), 7, "integers");
+    if (!node.IsSequence()) expect(what);
+    std::vector<int64_t> v;
+    for (const auto& item : node) {
+      int64_t x;
+      if (!item.IsScalar() || !parse_int(item.Scalar(), x) || !in_range(double(x), key.range))
+        rep.fail(item.Mark(), path + "[" + std::to_string(v.size()) + "]",
+                 "expected " + describe_range(key.range, true) + ", got " + describe_node(item));
+      v.push_back(x);
+    }
+    **p = v;
+  } else if (auto* p = std::get_if<std::vector<FaultSpec>*>(&ref)) {
+    // Two lists share this shape: inject_nonfinite {step, rank, tensor, value: inf|nan} and
+    // raise_signal {step, rank, signal: TERM|USR1} (the signal is kept in FaultSpec::value).
+    // corrupt_params {step, rank} uses step and rank only.
+    // fail_setup {rank, phase} has no step (the phase is kept in FaultSpec::value).
+    const bool signal = path == "faults.raise_signal", bare = path == "faults.corrupt_params";
+    const bool setup = path == "faults.fail_setup";
+    const std::vector<std::string> allowed = signal  ? std::vector<std::string>{"step", "rank", "signal"}
+                                             : bare  ? std::vector<std::string>{"step", "rank"}
+                                             : setup ? std::vector<std::string>{"rank", "phase"}
+                                                     : std::vector<std::string>{"step", "rank", "tensor", "value"};
+    const std::string shape = signal ? "{step, rank, signal}"
+                              : bare ? "{step, rank}"
+                              : setup ? "{rank, phase}"
+                                      : "{step, rank, tensor, value}";
+    if (!node.IsSequence()) expect("a list of " + shape);
+    std::vector<FaultSpec> v;
+    for (const auto& item : node) {
+      const std::string ipath = path + "[" + std::to_string(v.size()) + "]";
+      if (!item.IsMap()) rep.fail(item.Mark(), ipath, "expected a mapping " + shape + ", got " + describe_node(item));
+      check_unique_keys(item, ipath, rep);
+      FaultSpec f;
+      f.value = signal ? "TERM" : setup ? "" : "inf";
+      bool have_step = setup;
+      for (const auto& kv : item) {
+        const std::string k = kv.first.Scalar();
+        const YAML::Node& val = kv.second;
+        int64_t x;
+        if ((k == "step" && !setup) || k == "rank") {
+          const bool is_step = k == "step";
+          const Range r = is_step ? positive_upto(kMaxSteps) : count_upto(kMaxRank);
+          if (!val.IsScalar() || !parse_int(val.Scalar(), x) || !in_range(double(x), r))
+            rep.fail(val.Mark(), ipath + "." + k, "expected " + describe_range(r, true) + ", got " + describe_node(val));
+          (is_step ? f.step : f.rank) = x;
+          have_step |= is_step;
+        } else if (k == "tensor" && !signal && !bare) {
+          if (!val.IsScalar()) rep.fail(val.Mark(), ipath + ".tensor", "expected a tensor name, got " + describe_node(val));
+          f.tensor = val.Scalar();
+        } else if (k == "value" && !signal && !bare) {
+          if (!val.IsScalar() || (val.Scalar() != "inf" && val.Scalar() != "nan"))
+            rep.fail(val.Mark(), ipath + ".value", "expected inf or nan, got " + describe_node(val));
+          f.value = val.Scalar();
+        } else if (k == "phase" && setup) {
+          static const std::vector<std::string> kPhases = {"backend", "data", "comm", "resume", "output"};
+          if (!val.IsScalar() || std::find(kPhases.begin(), kPhases.end(), val.Scalar()) == kPhases.end())
+            rep.fail(val.Mark(), ipath + ".phase", "expected backend, data, comm, resume or output, got " + describe_node(val));
+          f.value = val.Scalar();
+        } else if (k == "signal" && signal) {
+          if (!val.IsScalar() || (val.Scalar() != "TERM" && val.Scalar() != "USR1"))
+            rep.fail(val.Mark(), ipath + ".signal", "expected TERM or USR1, got " + describe_node(val));
+          f.value = val.Scalar();
+        } else {
+          const std::string near = closest(k, allowed);
+          rep.fail(kv.first.Mark(), ipath + "." + k,
+                   "unknown key" + (near.empty() ? std::string() : " (did you mean \"" + near + "\"?)"));
+        }
+      }
+      if (!have_step) rep.fail(item.Mark(), ipath, "missing key \"step\"");
+      if (setup && f.value.empty()) rep.fail(item.Mark(), ipath, "missing key \"phase\"");
+      v.push_back(f);
+    }
+    **p = v;
+  }
+}
+
+void unknown_key(const std::string& path, const YAML::Mark& m, const Reporter& rep) {
+  const std::string near = closest(path, all_paths());
+  rep.fail(m, path, "unknown key" + (near.empty() ? std::string() : " (did you mean \"" + near + "\"?)"));
+}
+
+void apply_key(Config& cfg, const Key& key, const YAML::Node& value, const Reporter& rep,
+               const std::string& origin) {
+  set_value(cfg, key, value, rep);
+  cfg.origin[key.path] = origin;
+}
+
+void walk(Config& cfg, const YAML::Node& map, const std::string& prefix, const Reporter& rep) {
+  check_unique_keys(map, prefix, rep);
+  for (const auto& kv : map) {
+    const YAML::Node& k = kv.first;
+    if (!k.IsScalar()) rep.fail(k.Mark(), prefix, "expected a key name, got " + describe_node(k));
+    const std::string path = prefix.empty() ? k.Scalar() : prefix + "." + k.Scalar();
+    if (const Key* key = find_key(path)) {
+      apply_key(cfg, *key, kv.second, rep, rep.where(kv.second.Mark()));
+    } else if (is_section(path)) {
+      if (kv.second.IsNull()) continue;  // an empty section keeps its defaults
+      if (!kv.second.IsMap())
+        rep.fail(kv.second.Mark(), path, "expected a mapping of keys, got " + describe_node(kv.second));
+      walk(cfg, kv.second, path, rep);
+    } else {
+      unknown_key(path, k.Mark(), rep);
+    }
+  }
+}
+
+// Counts a document's events and remembers where its first one is (yaml-cpp's own LoadAll loops
+// forever, allocating, on a stray leading ',': the documents are walked here, at most two).
+struct DocumentProbe final : YAML::EventHandler {
+  int events = 0;
+  YAML::Mark first = YAML::Mark::null_mark();
+  void note(const YAML::Mark& m) {
+    if (events++ == 0) first = m;
+  }
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { note(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { note(m); }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string&) override { note(m); }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    note(m);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    note(m);
+  }
+  void OnMapEnd() override {}
+};
+
+// One YAML document (a second one is an error, not silently ignored). yaml-cpp stops deep nesting
+// with an exception whose message says only "bad file": that case gets a message of its own.
+YAML::Node parse_yaml(const std::string& text, const Reporter& rep, const std::string& key) {
+  const std::string what = key.empty() ? "malformed YAML: " : "malformed value: ";
+  try {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentProbe one, two;
+    if (parser.HandleNextDocument(one) && parser.HandleNextDocument(two)) {
+      const bool stuck = two.first.pos == one.first.pos;  // the parser made no progress
+      if (stuck) rep.fail(one.first, key, what + "unexpected character where a value should start");
+      rep.fail(two.first, key, "a second YAML document starts here; a config is one document (remove the '---')");
+    }
+    return YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    rep.fail(e.mark, key, what + "nested deeper than " + std::to_string(e.depth()) + " levels (a config needs 3)");
+  } catch (const YAML::Exception& e) {
+    rep.fail(e.mark, key, what + e.msg);
+  }
+}
+
+std::string read_file_or_fail(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(ErrorKind::Config, "config error: " + path + ": cannot read: is a directory, not a YAML file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(ErrorKind::Config, "config error: " + path + ": cannot open: " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(ErrorKind::Config, "config error: " + path + ": cannot read: " + std::strerror(errno));
+  return ss.str();
+}
+
+}  // namespace amp::config_detail

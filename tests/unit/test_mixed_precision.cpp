@@ -1,0 +1,197 @@
+// amp::MixedPrecision, the owner of the loss scale and the overflow flags, on the CPU backend: the
+// verbs of a step in order on random gradients (unscale, flags, norm², the scale's moves), the
+// pre-reduction check into this rank's slot, the agreement through a Communicator, the norm verdict,
+// the skip report's attribution and the divergence check.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "amp/mixed_precision.h"
+#include "backend/cpu/cpu_backend.h"
+#include "core/convert.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "core/rng.h"
+
+using namespace amp;
+
+namespace {
+
+// A communicator of `size` ranks whose MAX all-reduce takes the other ranks' flags from a table:
+// what this rank would receive from a real all-reduce.
+class TableComm final : public Communicator {
+ public:
+  TableComm(int rank, std::vector<std::vector<int32_t>> others) : rank_(rank), others_(std::move(others)) {}
+  std::string name() const override { return "table"; }
+  int rank() const override { return rank_; }
+  int size() const override { return int(others_.size()) + 1; }
+  int local_rank() const override { return rank_; }
+  int local_size() const override { return size(); }
+  void allreduce(BufView buf, ReduceOp op) override {
+    REQUIRE(op == ReduceOp::Max);
+    REQUIRE(buf.dtype == DType::I32);
+    ++calls;
+    auto* v = static_cast<int32_t*>(buf.data);
+    for (const auto& o : others_)
+      for (size_t i = 0; i < buf.count; ++i) v[i] = std::max(v[i], o[i]);
+  }
+  std::unique_ptr<Request> iallreduce(BufView, ReduceOp) override { return nullptr; }
+  void broadcast(BufView, int) override {}
+  void allgather(const void*, void*, size_t) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int) override { throw std::runtime_error("abort"); }
+  int calls = 0;
+
+ private:
+  int rank_;
+  std::vector<std::vector<int32_t>> others_;
+};
+
+std::vector<float> randn(size_t n, uint64_t seed) {
+  Rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(r.normal()) + 1e-3f;
+  return v;
+}
+
+struct Rig {
+  CpuBackend be{1};
+  std::vector<TensorSpan> spans{{0, 1000}, {1024, 300}, {1344, 77}};
+  size_t total = 1421;
+  std::vector<std::string> names{"fc1.weight", "fc1.bias", "fc2.weight"};
+  Buffer g16 = be.alloc(total * 2), g32 = be.alloc(total * 4);
+  void fill(DType t, const std::vector<float>& v) { convert(v.data(), DType::F32, g16.data(), t, v.size()); }
+};
+
+}  // namespace
+
+TEST_CASE("mixed precision: one clean step unscales exactly, sums the norm and grows the scale on time",
+          "[amp]") {
+  Rig r;
+  ScalerParams p;
+  p.init_scale = 1024.0f;
+  p.growth_interval = 2;
+  MixedPrecision amp(r.be, r.be, p, DType::F16, r.spans, r.names, 0, 1);
+  std::vector<float> g = randn(r.total, 5);
+  for (auto& x : g) x *= 1024.0f;  // scaled gradients
+  r.fill(DType::F16, g);
+  for (int step = 1; step <= 2; ++step) {
+    amp.begin_step();
+    CHECK(*amp.scale() == 1024.0f);
+    amp.unscale_and_check(r.g16.data(), r.g32.as<float>());
+    amp.agree(nullptr);
+    amp.check_norm(1.0f);
+    CHECK(amp.flags()[OverflowFlags::kAny] == 0);
+    double norm = 0;
+    for (const TensorSpan& s : r.spans)
+      for (size_t i = s.offset; i < s.offset + s.count; ++i) {
+        const double want = double(r.g16.as<Half>()[i].to_float()) / 1024.0;
+        REQUIRE(double(r.g32.as<float>()[i]) == want);  // exact: a division by a power of two
+        norm += want * want;
+      }
+    CHECK(double(*amp.norm_sq()) == Approx(norm).epsilon(1e-5));
+    amp.update();
+  }
+  const AmpScalars s = amp.read();
+  CHECK(s.scaler.scale == 2048.0f);  // grown after growth_interval clean steps
+  CHECK(s.scaler.optimizer_steps == 2);
+  CHECK(s.scaler.overflow_steps == 0);
+}
+
+TEST_CASE("mixed precision: a non-finite gradient on another rank skips here, attributed to its rank and tensor",
+          "[amp]") {
+  Rig r;
+  ScalerParams p;
+  p.init_scale = 65536.0f;
+  MixedPrecision amp(r.be, r.be, p, DType::BF16, r.spans, r.names, 0, 3);
+  r.fill(DType::BF16, randn(r.total, 6));
+  // Rank 2 saw a NaN in tensor 2 (fc2.weight) before the reduction; rank 1 nothing.
+  std::vector<int32_t> rank1(OverflowFlags::count(3), 0), rank2(OverflowFlags::count(3), 0);
+  rank2[OverflowFlags::kAny] = 1;
+  rank2[OverflowFlags::kReduced] = 3;
+  rank2[size_t(OverflowFlags::rank_slot(2))] = 3;
+  TableComm comm(0, {rank1, rank2});
+  const ScalerState before = amp.read().scaler;
+  amp.begin_step();
+  amp.check_bucket(r.g16.data(), 0, r.total);  // this rank's buckets are clean
+  amp.unscale_and_check(r.g16.data(), r.g32.as<float>());
+  amp.agree(&comm);
+  CHECK(comm.calls == 1);  // one MAX all-reduce carries the decision and its attribution
+  const std::vector<int32_t> f = amp.read_flags();
+  CHECK(f[OverflowFlags::kAny] == 1);
+  CHECK(f[size_t(OverflowFlags::rank_slot(0))] == 0);
+  amp.update();
+  const ScalerState now = amp.read().scaler;
+  CHECK(now.scale == 32768.0f);  // backed off
+  CHECK(now.overflow_steps == 1);
+  CHECK(now.optimizer_steps == 0);
+  CHECK(now.last_overflow_rank == 2);
+  CHECK(amp.overflow_where(now) == "fc2.weight on rank 2");
+  CHECK(amp.skip_report(before, now) ==
+        "step 1: non-finite gradients in fc2.weight on rank 2 | step skipped on every rank | scale 65536 -> 32768");
+}
+
+TEST_CASE("mixed precision: the pre-reduction check writes this rank's slot with the first bad tensor", "[amp]") {
+  Rig r;
+  MixedPrecision amp(r.be, r.be, ScalerParams{}, DType::F16, r.spans, r.names, 1, 2);
+  std::vector<float> g = randn(r.total, 7);
+  g[1100] = std::numeric_limits<float>::infinity();  // tensor 1 (fc1.bias)
+  r.fill(DType::F16, g);
+  amp.begin_step();
+  amp.check_bucket(r.g16.data(), 1344, r.total);  // a clean bucket
+  CHECK(amp.read_flags()[size_t(OverflowFlags::rank_slot(1))] == 0);
+  amp.check_bucket(r.g16.data(), 0, 1344);
+  const std::vector<int32_t> f = amp.read_flags();
+  CHECK(f[size_t(OverflowFlags::rank_slot(1))] == 2);  // 1 + tensor index
+  CHECK(f[size_t(OverflowFlags::rank_slot(0))] == 0);
+}
+
+TEST_CASE("mixed precision: a non-finite norm skips only with clipping on, named as the norm", "[amp]") {
+  Rig r;
+  ScalerParams p;
+  p.mode = ScaleMode::None;
+  MixedPrecision amp(r.be, r.be, p, DType::F32, r.spans, r.names, 0, 1);
+  std::vector<float> g(r.total, 3e19f);  // finite, but the sum of squares overflows FP32
+  Buffer g_in = r.be.alloc(r.total * 4);
+  std::memcpy(g_in.data(), g.data(), r.total * 4);
+  for (float clip : {0.0f, 1.0f}) {
+    amp.begin_step();
+    amp.unscale_and_check(g_in.data(), r.g32.as<float>());
+    CHECK(std::isinf(*amp.norm_sq()));
+    amp.check_norm(clip);
+    CHECK(amp.flags()[OverflowFlags::kAny] == (clip > 0 ? 1 : 0));
+    if (clip > 0) CHECK(amp.flags()[OverflowFlags::kReduced] == OverflowFlags::kNormOverflow);
+  }
+  amp.update();
+  CHECK(amp.overflow_where(amp.read().scaler).rfind("the global gradient norm", 0) == 0);
+}
+
+TEST_CASE("mixed precision: overflows at the minimum scale end the run as divergence", "[amp]") {
+  Rig r;
+  ScalerParams p;
+  p.init_scale = 1.0f;
+  p.min_scale = 1.0f;
+  MixedPrecision amp(r.be, r.be, p, DType::F16, r.spans, r.names, 0, 1);
+  std::vector<float> g = randn(r.total, 8);
+  g[3] = std::numeric_limits<float>::quiet_NaN();
+  r.fill(DType::F16, g);
+  for (int step = 0; step < 3; ++step) {
+    amp.begin_step();
+    amp.unscale_and_check(r.g16.data(), r.g32.as<float>());
+    amp.update();
+  }
+  const ScalerState s = amp.read().scaler;
+  CHECK(s.overflow_at_min == 3);
+  CHECK_NOTHROW(amp.check_divergence(s, 4));
+  try {
+    amp.check_divergence(s, 3);
+    FAIL("no divergence error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Divergence);
+    CHECK(std::string(e.what()).find("fc1.weight") != std::string::npos);
+  }
+}
