@@ -1,35 +1,9 @@
 #include "cuda/gemm.h"
 
 #include "core/error.h"
+#include "cuda/cublaslt_util.h"
 
 namespace amp::cuda {
-
-namespace {
-
-cudaDataType_t cuda_type(DType t) {
-  switch (t) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::F16: return CUDA_R_16F;
-    case DType::BF16: return CUDA_R_16BF;
-    default: break;
-  }
-  throw Error(ErrorKind::Internal, strcat("gemm: unsupported dtype ", dtype_name(t)));
-}
-
-// Largest power of two (up to 256) that divides the address: what cuBLASLt may assume.
-uint32_t alignment_of(const void* p) {
-  const uintptr_t x = reinterpret_cast<uintptr_t>(p);
-  uint32_t a = 1;
-  while (a < 256 && x % (2 * a) == 0) a *= 2;
-  return a;
-}
-
-template <typename T>
-void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v) {
-  AMP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof v));
-}
-
-}  // namespace
 
 // cuBLAS is column-major: a row-major R x C matrix with leading dimension C is, to cuBLAS, the
 // C x R matrix (its transpose) with the same leading dimension. With Xc = x^T (in x B, ld in),
