@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-cpp-dev catch2 libdnnl-dev
       zlib1g-dev nlohmann-json3-dev libcli11-dev dataset-fashion-mnist python3 python3-matplotlib
+      fortunes   # English text for the GPT configs (configs/gpt_fortunes_*.yaml)
       slurmctld slurmd slurm-client munge iproute2)   # the SLURM and network-namespace e2e tests
 missing=()
 for p in "${PKGS[@]}"; do

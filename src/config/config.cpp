@@ -48,6 +48,26 @@ void validate(const Config& c) {
     if (!c.data.eval_csv.empty() && c.data.eval_fraction > 0)
       fail("data.eval_fraction", "give either data.eval_csv or data.eval_fraction, not both");
   }
+  // Language models: the gpt model reads token streams, and token streams need it.
+  const bool tokens_data = c.data.format == "text" || c.data.format == "tokens";
+  if (c.model.type == "gpt" && !tokens_data)
+    fail("model.type", "gpt needs data.format text or tokens (a token stream), not " + c.data.format);
+  if (tokens_data && c.model.type != "gpt")
+    fail("data.format", c.data.format + " data is a token stream for model.type gpt, not " + c.model.type);
+  if (c.model.n_embd % c.model.n_head != 0)
+    fail("model.n_embd", "must be a multiple of model.n_head (" + std::to_string(c.model.n_embd) + " is not divisible by " +
+                             std::to_string(c.model.n_head) + ")");
+  if (c.data.format == "text" && c.data.text_files.empty())
+    fail("data.text_files", "required when data.format is text (a list of text files or glob patterns)");
+  if (c.data.format == "tokens") {
+    if (c.data.train_tokens.empty()) fail("data.train_tokens", "required when data.format is tokens (a list of token shards or glob patterns)");
+    if (!c.data.eval_tokens.empty() && c.data.eval_fraction > 0)
+      fail("data.eval_fraction", "give either data.eval_tokens or data.eval_fraction, not both");
+  }
+  if (tokens_data && c.data.normalize != "none")
+    fail("data.normalize", "normalizes features; " + c.data.format + " data are token ids: leave it none");
+  if (c.model.type == "gpt" && c.sample.tokens > 0 && c.sample.prompt.empty())
+    fail("sample.prompt", "must not be empty: generation continues at least one token (or set sample.tokens to 0)");
   const ScalerParams& ls = c.precision.scaler;
   if (ls.min_scale > ls.max_scale) fail("precision.loss_scale.min_scale", "must not exceed max_scale");
   if (resolved_scale_mode(c) == ScaleMode::Dynamic && (ls.init_scale < ls.min_scale || ls.init_scale > ls.max_scale))
@@ -91,7 +111,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   if (root.IsNull())
     throw Error(ErrorKind::Config, "config error: " + path +
                                        ": the file is empty (expected a mapping of sections: run, model, "
-                                       "data, precision, optimizer, distributed, checkpoint, faults)");
+                                       "data, precision, optimizer, distributed, checkpoint, faults, sample)");
   if (!root.IsMap()) file_rep.fail(root.Mark(), "", "expected a mapping of sections at the top level, got " + describe_node(root));
   walk(cfg, root, "", file_rep);
 
@@ -159,6 +179,14 @@ std::string config_to_yaml(const Config& const_cfg) {
             YAML::Emitter e;
             e << YAML::DoubleQuoted << *v;
             os << e.c_str();
+          } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            os << "[";
+            for (size_t i = 0; i < v->size(); ++i) {
+              YAML::Emitter e;
+              e << YAML::DoubleQuoted << (*v)[i];
+              os << (i ? ", " : "") << e.c_str();
+            }
+            os << "]";
           } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
             os << "[";
             for (size_t i = 0; i < v->size(); ++i) os << (i ? ", " : "") << (*v)[i];
@@ -214,6 +242,8 @@ std::string config_keys_help() {
       type = "bool";
     } else if (std::holds_alternative<std::string*>(ref)) {
       type = "string";
+    } else if (std::holds_alternative<std::vector<std::string>*>(ref)) {
+      type = "list of strings";
     } else {
       type = "list";
     }

@@ -52,12 +52,16 @@ struct Config {
     int64_t seed = 0, steps = 0, epochs = 0, log_interval = 0, eval_interval = 0, threads = 0;
     double max_loss_ratio = 0;
     bool cuda_graph = true;
+    int64_t sample_interval = 0;  // gpt: steps between text samples (0: only at the end)
   } run;
   struct Model {
-    std::string type, init;
+    std::string type, init;  // type: "mlp" or "gpt"
     Activation activation = Activation::Relu;
     std::vector<int64_t> hidden;
     double init_std = 0, loss_weight = 1;
+    // gpt: blocks, heads per block, embedding width (a multiple of n_head), context length T, and
+    // the vocabulary (0: 256 for text, the largest token + 1 for token shards).
+    int64_t n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0;
   } model;
   struct Synthetic {
     int64_t train_samples = 0, eval_samples = 0, features = 0, outputs = 0;
@@ -70,6 +74,8 @@ struct Config {
     double eval_fraction = 0;
     int64_t n_classes = 0, batch_size = 0, eval_batch_size = 0;
     Synthetic synthetic;
+    // Paths or glob patterns: text files (format text), llm.c token shards (format tokens).
+    std::vector<std::string> text_files, train_tokens, eval_tokens;
   } data;
   struct Precision {
     DType compute = DType::F16;
@@ -101,6 +107,13 @@ struct Config {
     std::vector<FaultSpec> corrupt_params;
     std::vector<FaultSpec> fail_setup;  // value holds the phase; step is unused
   } faults;
+  struct Sample {  // gpt: text generation
+    std::string prompt;         // the text samples continue
+    int64_t tokens = 0;         // generated tokens per sample (0: none)
+    double temperature = 1;     // > 0
+    int64_t top_k = 0;          // sample among the k likeliest tokens (0: all)
+    int64_t seed = 0;
+  } sample;
 
   // Where each key's value came from: "file.yaml:12:5", "--set" or "default".
   std::map<std::string, std::string> origin;

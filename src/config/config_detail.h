@@ -27,7 +27,7 @@ struct EnumRef {
 // Where a key's value goes. float and int32_t fields are the ones the kernels take as they are
 // (ScalerParams, OptimizerParams): parsed as double / int64, range-checked, then narrowed.
 using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vector<int64_t>*,
-                              std::vector<FaultSpec>*, float*, int32_t*, EnumRef>;
+                              std::vector<FaultSpec>*, float*, int32_t*, EnumRef, std::vector<std::string>*>;
 
 // values[i] is what choice i of the key means.
 template <typename E>
@@ -55,6 +55,10 @@ constexpr double kMaxThreads = 1024;           // CPU threads per rank
 constexpr double kMaxRank = 1 << 20;           // a rank number in fault drills
 constexpr double kInt32Max = double(std::numeric_limits<int32_t>::max());
 constexpr double kMaxBucketMb = 1 << 16;       // 64 GiB
+constexpr double kMaxHeads = 1024;             // attention heads per block
+constexpr double kMaxSeqLen = 1 << 16;         // a context length (tokens)
+constexpr double kMaxEmbd = 1 << 16;           // an embedding width
+constexpr double kMaxGenerated = 1 << 20;      // tokens generated per text sample
 
 // Allowed range of a number (or of each element of a list of integers). Numbers are finite
 // unless inf_ok; every number must also be representable in FP32 (the step's arithmetic).

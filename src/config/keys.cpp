@@ -26,15 +26,21 @@ const std::vector<Key>& keys() {
       {"run.cuda_graph", "true", "CUDA: capture the step into a graph after warm-up and replay it", F(run.cuda_graph)},
       {"run.max_loss_ratio", "10000", "stop as diverged (exit 5) when a log interval's mean training loss exceeds this multiple of step 1's (0: off)", F(run.max_loss_ratio), at_least(0)},
       {"run.progress", "\"auto\"", "progress output (auto: bar on a terminal, lines otherwise)", F(run.progress), {}, {"auto", "bar", "lines", "off"}},
+      {"run.sample_interval", "0", "gpt: steps between text samples (0: only at the end of the run)", F(run.sample_interval), count_upto(kMaxSteps)},
       // model
-      {"model.type", "\"mlp\"", "model family", F(model.type), {}, {"mlp"}},
+      {"model.type", "\"mlp\"", "model family: mlp (model.hidden), gpt (decoder-only transformer: model.n_layer ...; data.format text or tokens)", F(model.type), {}, {"mlp", "gpt"}},
       {"model.hidden", "[1024, 1024]", "hidden layer widths (input and output come from the data)", F(model.hidden), positive_upto(kMaxWidth)},
       {"model.activation", "\"relu\"", "hidden activation", E(model.activation, Activation::Relu, Activation::Gelu), {}, {"relu", "gelu"}},
       {"model.init", "\"pytorch\"", "weight init: pytorch (U(+-1/sqrt(fan_in))), xavier, normal (std init_std)", F(model.init), {}, {"pytorch", "xavier", "normal"}},
       {"model.loss_weight", "1", "coefficient of the training loss (gradients scale with it; reported losses do not)", F(model.loss_weight), above(0)},
       {"model.init_std", "0.01", "standard deviation of model.init=normal", F(model.init_std), above(0)},
+      {"model.n_layer", "2", "gpt: transformer blocks", F(model.n_layer), positive_upto(kMaxLayers)},
+      {"model.n_head", "4", "gpt: attention heads per block", F(model.n_head), positive_upto(kMaxHeads)},
+      {"model.n_embd", "128", "gpt: embedding width (a multiple of model.n_head)", F(model.n_embd), positive_upto(kMaxEmbd)},
+      {"model.seq_len", "64", "gpt: context length T (each training window: T inputs, T next-token targets)", F(model.seq_len), positive_upto(kMaxSeqLen)},
+      {"model.vocab_size", "0", "gpt: vocabulary (0: 256 for text, largest token + 1 for tokens; GPT-2 BPE: 50257)", F(model.vocab_size), count_upto(kMaxWidth)},
       // data
-      {"data.format", "\"idx\"", "data source", F(data.format), {}, {"idx", "csv", "synthetic"}},
+      {"data.format", "\"idx\"", "data source (text, tokens: token streams for model.type gpt)", F(data.format), {}, {"idx", "csv", "synthetic", "text", "tokens"}},
       {"data.train_images", "\"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\"", "IDX training inputs (raw or .gz)", F(data.train_images)},
       {"data.train_labels", "\"/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz\"", "IDX training labels", F(data.train_labels)},
       {"data.eval_images", "\"/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz\"", "IDX evaluation inputs (\"\": no evaluation)", F(data.eval_images)},
@@ -44,7 +50,7 @@ const std::vector<Key>& keys() {
       {"data.csv_header", "true", "CSV files start with a header line", F(data.csv_header)},
       {"data.target", "\"\"", "CSV target column: name or 0-based index (\"\": last column)", F(data.target)},
       {"data.task", "\"classification\"", "CSV task", F(data.task), {}, {"classification", "regression"}},
-      {"data.eval_fraction", "0", "CSV: fraction of the training file held out for evaluation", F(data.eval_fraction), between(0, 1, false, true)},
+      {"data.eval_fraction", "0", "CSV: fraction of the training file held out for evaluation (random rows); text, tokens: the last fraction of the token stream", F(data.eval_fraction), between(0, 1, false, true)},
       {"data.n_classes", "0", "classes (0: largest training label + 1)", F(data.n_classes), count_upto(kMaxWidth)},
       {"data.normalize", "\"none\"", "feature normalization fitted on the training set", F(data.normalize), {}, {"none", "global", "per_feature"}},
       {"data.batch_size", "128", "samples per rank per step (global batch = batch_size x ranks)", F(data.batch_size), positive_upto(kMaxBatch)},
@@ -55,6 +61,9 @@ const std::vector<Key>& keys() {
       {"data.synthetic.features", "10", "synthetic regression: input features", F(data.synthetic.features), positive_upto(kMaxWidth)},
       {"data.synthetic.outputs", "1", "synthetic regression: outputs", F(data.synthetic.outputs), positive_upto(kMaxWidth)},
       {"data.synthetic.noise", "0.1", "synthetic regression: noise standard deviation", F(data.synthetic.noise), at_least(0)},
+      {"data.text_files", "[]", "text: files or glob patterns (text files only), read as bytes (vocabulary 256), concatenated in order", F(data.text_files)},
+      {"data.train_tokens", "[]", "tokens: llm.c token shards (uint16 GPT-2 tokens): paths or glob patterns, matches sorted", F(data.train_tokens)},
+      {"data.eval_tokens", "[]", "tokens: evaluation shards ([]: split off data.eval_fraction, or none)", F(data.eval_tokens)},
       // precision
       {"precision.compute", "\"fp16\"", "compute precision of GEMMs and activations (masters stay FP32)", E(precision.compute, DType::F32, DType::F16, DType::BF16), {}, {"fp32", "fp16", "bf16"}},
       {"precision.loss_scale.mode", "\"auto\"", "loss scaling (auto: dynamic for fp16, none otherwise)", E(precision.loss_scale, LossScaleChoice::Auto, LossScaleChoice::None, LossScaleChoice::Static, LossScaleChoice::Dynamic), {}, {"auto", "none", "static", "dynamic"}},
@@ -99,6 +108,12 @@ const std::vector<Key>& keys() {
       {"faults.corrupt_params", "[]", "list of {step, rank}: perturb one master weight on that rank after that step (desync drill)", F(faults.corrupt_params)},
       {"faults.raise_signal", "[]", "list of {step, rank, signal: TERM|USR1}: deliver a stop signal after that step", F(faults.raise_signal)},
       {"faults.fail_setup", "[]", "list of {rank, phase: backend|data|comm|resume|output}: fail that set-up phase on that rank (agreement drill)", F(faults.fail_setup)},
+      // sample
+      {"sample.prompt", "\"\\n\"", "gpt: the text samples continue", F(sample.prompt)},
+      {"sample.tokens", "200", "gpt: tokens generated per sample (0: no samples)", F(sample.tokens), count_upto(kMaxGenerated)},
+      {"sample.temperature", "0.8", "gpt: sampling temperature", F(sample.temperature), above(0)},
+      {"sample.top_k", "40", "gpt: sample among the k likeliest tokens (0: all)", F(sample.top_k), count_upto(kMaxWidth)},
+      {"sample.seed", "1", "gpt: seed of sampling", F(sample.seed), count_upto(9.0e15)},
   };
   return k;
 }

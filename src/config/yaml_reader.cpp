@@ -124,6 +124,18 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
       v.push_back(x);
     }
     **p = v;
+  } else if (auto* p = std::get_if<std::vector<std::string>*>(&ref)) {
+    // Paths or glob patterns: each item a non-empty scalar (quote patterns that start with '*' or
+    // hold '[', which YAML would read as an alias or a nested list).
+    if (!node.IsSequence()) expect("a list of strings (paths or glob patterns, e.g. [\"data/*.txt\"])");
+    std::vector<std::string> v;
+    for (const auto& item : node) {
+      const std::string ipath = path + "[" + std::to_string(v.size()) + "]";
+      if (!item.IsScalar()) rep.fail(item.Mark(), ipath, "expected a string (a path or glob pattern), got " + describe_node(item));
+      if (item.Scalar().empty()) rep.fail(item.Mark(), ipath, "expected a path or glob pattern, got an empty string");
+      v.push_back(item.Scalar());
+    }
+    **p = v;
   } else if (auto* p = std::get_if<std::vector<FaultSpec>*>(&ref)) {
     // Two lists share this shape: inject_nonfinite {step, rank, tensor, value: inf|nan} and
     // raise_signal {step, rank, signal: TERM|USR1} (the signal is kept in FaultSpec::value).

@@ -1,6 +1,8 @@
 // In-memory data sets and their loaders: IDX (raw or gzip; u8/i8/i16/i32/f32/f64 elements; any
-// dimensions), CSV (numeric columns, optional header, target column by name or index) and the
-// synthetic regression of the seed lecture. Features are FP32, row-major, one row per sample.
+// dimensions), CSV (numeric columns, optional header, target column by name or index), the
+// synthetic regression of the seed lecture, and token streams for language modelling (text files
+// as bytes, llm.c token shards). Features are FP32, row-major, one row per sample; a language-model
+// set holds its token stream instead and cuts it into windows.
 // Every loader error is an amp::Error of kind Data whose message names the file and the place.
 #pragma once
 
@@ -12,7 +14,7 @@
 
 namespace amp {
 
-enum class Task { Classification, Regression };
+enum class Task { Classification, Regression, LanguageModel };
 
 // The most classes a classification data set may have (data.n_classes' bound too).
 constexpr int64_t kMaxClasses = int64_t(1) << 24;
@@ -27,8 +29,19 @@ struct Dataset {
   std::vector<int32_t> labels; // classification: n
   size_t n_targets = 0;        // regression: outputs per sample
   std::vector<float> y;        // regression: n * n_targets
+  // Language model (x, labels and y stay empty): n = (tokens.size() - 1) / seq_len non-overlapping
+  // windows; window i is tokens[i*T .. i*T + T] inclusive (T + 1 tokens, T = seq_len): the inputs
+  // are its first T tokens, the targets its last T. n_features = seq_len; every token is in
+  // [0, vocab). Windows are the samples the sampler and eval_shard index.
+  std::vector<int32_t> tokens; // the token stream
+  size_t seq_len = 0;          // T
+  int vocab = 0;               // output classes of every position
 
-  size_t n_outputs() const { return task == Task::Classification ? size_t(n_classes) : n_targets; }
+  size_t n_outputs() const {
+    return task == Task::Classification ? size_t(n_classes) : task == Task::LanguageModel ? size_t(vocab) : n_targets;
+  }
+  // Language model: the first of window i's T + 1 tokens (inputs window(i)[0..T), targets window(i)[1..T]).
+  const int32_t* window(size_t i) const { return tokens.data() + i * seq_len; }
 };
 
 // ---- IDX ---------------------------------------------------------------------------------
@@ -86,5 +99,44 @@ struct Normalizer {
   void fit(const Dataset& train, Normalization m);
   void apply(Dataset& d) const;      // constant features (std 0) are only centred
 };
+
+// ---- language modelling ------------------------------------------------------------------
+// Where the tokens of a stream came from: each file with the index of its first token.
+using TokenSources = std::vector<std::pair<std::string, size_t>>;
+
+// Every path or glob pattern (glob(3): * ? [..]) of `patterns`, in order; a pattern's matches are
+// sorted by bytes. A pattern that matches nothing is an error naming it and `key` (the config key);
+// so is a file reached twice (also through a symbolic link, such as the fortunes package's NAME.u8
+// links to NAME). A plain path is taken as it is (its reader reports a missing file).
+std::vector<std::string> expand_paths(const std::vector<std::string>& patterns, const std::string& key);
+
+// Text files as byte-level tokens (each byte its token, 0..255), concatenated in order. An empty,
+// missing or unreadable file, and a file with a NUL byte (binary, such as an index file a glob
+// matched), are errors naming the file.
+std::vector<int32_t> read_text_tokens(const std::vector<std::string>& paths, TokenSources* source = nullptr);
+
+// llm.c's token shard: 256 little-endian int32 (header[0] = magic 20240520, header[1] = version 1,
+// header[2] = token count N), then N little-endian uint16 tokens; the file is exactly 1024 + 2N
+// bytes. Every field and the size are checked; errors name the file and what is wrong.
+constexpr int32_t kTokenShardMagic = 20240520;
+constexpr int32_t kTokenShardVersion = 1;
+constexpr size_t kTokenShardHeaderInts = 256;
+std::vector<int32_t> read_token_shard(const std::string& path);
+// The shards in order, concatenated.
+std::vector<int32_t> read_token_shards(const std::vector<std::string>& paths, TokenSources* source = nullptr);
+
+// Every token in [0, vocab); the first one outside is an error naming its file (from `source`),
+// its index in that file and the vocabulary (`vocab_key`: where it came from, for the message).
+void check_tokens(const std::vector<int32_t>& tokens, int vocab, const TokenSources& source, const char* vocab_key);
+
+// A language-model data set over `tokens` with windows of seq_len (>= 1) tokens and `vocab`
+// classes. Fewer than seq_len + 1 tokens is an error saying how many are needed; so is a token
+// outside [0, vocab) and more windows than the sampler can index (2^32 - 1).
+Dataset make_lm_dataset(std::vector<int32_t> tokens, size_t seq_len, int vocab, const std::string& name);
+
+// Splits a token stream before its last round(fraction * size) tokens: {train part, eval part};
+// windows cut from each never straddle the split. fraction in (0, 1); an empty part is an error.
+std::pair<std::vector<int32_t>, std::vector<int32_t>> split_token_stream(std::vector<int32_t> tokens,
+                                                                         double fraction, const std::string& name);
 
 }  // namespace amp

@@ -1,6 +1,8 @@
 #include "data/load.h"
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/hash.h"
@@ -23,10 +25,72 @@ void check_finite(const Dataset& d, const char* when) {
   if (d.n_targets) scan(d.y, d.n_targets, "target");
 }
 
+// "a", "a (and 1 more file)" or "a (and 40 more files)": a file list for messages.
+std::string describe_files(const std::vector<std::string>& files) {
+  if (files.size() == 1) return files[0];
+  return strcat(files[0], " (and ", files.size() - 1, files.size() == 2 ? " more file)" : " more files)");
+}
+
+// Language modelling (data.format text or tokens): one token stream for training and one for
+// evaluation (eval shards, or the end of the training stream), windows of model.seq_len + 1 tokens.
+DataSets load_lm_datasets(const Config& cfg) {
+  const auto& d = cfg.data;
+  const bool text = d.format == "text";
+  const char* train_key = text ? "data.text_files" : "data.train_tokens";
+  const std::vector<std::string> train_files = expand_paths(text ? d.text_files : d.train_tokens, train_key);
+  TokenSources train_src, eval_src;
+  std::vector<int32_t> train = text ? read_text_tokens(train_files, &train_src) : read_token_shards(train_files, &train_src);
+  std::string train_name = describe_files(train_files), eval_name;
+  std::vector<int32_t> eval;
+  if (!text && !d.eval_tokens.empty()) {
+    const std::vector<std::string> eval_files = expand_paths(d.eval_tokens, "data.eval_tokens");
+    for (const auto& e : eval_files)
+      for (const auto& t : train_files) {
+        std::error_code ec;
+        if (std::filesystem::equivalent(e, t, ec) && !ec)
+          throw Error(ErrorKind::Data, strcat("data error: ", e, ": is both an evaluation shard (data.eval_tokens) and a ",
+                                              "training shard (data.train_tokens", e == t ? "" : strcat(": ", t), ")"));
+      }
+    eval = read_token_shards(eval_files, &eval_src);
+    eval_name = describe_files(eval_files);
+  }
+
+  // The vocabulary: model.vocab_size, else 256 byte values for text, else the largest token + 1.
+  int vocab = int(cfg.model.vocab_size);
+  std::string vocab_key = strcat("model.vocab_size = ", vocab);
+  if (vocab == 0 && text) {
+    vocab = 256;
+    vocab_key = "byte-level text";
+  } else if (vocab == 0) {
+    int32_t top = 0;
+    for (int32_t t : train) top = std::max(top, t);
+    for (int32_t t : eval) top = std::max(top, t);
+    vocab = int(top) + 1;
+    vocab_key = "model.vocab_size = 0: the largest token + 1";
+  }
+  check_tokens(train, vocab, train_src, vocab_key.c_str());
+  check_tokens(eval, vocab, eval_src, vocab_key.c_str());
+
+  if (eval_name.empty() && d.eval_fraction > 0) {
+    const size_t total = train.size();
+    auto parts = split_token_stream(std::move(train), d.eval_fraction, train_name);
+    train = std::move(parts.first);
+    eval = std::move(parts.second);
+    eval_name = strcat(train_name, " [eval: the last ", eval.size(), " of ", total, " tokens]");
+    train_name = strcat(train_name, " [train: the first ", train.size(), " of ", total, " tokens]");
+  }
+  const size_t seq_len = size_t(cfg.model.seq_len);
+  DataSets out;
+  out.train = make_lm_dataset(std::move(train), seq_len, vocab, train_name);
+  if (!eval_name.empty()) out.eval = make_lm_dataset(std::move(eval), seq_len, vocab, eval_name);
+  return out;
+}
+
 }  // namespace
 
 DataSets load_datasets(const Config& cfg) {
   const auto& d = cfg.data;
+  if (d.format == "text" || d.format == "tokens") return load_lm_datasets(cfg);
   DataSets out;
   const int n_classes = int(d.n_classes);
   if (d.format == "idx") {
@@ -94,6 +158,11 @@ uint64_t dataset_digest(const Dataset& d, uint64_t seed) {
   h.update(d.x.data(), d.x.size() * sizeof(float));
   h.update(d.labels.data(), d.labels.size() * sizeof(int32_t));
   h.update(d.y.data(), d.y.size() * sizeof(float));
+  if (d.task == Task::LanguageModel) {
+    const uint64_t lm[2] = {uint64_t(d.seq_len), uint64_t(d.vocab)};
+    h.update(lm, sizeof lm);
+    h.update(d.tokens.data(), d.tokens.size() * sizeof(int32_t));
+  }
   return h.digest();
 }
 

@@ -135,3 +135,130 @@ TEST_CASE("--help lists the keys with their defaults", "[config]") {
   CHECK_THAT(help, Contains("a positive number (default 0.001)"));
   CHECK_THAT(help, Contains("precision.loss_scale.growth_interval"));
 }
+
+// ------------------------------------------------------------------ gpt and language-model keys
+
+TEST_CASE("gpt, token data and sample keys: defaults and values", "[config]") {
+  TempDir t;
+  Config d = load_config(t.write("d.yaml", "run: {steps: 1}\n"), {});
+  CHECK(d.model.type == "mlp");
+  CHECK(d.model.n_layer == 2);
+  CHECK(d.model.n_head == 4);
+  CHECK(d.model.n_embd == 128);
+  CHECK(d.model.seq_len == 64);
+  CHECK(d.model.vocab_size == 0);
+  CHECK(d.data.text_files.empty());
+  CHECK(d.data.train_tokens.empty());
+  CHECK(d.data.eval_tokens.empty());
+  CHECK(d.run.sample_interval == 0);
+  CHECK(d.sample.prompt == "\n");
+  CHECK(d.sample.tokens == 200);
+  CHECK(d.sample.temperature == 0.8);
+  CHECK(d.sample.top_k == 40);
+  CHECK(d.sample.seed == 1);
+
+  const auto p = t.write("g.yaml",
+                         "run: {sample_interval: 25}\n"
+                         "model: {type: gpt, n_layer: 12, n_head: 12, n_embd: 768, seq_len: 1024, vocab_size: 50257}\n"
+                         "data:\n  format: tokens\n  train_tokens:\n    - \"/d/train_*.bin\"\n    - /d/extra.bin\n"
+                         "  eval_tokens: [\"/d/val_00000[0-9].bin\"]\n"
+                         "sample: {prompt: \"Once upon\", tokens: 7, temperature: 1.5, top_k: 0, seed: 9}\n");
+  Config c = load_config(p, {});
+  CHECK(c.model.type == "gpt");
+  CHECK(c.model.n_layer == 12);
+  CHECK(c.model.n_embd == 768);
+  CHECK(c.model.seq_len == 1024);
+  CHECK(c.model.vocab_size == 50257);
+  CHECK(c.data.format == "tokens");
+  CHECK(c.data.train_tokens == std::vector<std::string>{"/d/train_*.bin", "/d/extra.bin"});
+  CHECK(c.data.eval_tokens == std::vector<std::string>{"/d/val_00000[0-9].bin"});
+  CHECK(c.origin.at("data.train_tokens") == p + ":6:5");  // where the list starts
+  CHECK(c.run.sample_interval == 25);
+  CHECK(c.sample.prompt == "Once upon");
+  CHECK(c.sample.tokens == 7);
+  CHECK(c.sample.temperature == 1.5);
+  CHECK(c.sample.top_k == 0);
+  CHECK(c.sample.seed == 9);
+  Config s = load_config(p, {"data.train_tokens=[a.bin, \"b c.bin\"]"});
+  CHECK(s.data.train_tokens == std::vector<std::string>{"a.bin", "b c.bin"});
+}
+
+TEST_CASE("gpt cross-key rules and list-of-strings errors", "[config]") {
+  TempDir t;
+  expect_error(t.write("a.yaml", "model:\n  type: gpt\n"), {},
+               {"a.yaml:2:9: model.type: gpt needs data.format text or tokens (a token stream), not idx"});
+  expect_error(t.write("b.yaml", "data:\n  format: text\n  text_files: [x.txt]\n"), {},
+               {"b.yaml:2:11: data.format: text data is a token stream for model.type gpt, not mlp"});
+  expect_error(t.write("c.yaml", "model: {type: gpt, n_head: 3, n_embd: 128}\ndata: {format: text, text_files: [x]}\n"), {},
+               {"c.yaml:1:39: model.n_embd: must be a multiple of model.n_head (128 is not divisible by 3)"});
+  expect_error(t.write("c2.yaml", "model: {type: gpt, n_head: 3}\ndata: {format: text, text_files: [x]}\n"), {},
+               {"model.n_embd: must be a multiple of model.n_head (128 is not divisible by 3)"});
+  expect_error(t.write("d.yaml", "model: {type: gpt}\ndata: {format: text}\n"), {},
+               {"data.text_files: required when data.format is text"});
+  expect_error(t.write("e.yaml", "model: {type: gpt}\ndata: {format: tokens}\n"), {},
+               {"data.train_tokens: required when data.format is tokens"});
+  expect_error(t.write("f.yaml", "model: {type: gpt}\ndata: {format: tokens, train_tokens: [a], eval_tokens: [b], eval_fraction: 0.1}\n"),
+               {}, {"data.eval_fraction: give either data.eval_tokens or data.eval_fraction, not both"});
+  expect_error(t.write("g.yaml", "model: {type: gpt}\ndata: {format: text, text_files: [a], normalize: global}\n"), {},
+               {"data.normalize: normalizes features; text data are token ids: leave it none"});
+  expect_error(t.write("h.yaml", "model: {type: gpt}\ndata: {format: text, text_files: [a]}\nsample: {prompt: \"\"}\n"), {},
+               {"sample.prompt: must not be empty"});
+  load_config(t.write("h2.yaml", "model: {type: gpt}\ndata: {format: text, text_files: [a]}\nsample: {prompt: \"\", tokens: 0}\n"), {});
+  // Ranges.
+  expect_error(t.write("r1.yaml", "model: {n_layer: 0}\n"), {}, {"model.n_layer: expected an integer in [1, 256], got \"0\""});
+  expect_error(t.write("r2.yaml", "model: {n_head: 1025}\n"), {}, {"model.n_head: expected an integer in [1, 1024]"});
+  expect_error(t.write("r3.yaml", "model: {seq_len: 65537}\n"), {}, {"model.seq_len: expected an integer in [1, 65536]"});
+  expect_error(t.write("r4.yaml", "model: {vocab_size: -1}\n"), {}, {"model.vocab_size: expected an integer in [0, 16777216]"});
+  expect_error(t.write("r5.yaml", "sample: {temperature: 0}\n"), {}, {"sample.temperature: expected a positive number, got \"0\""});
+  expect_error(t.write("r6.yaml", "model: {type: llama}\n"), {}, {"model.type: expected one of mlp, gpt, got \"llama\""});
+  expect_error(t.write("r7.yaml", "data: {format: txt}\n"), {},
+               {"data.format: expected one of idx, csv, synthetic, text, tokens, got \"txt\" (did you mean \"text\"?)"});
+  // Lists of strings: a list of non-empty scalars, errors at the item.
+  expect_error(t.write("l1.yaml", "data:\n  text_files: a.txt\n"), {},
+               {"l1.yaml:2:15: data.text_files: expected a list of strings (paths or glob patterns"});
+  expect_error(t.write("l2.yaml", "data:\n  text_files: [a.txt, {b: 1}]\n"), {},
+               {"l2.yaml:2:23: data.text_files[1]: expected a string (a path or glob pattern), got a mapping"});
+  expect_error(t.write("l3.yaml", "data:\n  train_tokens:\n    - a.bin\n    - \"\"\n"), {},
+               {"l3.yaml:4:7: data.train_tokens[1]: expected a path or glob pattern, got an empty string"});
+  expect_error(t.write("l4.yaml", "data:\n  eval_tokens: [a, [b]]\n"), {}, {"data.eval_tokens[1]: expected a string", "got a list"});
+  expect_error(t.write("ok.yaml", "run: {steps: 1}\n"), {"data.text_files=[*.txt]"}, {"--set data.text_files=[*.txt]", "malformed value"});
+}
+
+TEST_CASE("lists of strings and the prompt print and reload identically", "[config]") {
+  TempDir t;
+  const auto p = t.write("a.yaml",
+                         "model: {type: gpt, n_embd: 96, n_head: 6}\n"
+                         "data:\n  format: text\n  eval_fraction: 0.1\n"
+                         "  text_files: [\"/x/*.txt\", \"/y/[ab]?\", \"quote\\\"d, comma\", \"tab\\there\", \"#hash\", \"123\", \"\\u00e9\"]\n"
+                         "sample: {prompt: \"Line one\\nline \\\"two\\\"\\t\", top_k: 5}\n");
+  Config c = load_config(p, {});
+  REQUIRE(c.data.text_files.size() == 7);
+  CHECK(c.data.text_files[2] == "quote\"d, comma");
+  CHECK(c.data.text_files[3] == "tab\there");
+  CHECK(c.data.text_files[6] == "\xC3\xA9");
+  CHECK(c.sample.prompt == "Line one\nline \"two\"\t");
+  const std::string text = amp::config_to_yaml(c);
+  CHECK_THAT(text, Contains("  text_files: [\"/x/*.txt\", \"/y/[ab]?\", "));
+  CHECK_THAT(text, Contains("\n  train_tokens: []\n  eval_tokens: []\n"));
+  Config c2 = load_config(t.write("b.yaml", text), {});
+  CHECK(amp::config_to_yaml(c2) == text);
+  CHECK(amp::config_hash(c2) == amp::config_hash(c));
+  CHECK(c2.data.text_files == c.data.text_files);
+  CHECK(c2.sample.prompt == c.sample.prompt);
+  CHECK(amp::config_hash(load_config(p, {"data.text_files=[\"/x/*.txt\"]"})) != amp::config_hash(c));
+  // The default prompt, a newline, prints escaped and reloads as one.
+  Config d = load_config(t.write("d.yaml", "run: {steps: 1}\n"), {});
+  const std::string dtext = amp::config_to_yaml(d);
+  CHECK_THAT(dtext, Contains("sample:\n  prompt: \"\\n\"\n  tokens: 200\n"));
+  CHECK(load_config(t.write("e.yaml", dtext), {}).sample.prompt == "\n");
+}
+
+TEST_CASE("the new keys are appended: the existing printed keys keep their order", "[config]") {
+  TempDir t;
+  const std::string text = amp::config_to_yaml(load_config(t.write("a.yaml", "run: {steps: 1}\n"), {}));
+  // Neighbours as printed before the new keys: each new key comes after the last old key of its section.
+  CHECK_THAT(text, Contains("  progress: \"auto\"\n  sample_interval: 0\nmodel:\n  type: \"mlp\"\n  hidden: [1024, 1024]\n"));
+  CHECK_THAT(text, Contains("  init_std: 0.01\n  n_layer: 2\n  n_head: 4\n  n_embd: 128\n  seq_len: 64\n  vocab_size: 0\ndata:\n"));
+  CHECK_THAT(text, Contains("    noise: 0.1\n  text_files: []\n  train_tokens: []\n  eval_tokens: []\nprecision:\n"));
+  CHECK_THAT(text, Contains("  fail_setup: []\nsample:\n  prompt: \"\\n\"\n  tokens: 200\n  temperature: 0.8\n  top_k: 40\n  seed: 1\n"));
+}
