@@ -5,6 +5,6 @@
 
 namespace amp {
 
-enum class Activation : int32_t { Relu = 0, Gelu = 1 };
+enum class Activation : int32_t { Relu = 0, Gelu = 1, GeluTanh = 2 };
 
 }  // namespace amp

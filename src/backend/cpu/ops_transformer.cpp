@@ -1,0 +1,358 @@
+// No contraction of a*b+c into an FMA in this file (GCC contracts by default, also in ISO mode):
+// the CUDA twin is compiled with --fmad=false, and both must round every product and sum alike.
+// Before any include, so every function of this translation unit has the same options.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "backend/cpu/ops_transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "core/convert.h"
+#include "core/error.h"
+
+namespace amp::cpu {
+
+namespace {
+
+constexpr int64_t kBlock = 2048;              // elements per GELU work block
+constexpr int64_t kParallelMin = 4 * kBlock;  // fork threads only for at least this many elements
+constexpr int64_t kTile = 256;                // columns per column-tile work item
+constexpr float kQuietNaN = std::numeric_limits<float>::quiet_NaN();
+
+const char* at(const void* p, DType t, int64_t i) { return static_cast<const char*>(p) + i * int64_t(dtype_size(t)); }
+char* at(void* p, DType t, int64_t i) { return static_cast<char*>(p) + i * int64_t(dtype_size(t)); }
+
+void load(const void* p, DType t, int64_t off, int64_t n, float* dst) {
+  convert(at(p, t, off), t, dst, DType::F32, size_t(n));
+}
+void store(const float* src, void* p, DType t, int64_t off, int64_t n) {
+  convert(src, DType::F32, at(p, t, off), t, size_t(n));
+}
+
+float add_op(float a, float b) { return a + b; }
+float max_op(float a, float b) { return std::fmax(a, b); }
+
+// The row reductions of transformer_args.h: lane l combines f(l), f(l + 32), ... from `init`, then
+// the butterfly tree.
+template <typename F, typename Op>
+float lane_reduce(int64_t n, float init, F&& f, Op op) {
+  float p[kRowLanes];
+  for (float& v : p) v = init;
+  int64_t j0 = 0;
+  for (; j0 + kRowLanes <= n; j0 += kRowLanes)
+    for (int l = 0; l < kRowLanes; ++l) p[l] = op(p[l], f(j0 + l));
+  for (int l = 0; j0 + l < n; ++l) p[l] = op(p[l], f(j0 + l));
+  return tmath::lane_tree(p, op);
+}
+
+template <typename F>
+float lane_sum(int64_t n, F&& f) {
+  return lane_reduce(n, 0.0f, f, add_op);
+}
+
+std::vector<float> to_floats(const void* p, DType t, int64_t n) {
+  std::vector<float> v(size_t(std::max<int64_t>(n, 1)));
+  if (n > 0) load(p, t, 0, n, v.data());
+  return v;
+}
+
+}  // namespace
+
+struct TransformerOps::Impl {
+  std::mutex mu;  // embedding_backward's scratch
+  int64_t max_tokens = 0, vocab = 0;
+  std::vector<int64_t> start;    // [vocab + 1]: segment starts of the counting sort
+  std::vector<int64_t> cursor;   // [vocab]
+  std::vector<int32_t> order;    // [max_tokens]: positions sorted by token, increasing within a token
+  std::vector<int32_t> present;  // tokens that occur, increasing
+};
+
+TransformerOps::TransformerOps() : impl_(std::make_unique<Impl>()) {}
+TransformerOps::~TransformerOps() = default;
+
+void TransformerOps::reserve(int64_t max_tokens, int64_t vocab) {
+  AMP_CHECK(max_tokens >= 0 && max_tokens <= int64_t(INT32_MAX) && vocab >= 0 && vocab < int64_t(INT32_MAX),
+            "reserve: max_tokens ", max_tokens, " vocab ", vocab, " out of range");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  s.max_tokens = std::max(s.max_tokens, max_tokens);
+  s.vocab = std::max(s.vocab, vocab);
+  s.start.resize(size_t(s.vocab + 1));
+  s.cursor.resize(size_t(s.vocab));
+  s.order.resize(size_t(s.max_tokens));
+  s.present.reserve(size_t(std::min(s.max_tokens, s.vocab)));
+}
+
+// ---------------------------------------------------------------- layer norm
+
+void TransformerOps::layernorm_forward(const LayerNormArgs& a) {
+  check_args(a);
+  if (a.rows == 0) return;
+  const int64_t C = a.C;
+  const std::vector<float> gamma = to_floats(a.gamma, a.type, C), beta = to_floats(a.beta, a.type, C);
+  const float c_den = float(C);
+#pragma omp parallel if (a.rows * C >= kParallelMin && a.rows > 1)
+  {
+    std::vector<float> v(static_cast<size_t>(C));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < a.rows; ++r) {
+      load(a.x, a.type, r * C, C, v.data());
+      const float mean = lane_sum(C, [&](int64_t j) { return v[size_t(j)]; }) / c_den;
+      const float var = lane_sum(C, [&](int64_t j) {
+                          const float d = v[size_t(j)] - mean;
+                          return d * d;
+                        }) / c_den;
+      const float rstd = tmath::ln_rstd(var, a.eps);
+      for (int64_t j = 0; j < C; ++j)
+        v[size_t(j)] = tmath::ln_out(tmath::ln_norm(v[size_t(j)], mean, rstd), gamma[size_t(j)], beta[size_t(j)]);
+      store(v.data(), a.y, a.type, r * C, C);
+      if (a.mean) {
+        a.mean[r] = mean;
+        a.rstd[r] = rstd;
+      }
+    }
+  }
+}
+
+void TransformerOps::layernorm_backward(const LayerNormBackwardArgs& a) {
+  check_args(a);
+  if (a.C == 0) return;
+  const int64_t C = a.C, rows = a.rows;
+  const float c_den = float(C);
+  // dgamma, dbeta: kRowSumLanes lane partials per column, lane l adding rows l, l + L, ... (the
+  // order of row_sum); work items are (column tile, lane) pairs.
+  {
+    constexpr int64_t L = kRowSumLanes;
+    std::vector<float> pg(size_t(L * C), 0.0f), pb(size_t(L * C), 0.0f);
+    const int64_t tiles = (C + kTile - 1) / kTile, items = tiles * L;
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelMin && items > 1)
+    for (int64_t w = 0; w < items; ++w) {
+      const int64_t tile = w / L, lane = w % L;
+      const int64_t c0 = tile * kTile, len = std::min(kTile, C - c0);
+      float* ag = pg.data() + lane * C + c0;
+      float* ab = pb.data() + lane * C + c0;
+      alignas(64) float xv[kTile], dv[kTile];
+      for (int64_t r = lane; r < rows; r += L) {
+        load(a.x, a.type, r * C + c0, len, xv);
+        load(a.dy, a.type, r * C + c0, len, dv);
+        const float mean = a.mean[r], rstd = a.rstd[r];
+        for (int64_t j = 0; j < len; ++j) {
+          ag[j] += tmath::ln_norm(xv[j], mean, rstd) * dv[j];
+          ab[j] += dv[j];
+        }
+      }
+    }
+    std::vector<float> sg(static_cast<size_t>(C)), sb(static_cast<size_t>(C));
+    for (int64_t j = 0; j < C; ++j) {
+      float g = 0.0f, b = 0.0f;
+      for (int64_t l = 0; l < L; ++l) {
+        g += pg[size_t(l * C + j)];
+        b += pb[size_t(l * C + j)];
+      }
+      sg[size_t(j)] = g;
+      sb[size_t(j)] = b;
+    }
+    if (a.accumulate_dparams) {
+      const std::vector<float> og = to_floats(a.dgamma, a.type, C), ob = to_floats(a.dbeta, a.type, C);
+      for (int64_t j = 0; j < C; ++j) {
+        sg[size_t(j)] = og[size_t(j)] + sg[size_t(j)];
+        sb[size_t(j)] = ob[size_t(j)] + sb[size_t(j)];
+      }
+    }
+    store(sg.data(), a.dgamma, a.type, 0, C);
+    store(sb.data(), a.dbeta, a.type, 0, C);
+  }
+  if (rows == 0) return;
+  // dx, one row per work item.
+  const std::vector<float> gamma = to_floats(a.gamma, a.type, C);
+#pragma omp parallel if (rows * C >= kParallelMin && rows > 1)
+  {
+    std::vector<float> xv(static_cast<size_t>(C)), dn(static_cast<size_t>(C)), old(a.accumulate_dx ? size_t(C) : 0);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      load(a.x, a.type, r * C, C, xv.data());
+      load(a.dy, a.type, r * C, C, dn.data());
+      const float mean = a.mean[r], rstd = a.rstd[r];
+      for (int64_t j = 0; j < C; ++j) {
+        xv[size_t(j)] = tmath::ln_norm(xv[size_t(j)], mean, rstd);  // n_j
+        dn[size_t(j)] = gamma[size_t(j)] * dn[size_t(j)];           // dn_j
+      }
+      const float ma = lane_sum(C, [&](int64_t j) { return dn[size_t(j)]; }) / c_den;
+      const float mb = lane_sum(C, [&](int64_t j) { return dn[size_t(j)] * xv[size_t(j)]; }) / c_den;
+      for (int64_t j = 0; j < C; ++j) dn[size_t(j)] = tmath::ln_dx(dn[size_t(j)], ma, xv[size_t(j)], mb, rstd);
+      if (a.accumulate_dx) {
+        load(a.dx, a.type, r * C, C, old.data());
+        for (int64_t j = 0; j < C; ++j) dn[size_t(j)] = old[size_t(j)] + dn[size_t(j)];
+      }
+      store(dn.data(), a.dx, a.type, r * C, C);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- causal softmax
+
+void TransformerOps::causal_softmax_forward(const CausalSoftmaxArgs& a) {
+  check_args(a);
+  if (a.batch == 0 || a.T == 0) return;
+  const int64_t T = a.T, rows = a.batch * T;
+#pragma omp parallel if (rows * T >= 2 * kParallelMin && rows > 1)
+  {
+    std::vector<float> v(static_cast<size_t>(T));
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t n = row % T + 1;  // j <= i
+      load(a.s, a.s_type, row * T, n, v.data());
+      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = a.scale * v[size_t(j)];
+      const float m = lane_reduce(n, -std::numeric_limits<float>::infinity(),
+                                  [&](int64_t j) { return v[size_t(j)]; }, max_op);
+      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = tmath::exp_f32(v[size_t(j)] - m);
+      const float sum = lane_sum(n, [&](int64_t j) { return v[size_t(j)]; });
+      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = v[size_t(j)] / sum;
+      std::fill(v.begin() + n, v.end(), 0.0f);
+      store(v.data(), a.p, a.p_type, row * T, T);
+    }
+  }
+}
+
+void TransformerOps::causal_softmax_backward(const CausalSoftmaxBackwardArgs& a) {
+  check_args(a);
+  if (a.batch == 0 || a.T == 0) return;
+  const int64_t T = a.T, rows = a.batch * T;
+#pragma omp parallel if (rows * T >= 2 * kParallelMin && rows > 1)
+  {
+    std::vector<float> p(static_cast<size_t>(T)), dp(static_cast<size_t>(T));
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t n = row % T + 1;
+      load(a.p, a.p_type, row * T, n, p.data());
+      load(a.dp, a.dp_type, row * T, n, dp.data());
+      const float dot = lane_sum(n, [&](int64_t j) { return dp[size_t(j)] * p[size_t(j)]; });
+      for (int64_t j = 0; j < n; ++j) dp[size_t(j)] = tmath::softmax_ds(a.scale, p[size_t(j)], dp[size_t(j)], dot);
+      std::fill(dp.begin() + n, dp.end(), 0.0f);
+      store(dp.data(), a.ds, a.ds_type, row * T, T);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- GELU (tanh approximation)
+
+void TransformerOps::gelu_tanh_forward(const GeluArgs& a) {
+  check_args(a);
+  const int64_t n = a.n, nb = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    alignas(64) float v[kBlock];
+    const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
+    load(a.x, a.type, off, len, v);
+    for (int64_t i = 0; i < len; ++i) v[i] = tmath::gelu_tanh(v[i]);
+    store(v, a.y, a.type, off, len);
+  }
+}
+
+void TransformerOps::gelu_tanh_backward(const GeluBackwardArgs& a) {
+  check_args(a);
+  const int64_t n = a.n, nb = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    alignas(64) float x[kBlock], g[kBlock];
+    const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
+    load(a.x, a.type, off, len, x);
+    load(a.dy, a.type, off, len, g);
+    for (int64_t i = 0; i < len; ++i) g[i] = g[i] * tmath::gelu_tanh_grad(x[i]);
+    store(g, a.dx, a.type, off, len);
+  }
+}
+
+// ---------------------------------------------------------------- embedding
+
+void TransformerOps::embedding_forward(const EmbeddingArgs& a) {
+  check_args(a);
+  const int64_t N = a.B * a.T, C = a.C;
+  if (N == 0 || C == 0) return;
+#pragma omp parallel if (N * C >= kParallelMin && N > 1)
+  {
+    std::vector<float> v(static_cast<size_t>(C)), w(static_cast<size_t>(C));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t tok = a.tokens[i];
+      if (tok < 0 || tok >= a.vocab) {
+        std::fill(v.begin(), v.end(), kQuietNaN);  // a caller's bug, shown in the loss
+      } else {
+        load(a.wte, a.type, tok * C, C, v.data());
+        load(a.wpe, a.type, (i % a.T) * C, C, w.data());
+        for (int64_t j = 0; j < C; ++j) v[size_t(j)] = v[size_t(j)] + w[size_t(j)];
+      }
+      store(v.data(), a.x, a.type, i * C, C);
+    }
+  }
+}
+
+void TransformerOps::embedding_backward(const EmbeddingBackwardArgs& a) {
+  check_args(a);
+  const int64_t N = a.B * a.T, C = a.C, T = a.T;
+  if (C == 0) return;
+  const int64_t tiles = (C + kTile - 1) / kTile;
+  // dwpe: written entirely; row t < T is the sum over b in increasing order.
+  {
+    const int64_t items = a.max_positions * tiles;
+#pragma omp parallel for schedule(static) if (a.max_positions * C >= kParallelMin && items > 1)
+    for (int64_t w = 0; w < items; ++w) {
+      const int64_t t = w / tiles, c0 = (w % tiles) * kTile, len = std::min(kTile, C - c0);
+      alignas(64) float acc[kTile], v[kTile];
+      std::fill(acc, acc + len, 0.0f);
+      if (t < T)
+        for (int64_t b = 0; b < a.B; ++b) {
+          load(a.dx, a.type, (b * T + t) * C + c0, len, v);
+          for (int64_t j = 0; j < len; ++j) acc[j] += v[j];
+        }
+      store(acc, a.dwpe, a.type, t * C + c0, len);
+    }
+  }
+  if (N == 0) return;
+  // dwte: a stable counting sort of the positions by token, then each (token, column tile) sums
+  // its positions in increasing order and adds the sum to the old value.
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  AMP_CHECK(N <= s.max_tokens && a.vocab <= s.vocab, "embedding_backward: B*T = ", N, " and vocab ", a.vocab,
+            " exceed the reserve (", s.max_tokens, " tokens, vocab ", s.vocab, "): call reserve() first");
+  const int64_t V = a.vocab;
+  std::fill(s.start.begin(), s.start.begin() + V + 1, 0);
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t tok = a.tokens[i];
+    if (tok >= 0 && tok < V) ++s.start[size_t(tok + 1)];
+  }
+  s.present.clear();
+  for (int64_t v = 0; v < V; ++v) {
+    if (s.start[size_t(v + 1)] > 0) s.present.push_back(int32_t(v));
+    s.start[size_t(v + 1)] += s.start[size_t(v)];
+  }
+  std::copy(s.start.begin(), s.start.begin() + V, s.cursor.begin());
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t tok = a.tokens[i];
+    if (tok >= 0 && tok < V) s.order[size_t(s.cursor[size_t(tok)]++)] = int32_t(i);
+  }
+  const int64_t items = int64_t(s.present.size()) * tiles;
+#pragma omp parallel for schedule(dynamic, 1) if (N * C >= kParallelMin && items > 1)
+  for (int64_t w = 0; w < items; ++w) {
+    const int64_t v = s.present[size_t(w / tiles)], c0 = (w % tiles) * kTile, len = std::min(kTile, C - c0);
+    alignas(64) float acc[kTile], x[kTile];
+    std::fill(acc, acc + len, 0.0f);
+    for (int64_t k = s.start[size_t(v)]; k < s.start[size_t(v + 1)]; ++k) {
+      load(a.dx, a.type, int64_t(s.order[size_t(k)]) * C + c0, len, x);
+      for (int64_t j = 0; j < len; ++j) acc[j] += x[j];
+    }
+    load(a.dwte, a.type, v * C + c0, len, x);
+    for (int64_t j = 0; j < len; ++j) x[j] = x[j] + acc[j];
+    store(x, a.dwte, a.type, v * C + c0, len);
+  }
+}
+
+}  // namespace amp::cpu

@@ -1,0 +1,463 @@
+// The transformer ops on the GPU (amp::cuda::TransformerOps) against their CPU twins
+// (amp::cpu::TransformerOps), which tests/unit/test_ops_transformer.cpp checks against double
+// references. The twins share every per-element function and reduction order
+// (backend/transformer_args.h), so the comparison asks for the same bits (NaN payloads aside),
+// after a tolerance check that says how far apart differing results are (FP32: 4 ulp, 16-bit: one
+// ulp of the output). Also: repeated and invalid tokens and a GPT-2 vocabulary for the embedding's
+// sort, the reserve contract, two runs giving the same bits, and a graph capture of every op
+// replaying the eager bits.
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#include "../unit/ops_general_ref.h"
+#pragma GCC diagnostic pop
+#include "backend/cpu/ops_transformer.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "cuda/ops_transformer.h"
+#include "cudart/device_buffer.h"
+
+using namespace amp;
+using ops_ref::Raw;
+
+namespace {
+
+const DType kTypes[] = {DType::F32, DType::F16, DType::BF16};
+
+void require_device() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  INFO("cudaGetDeviceCount: " << cudaGetErrorString(e) << ", " << n << " devices");
+  REQUIRE((e == cudaSuccess && n > 0));
+}
+
+// Host bytes mirrored in device memory.
+struct Dev {
+  cuda::DeviceBuffer<unsigned char> buf;
+  size_t bytes = 0;
+  Dev(const void* p, size_t n) : buf(std::max<size_t>(n, 1)), bytes(n) {
+    if (n) AMP_CUDA_CHECK(cudaMemcpy(buf.get(), p, n, cudaMemcpyHostToDevice));
+  }
+  explicit Dev(const Raw& r) : Dev(r.bytes.data(), r.bytes.size()) {}
+  void* get() const { return buf.get(); }
+  template <typename T>
+  T* as() const {
+    return reinterpret_cast<T*>(buf.get());
+  }
+  Raw read(DType t) const {
+    Raw r(t, bytes / dtype_size(t));
+    if (bytes) AMP_CUDA_CHECK(cudaMemcpy(r.bytes.data(), buf.get(), bytes, cudaMemcpyDeviceToHost));
+    return r;
+  }
+};
+
+Raw random_raw(DType t, size_t n, uint64_t seed, double scale = 1.0, double offset = 0.0) {
+  Raw r(t, n);
+  ops_ref::fill_random(r, seed, scale);
+  if (offset != 0.0)
+    for (size_t i = 0; i < n; ++i) {
+      r.set(i, float(offset + r.get(i)));
+      if (r.get(i) == 0.0f) r.set(i, float(offset));
+    }
+  return r;
+}
+
+Raw sentinel(DType t, size_t n) {
+  Raw r(t, n);
+  r.fill_bits(ops_ref::sentinel_bits(t));
+  return r;
+}
+
+Raw floats_raw(const std::vector<float>& v) {
+  Raw r(DType::F32, v.size());
+  std::memcpy(r.data(), v.data(), v.size() * sizeof(float));
+  return r;
+}
+
+// GPU against CPU: differing bits are counted; a difference beyond 4 FP32 ulp or one 16-bit ulp
+// (of the CPU's value) is counted as out of tolerance too.
+struct TwinCheck {
+  size_t checked = 0, differ = 0, out_of_tol = 0;
+  std::string first;
+};
+
+TwinCheck compare_twins(const Raw& gpu, const Raw& cpu) {
+  TwinCheck r;
+  REQUIRE(gpu.size() == cpu.size());
+  REQUIRE(gpu.t == cpu.t);
+  const double rel = gpu.t == DType::F32 ? 8 * ops_ref::unit_roundoff(gpu.t) : 2 * ops_ref::unit_roundoff(gpu.t);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    ++r.checked;
+    if (ops_ref::same_value(gpu, i, cpu, i)) continue;
+    ++r.differ;
+    const double g = gpu.get(i), c = cpu.get(i);
+    const bool close = std::isfinite(g) && std::isfinite(c) &&
+                       std::fabs(g - c) <= rel * std::fabs(c) + 2 * ops_ref::tiny_of(gpu.t);
+    if (!close) ++r.out_of_tol;
+    if (r.differ == 1) {
+      std::ostringstream os;
+      os << "first difference at " << i << ": gpu " << g << " (bits " << std::hex << gpu.bits(i) << ") cpu " << c
+         << " (bits " << cpu.bits(i) << ")";
+      r.first = os.str();
+    }
+  }
+  return r;
+}
+
+#define TWINS_REQUIRE_SAME(gpu_raw, cpu_raw, what)                                                          \
+  do {                                                                                                      \
+    const TwinCheck twin_ = compare_twins((gpu_raw), (cpu_raw));                                            \
+    INFO(what << ": " << twin_.differ << " of " << twin_.checked << " differ, " << twin_.out_of_tol          \
+              << " beyond tolerance; " << twin_.first);                                                     \
+    REQUIRE(twin_.checked > 0);                                                                             \
+    REQUIRE(twin_.out_of_tol == 0);                                                                         \
+    REQUIRE(twin_.differ == 0);                                                                             \
+  } while (0)
+
+// Tokens: a frequent token at about half the positions, the rest uniform over the vocabulary.
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed, int32_t frequent) {
+  Rng rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& v : t) v = rng.uniform() < 0.5 ? frequent : int32_t(rng.below(uint64_t(vocab)));
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("cuda tops layernorm forward and backward: bit-identical to the CPU twin", "[.cuda][tops]") {
+  require_device();
+  cuda::TransformerOps ops;
+  cpu::TransformerOps cpu_ops;
+  cuda::Stream stream(0);
+  struct Shape {
+    int64_t rows, C;
+  };
+  const Shape shapes[] = {{1, 1}, {7, 33}, {130, 768}, {64, 1600}, {1000, 5}};
+  uint64_t seed = 100;
+  for (const Shape& sh : shapes)
+    for (DType t : kTypes)
+      for (int acc = 0; acc < 4; ++acc) {
+        const bool acc_dx = acc & 1, acc_dp = acc & 2;
+        const int64_t rows = sh.rows, C = sh.C;
+        INFO("rows " << rows << " C " << C << " " << dtype_name(t) << " accumulate dx " << acc_dx << " dparams "
+                     << acc_dp);
+        const Raw x = random_raw(t, size_t(rows * C), ++seed, 2.0, 1.5);
+        const Raw g = random_raw(t, size_t(C), ++seed, 0.5, 1.0), b = random_raw(t, size_t(C), ++seed, 0.5);
+        const Raw dy = random_raw(t, size_t(rows * C), ++seed);
+        const Raw dx0 = acc_dx ? random_raw(t, size_t(rows * C), ++seed) : sentinel(t, size_t(rows * C));
+        const Raw dg0 = acc_dp ? random_raw(t, size_t(C), ++seed) : sentinel(t, size_t(C));
+        const Raw db0 = acc_dp ? random_raw(t, size_t(C), ++seed) : sentinel(t, size_t(C));
+        // CPU
+        Raw y = sentinel(t, size_t(rows * C)), mean(DType::F32, size_t(rows)), rstd(DType::F32, size_t(rows));
+        LayerNormArgs f;
+        f.rows = rows, f.C = C, f.type = t, f.x = x.data(), f.gamma = g.data(), f.beta = b.data(), f.y = y.data();
+        f.mean = static_cast<float*>(mean.data()), f.rstd = static_cast<float*>(rstd.data());
+        cpu_ops.layernorm_forward(f);
+        Raw dx = dx0, dg = dg0, db = db0;
+        LayerNormBackwardArgs bw;
+        bw.rows = rows, bw.C = C, bw.type = t, bw.dy = dy.data(), bw.x = x.data(), bw.gamma = g.data();
+        bw.mean = static_cast<const float*>(mean.data()), bw.rstd = static_cast<const float*>(rstd.data());
+        bw.dx = dx.data(), bw.accumulate_dx = acc_dx, bw.dgamma = dg.data(), bw.dbeta = db.data();
+        bw.accumulate_dparams = acc_dp;
+        cpu_ops.layernorm_backward(bw);
+        // GPU, from the same inputs (its own statistics)
+        Dev gx(x), gg(g), gb(b), gy(sentinel(t, size_t(rows * C))), gdy(dy), gdx(dx0), gdg(dg0), gdb(db0);
+        Dev gmean(Raw(DType::F32, size_t(rows))), grstd(Raw(DType::F32, size_t(rows)));
+        LayerNormArgs df = f;
+        df.x = gx.get(), df.gamma = gg.get(), df.beta = gb.get(), df.y = gy.get();
+        df.mean = gmean.as<float>(), df.rstd = grstd.as<float>();
+        ops.layernorm_forward(df, stream.get());
+        LayerNormBackwardArgs db_ = bw;
+        db_.dy = gdy.get(), db_.x = gx.get(), db_.gamma = gg.get(), db_.mean = gmean.as<float>();
+        db_.rstd = grstd.as<float>(), db_.dx = gdx.get(), db_.dgamma = gdg.get(), db_.dbeta = gdb.get();
+        ops.layernorm_backward(db_, stream.get());
+        AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        TWINS_REQUIRE_SAME(gy.read(t), y, "y");
+        TWINS_REQUIRE_SAME(gmean.read(DType::F32), mean, "mean");
+        TWINS_REQUIRE_SAME(grstd.read(DType::F32), rstd, "rstd");
+        TWINS_REQUIRE_SAME(gdx.read(t), dx, "dx");
+        TWINS_REQUIRE_SAME(gdg.read(t), dg, "dgamma");
+        TWINS_REQUIRE_SAME(gdb.read(t), db, "dbeta");
+        // In place on the GPU: y over x.
+        Dev gxi(x);
+        LayerNormArgs di = df;
+        di.x = gxi.get(), di.y = gxi.get(), di.mean = nullptr, di.rstd = nullptr;
+        ops.layernorm_forward(di, stream.get());
+        AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        TWINS_REQUIRE_SAME(gxi.read(t), y, "y in place");
+      }
+}
+
+TEST_CASE("cuda tops causal softmax forward and backward: bit-identical to the CPU twin", "[.cuda][tops]") {
+  require_device();
+  cuda::TransformerOps ops;
+  cpu::TransformerOps cpu_ops;
+  cuda::Stream stream(0);
+  uint64_t seed = 200;
+  for (int64_t T : {1, 31, 64, 200})
+    for (DType st : kTypes)
+      for (DType pt : kTypes)
+        for (DType dst : kTypes) {
+          const int64_t batch = 3;
+          const float scale = 0.125f;
+          const DType dpt = st;  // dP in the scores' dtype: every dtype appears in each role
+          INFO("T " << T << " s " << dtype_name(st) << " p " << dtype_name(pt) << " ds " << dtype_name(dst));
+          const size_t n = size_t(batch * T * T);
+          Raw s = random_raw(st, n, ++seed, 8.0), dp = random_raw(dpt, n, ++seed);
+          for (int64_t row = 0; row < batch * T; ++row)
+            for (int64_t j = row % T + 1; j < T; ++j) {  // never read
+              s.set_bits(size_t(row * T + j), ops_ref::sentinel_bits(st));
+              dp.set_bits(size_t(row * T + j), ops_ref::sentinel_bits(dpt));
+            }
+          Raw p = sentinel(pt, n), ds = sentinel(dst, n);
+          cpu_ops.causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, s.data(), st, p.data(), pt});
+          cpu_ops.causal_softmax_backward(
+              CausalSoftmaxBackwardArgs{batch, T, scale, p.data(), pt, dp.data(), dpt, ds.data(), dst});
+          Dev gs(s), gp(sentinel(pt, n)), gdp(dp), gds(sentinel(dst, n));
+          ops.causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, gs.get(), st, gp.get(), pt}, stream.get());
+          ops.causal_softmax_backward(
+              CausalSoftmaxBackwardArgs{batch, T, scale, gp.get(), pt, gdp.get(), dpt, gds.get(), dst}, stream.get());
+          AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+          TWINS_REQUIRE_SAME(gp.read(pt), p, "P");
+          TWINS_REQUIRE_SAME(gds.read(dst), ds, "dS");
+          if (st == pt && dpt == dst) {  // in place: P over S, dS over dP
+            Dev gsi(s), gdpi(dp);
+            ops.causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, gsi.get(), st, gsi.get(), pt}, stream.get());
+            ops.causal_softmax_backward(
+                CausalSoftmaxBackwardArgs{batch, T, scale, gp.get(), pt, gdpi.get(), dpt, gdpi.get(), dst},
+                stream.get());
+            AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+            TWINS_REQUIRE_SAME(gsi.read(pt), p, "P in place");
+            TWINS_REQUIRE_SAME(gdpi.read(dst), ds, "dS in place");
+          }
+        }
+}
+
+TEST_CASE("cuda tops gelu_tanh forward and backward: bit-identical to the CPU twin, special values", "[.cuda][tops]") {
+  require_device();
+  cuda::TransformerOps ops;
+  cpu::TransformerOps cpu_ops;
+  cuda::Stream stream(0);
+  uint64_t seed = 300;
+  for (int64_t n : {1, 7, 4099, 100003})
+    for (DType t : kTypes)
+      for (int offset : {0, 1}) {  // offset 1: the unvectorized path
+        INFO("n " << n << " " << dtype_name(t) << " offset " << offset);
+        Raw x = random_raw(t, size_t(n + offset), ++seed, 3.0), dy = random_raw(t, size_t(n + offset), ++seed);
+        const float specials[] = {INFINITY, -INFINITY, NAN, 0.0f, -0.0f, 12.0f, -12.0f, 1e4f, -1e4f, 1e-20f};
+        for (size_t k = 0; k < sizeof specials / sizeof specials[0] && offset + k < x.size(); ++k)
+          x.set(offset + k, specials[k]);
+        const auto off = [&](void* p) { return static_cast<char*>(p) + offset * dtype_size(t); };
+        Raw y = sentinel(t, size_t(n + offset)), dx = sentinel(t, size_t(n + offset));
+        cpu_ops.gelu_tanh_forward(GeluArgs{off(x.data()), off(y.data()), t, n});
+        cpu_ops.gelu_tanh_backward(GeluBackwardArgs{off(x.data()), off(dy.data()), off(dx.data()), t, n});
+        Dev gx(x), gdy(dy), gy(sentinel(t, size_t(n + offset))), gdx(sentinel(t, size_t(n + offset)));
+        ops.gelu_tanh_forward(GeluArgs{off(gx.get()), off(gy.get()), t, n}, stream.get());
+        ops.gelu_tanh_backward(GeluBackwardArgs{off(gx.get()), off(gdy.get()), off(gdx.get()), t, n}, stream.get());
+        AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        // Special values make NaN and inf: same_value accepts NaN for NaN, and inf must match.
+        const Raw ry = gy.read(t), rdx = gdx.read(t);
+        size_t differ = 0;
+        for (size_t i = 0; i < y.size(); ++i)
+          if (!ops_ref::same_value(ry, i, y, i) || !ops_ref::same_value(rdx, i, dx, i)) {
+            if (differ++ < 5) {  // the first few, each with its values
+              INFO("element " << i << " x " << x.get(i) << ": gpu y " << ry.get(i) << " dx " << rdx.get(i)
+                              << ", cpu y " << y.get(i) << " dx " << dx.get(i));
+              CHECK(false);
+            }
+          }
+        REQUIRE(differ == 0);
+        // In place on the GPU.
+        Dev gxi(x), gdyi(dy);
+        ops.gelu_tanh_forward(GeluArgs{off(gxi.get()), off(gxi.get()), t, n}, stream.get());
+        ops.gelu_tanh_backward(GeluBackwardArgs{off(gx.get()), off(gdyi.get()), off(gdyi.get()), t, n}, stream.get());
+        AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        const Raw xi = gxi.read(t), dyi = gdyi.read(t);
+        for (size_t i = size_t(offset); i < y.size(); ++i)
+          REQUIRE((ops_ref::same_value(xi, i, y, i) && ops_ref::same_value(dyi, i, dx, i)));
+      }
+}
+
+TEST_CASE("cuda tops embedding forward and backward: repeated and invalid tokens, GPT-2 vocabulary", "[.cuda][tops]") {
+  require_device();
+  struct Case {
+    int64_t B, T, C, V, P;
+    bool one_token;  // every position the same token
+  };
+  const Case cases[] = {{4, 64, 300, 11, 80, false}, {8, 32, 5, 3, 32, true},       {2, 17, 40, 29, 20, false},
+                        {4, 256, 96, 50257, 1024, false}, {1, 1, 1, 1, 1, false}, {16, 128, 64, 50257, 128, true}};
+  uint64_t seed = 400;
+  for (const Case& cs : cases)
+    for (DType t : kTypes) {
+      INFO("B " << cs.B << " T " << cs.T << " C " << cs.C << " vocab " << cs.V << " positions " << cs.P << " "
+                << dtype_name(t) << (cs.one_token ? " one token" : ""));
+      const int64_t N = cs.B * cs.T, C = cs.C;
+      std::vector<int32_t> tok =
+          cs.one_token ? std::vector<int32_t>(size_t(N), int32_t(cs.V - 1)) : random_tokens(N, cs.V, ++seed, 2 % int32_t(cs.V));
+      if (!cs.one_token && N > 10) tok[3] = -1, tok[N - 2] = int32_t(cs.V);  // invalid: NaN rows, skipped
+      const Raw wte = random_raw(t, size_t(cs.V * C), ++seed), wpe = random_raw(t, size_t(cs.P * C), ++seed, 0.1);
+      const Raw dxin = random_raw(t, size_t(N * C), ++seed), dwte0 = random_raw(t, size_t(cs.V * C), ++seed, 4.0);
+      cpu::TransformerOps cpu_ops;
+      cpu_ops.reserve(N, cs.V);
+      Raw x = sentinel(t, size_t(N * C)), dwte = dwte0, dwpe = sentinel(t, size_t(cs.P * C));
+      EmbeddingArgs f;
+      f.B = cs.B, f.T = cs.T, f.C = C, f.vocab = cs.V, f.max_positions = cs.P, f.type = t, f.tokens = tok.data();
+      f.wte = wte.data(), f.wpe = wpe.data(), f.x = x.data();
+      cpu_ops.embedding_forward(f);
+      EmbeddingBackwardArgs b;
+      b.B = cs.B, b.T = cs.T, b.C = C, b.vocab = cs.V, b.max_positions = cs.P, b.type = t, b.tokens = tok.data();
+      b.dx = dxin.data(), b.dwte = dwte.data(), b.dwpe = dwpe.data();
+      cpu_ops.embedding_backward(b);
+
+      cuda::TransformerOps ops;
+      cuda::Stream stream(0);
+      ops.reserve(N, cs.V);
+      Dev gtok(tok.data(), tok.size() * sizeof(int32_t)), gwte(wte), gwpe(wpe), gx(sentinel(t, size_t(N * C)));
+      Dev gdx(dxin), gdwte(dwte0), gdwpe(sentinel(t, size_t(cs.P * C)));
+      EmbeddingArgs df = f;
+      df.tokens = gtok.as<int32_t>(), df.wte = gwte.get(), df.wpe = gwpe.get(), df.x = gx.get();
+      ops.embedding_forward(df, stream.get());
+      EmbeddingBackwardArgs db = b;
+      db.tokens = gtok.as<int32_t>(), db.dx = gdx.get(), db.dwte = gdwte.get(), db.dwpe = gdwpe.get();
+      ops.embedding_backward(db, stream.get());
+      AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+      TWINS_REQUIRE_SAME(gx.read(t), x, "x");
+      TWINS_REQUIRE_SAME(gdwte.read(t), dwte, "dwte");
+      TWINS_REQUIRE_SAME(gdwpe.read(t), dwpe, "dwpe");
+      // A second backward accumulates again, the same as on the CPU.
+      cpu_ops.embedding_backward(b);
+      ops.embedding_backward(db, stream.get());
+      AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+      TWINS_REQUIRE_SAME(gdwte.read(t), dwte, "dwte after a second backward");
+    }
+}
+
+TEST_CASE("cuda tops embedding_backward: the reserve contract", "[.cuda][tops]") {
+  require_device();
+  cuda::Stream stream(0);
+  const int64_t B = 2, T = 8, C = 4, V = 5;
+  std::vector<int32_t> tok(size_t(B * T), 1);
+  Dev gtok(tok.data(), tok.size() * sizeof(int32_t));
+  const Raw dx = random_raw(DType::F16, size_t(B * T * C), 1), w0 = random_raw(DType::F16, size_t(V * C), 2);
+  Dev gdx(dx), gw(w0), gp(Raw(DType::F16, size_t(T * C)));
+  EmbeddingBackwardArgs a;
+  a.B = B, a.T = T, a.C = C, a.vocab = V, a.max_positions = T, a.type = DType::F16, a.tokens = gtok.as<int32_t>();
+  a.dx = gdx.get(), a.dwte = gw.get(), a.dwpe = gp.get();
+  cuda::TransformerOps none, few, small;
+  REQUIRE(none.scratch_bytes() == 0);
+  REQUIRE_THROWS_AS(none.embedding_backward(a, stream.get()), Error);
+  few.reserve(B * T - 1, V);
+  REQUIRE_THROWS_AS(few.embedding_backward(a, stream.get()), Error);
+  small.reserve(B * T, V - 1);
+  REQUIRE_THROWS_AS(small.embedding_backward(a, stream.get()), Error);
+  small.reserve(1, V);  // grows the vocabulary only
+  REQUIRE_NOTHROW(small.embedding_backward(a, stream.get()));
+  REQUIRE(small.scratch_bytes() > size_t(B * T) * 16);
+  AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  REQUIRE(gw.read(DType::F16).bytes != w0.bytes);
+}
+
+TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them", "[.cuda][tops]") {
+  require_device();
+  const DType t = DType::BF16;
+  const int64_t rows = 512, C = 768, batch = 24, T = 256, n = rows * 4 * C, B = 2, V = 50257, Ce = 64;
+  const Raw x = random_raw(t, size_t(rows * C), 1, 2.0, 1.5), g = random_raw(t, size_t(C), 2, 0.5, 1.0);
+  const Raw bb = random_raw(t, size_t(C), 3), dy = random_raw(t, size_t(rows * C), 4);
+  const Raw s = random_raw(DType::F32, size_t(batch * T * T), 5, 4.0), dp = random_raw(t, size_t(batch * T * T), 6);
+  const Raw hx = random_raw(t, size_t(n), 7, 3.0), hdy = random_raw(t, size_t(n), 8);
+  const std::vector<int32_t> tok = random_tokens(rows, V, 9, 198);
+  const Raw wte = random_raw(t, size_t(V * Ce), 10), wpe = random_raw(t, size_t(T * Ce), 11);
+  const Raw edx = random_raw(t, size_t(rows * Ce), 12);
+  Dev gx(x), gg(g), gb(bb), gdy(dy), gs(s), gdp(dp), ghx(hx), ghdy(hdy), gtok(tok.data(), tok.size() * 4);
+  Dev gwte(wte), gwpe(wpe), gwte0(wte), gedx(edx);
+  Dev y(Raw(t, size_t(rows * C))), mean(Raw(DType::F32, size_t(rows))), rstd(Raw(DType::F32, size_t(rows)));
+  Dev dx(Raw(t, size_t(rows * C))), dgam(Raw(t, size_t(C))), dbet(Raw(t, size_t(C)));
+  Dev p(Raw(t, size_t(batch * T * T))), ds(Raw(t, size_t(batch * T * T)));
+  Dev hy(Raw(t, size_t(n))), hdx(Raw(t, size_t(n))), ex(Raw(t, size_t(rows * C))), dwpe(Raw(t, size_t(T * C)));
+  cuda::TransformerOps ops;
+  cuda::Stream stream(0);
+  ops.reserve(rows, V);
+  auto step = [&] {
+    // dwte accumulates: start each step from the same values.
+    AMP_CUDA_CHECK(cudaMemcpyAsync(gwte.get(), gwte0.get(), gwte0.bytes, cudaMemcpyDeviceToDevice, stream.get()));
+    LayerNormArgs f;
+    f.rows = rows, f.C = C, f.type = t, f.x = gx.get(), f.gamma = gg.get(), f.beta = gb.get(), f.y = y.get();
+    f.mean = mean.as<float>(), f.rstd = rstd.as<float>();
+    ops.layernorm_forward(f, stream.get());
+    LayerNormBackwardArgs lb;
+    lb.rows = rows, lb.C = C, lb.type = t, lb.dy = gdy.get(), lb.x = gx.get(), lb.gamma = gg.get();
+    lb.mean = mean.as<float>(), lb.rstd = rstd.as<float>(), lb.dx = dx.get(), lb.dgamma = dgam.get();
+    lb.dbeta = dbet.get();
+    ops.layernorm_backward(lb, stream.get());
+    ops.causal_softmax_forward(CausalSoftmaxArgs{batch, T, 0.125f, gs.get(), DType::F32, p.get(), t}, stream.get());
+    ops.causal_softmax_backward(CausalSoftmaxBackwardArgs{batch, T, 0.125f, p.get(), t, gdp.get(), t, ds.get(), t},
+                                stream.get());
+    ops.gelu_tanh_forward(GeluArgs{ghx.get(), hy.get(), t, n}, stream.get());
+    ops.gelu_tanh_backward(GeluBackwardArgs{ghx.get(), ghdy.get(), hdx.get(), t, n}, stream.get());
+    EmbeddingArgs ea;
+    ea.B = B, ea.T = rows / B, ea.C = Ce, ea.vocab = V, ea.max_positions = T, ea.type = t;
+    ea.tokens = gtok.as<int32_t>(), ea.wte = gwte0.get(), ea.wpe = gwpe.get(), ea.x = ex.get();
+    ops.embedding_forward(ea, stream.get());
+    EmbeddingBackwardArgs eb;
+    eb.B = B, eb.T = rows / B, eb.C = Ce, eb.vocab = V, eb.max_positions = T, eb.type = t;
+    eb.tokens = gtok.as<int32_t>(), eb.dx = gedx.get(), eb.dwte = gwte.get(), eb.dwpe = dwpe.get();
+    ops.embedding_backward(eb, stream.get());
+  };
+  const Dev* outs[] = {&y, &mean, &rstd, &dx, &dgam, &dbet, &p, &ds, &hy, &hdx, &ex, &gwte, &dwpe};
+  auto snapshot = [&] {
+    AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    std::vector<Raw> r;
+    for (const Dev* d : outs) r.push_back(d->read(DType::U8));
+    return r;
+  };
+  auto poison = [&] {
+    for (const Dev* d : outs) AMP_CUDA_CHECK(cudaMemsetAsync(d->get(), 0xff, d->bytes, stream.get()));
+  };
+  step();
+  const auto first = snapshot();
+  poison();
+  step();
+  const auto second = snapshot();
+  poison();
+  cudaGraph_t graph = nullptr;
+  AMP_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  step();
+  AMP_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  AMP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cuda::GraphExec owned(graph, exec);
+  AMP_CUDA_CHECK(cudaGraphLaunch(owned.get(), stream.get()));
+  const auto replay1 = snapshot();
+  poison();
+  AMP_CUDA_CHECK(cudaGraphLaunch(owned.get(), stream.get()));
+  const auto replay2 = snapshot();
+  for (size_t k = 0; k < first.size(); ++k) {
+    INFO("output " << k);
+    REQUIRE(first[k].bytes == second[k].bytes);
+    REQUIRE(first[k].bytes == replay1[k].bytes);
+    REQUIRE(first[k].bytes == replay2[k].bytes);
+  }
+  // And the GPU's results are the CPU twin's.
+  cpu::TransformerOps cpu_ops;
+  cpu_ops.reserve(rows, V);
+  Raw cdwte = wte, cdwpe(t, size_t(T * Ce));
+  EmbeddingBackwardArgs eb;
+  eb.B = B, eb.T = rows / B, eb.C = Ce, eb.vocab = V, eb.max_positions = T, eb.type = t, eb.tokens = tok.data();
+  eb.dx = edx.data(), eb.dwte = cdwte.data(), eb.dwpe = cdwpe.data();
+  cpu_ops.embedding_backward(eb);
+  TWINS_REQUIRE_SAME(gwte.read(t), cdwte, "dwte");
+  TWINS_REQUIRE_SAME(dwpe.read(t), cdwpe, "dwpe");
+  Raw cp(t, size_t(batch * T * T));
+  cpu_ops.causal_softmax_forward(CausalSoftmaxArgs{batch, T, 0.125f, s.data(), DType::F32, cp.data(), t});
+  TWINS_REQUIRE_SAME(p.read(t), cp, "P");
+}
