@@ -44,6 +44,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   ring_ = std::make_unique<StagingRing>(kStagingBytes, &wait_check_);
   gemm_ = std::make_unique<LtGemm>(kWorkspaceBytes);
   general_ = std::make_unique<GeneralOps>(kWorkspaceBytes);
+  tops_ = std::make_unique<TransformerOps>();
   loss_partials_ = DeviceBuffer<double>(kLossBlocks);
   hit_partials_ = DeviceBuffer<long long>(kLossBlocks);
 }
@@ -141,11 +142,27 @@ void CudaBackend::cast(const void* src, DType src_type, void* dst, DType dst_typ
 }
 
 void CudaBackend::activation_forward(Activation a, const Tensor& z, const Tensor& y) {
+  if (a == Activation::GeluTanh) {
+    AMP_CHECK(z.dtype == y.dtype && z.numel() == y.numel(), "gelu_tanh: shapes or dtypes differ");
+    tops_->gelu_tanh_forward(GeluArgs{z.data, y.data, z.dtype, int64_t(z.numel())}, stream_->get());
+    return;
+  }
   cuda::activation_forward(launch(), a, z, y);
 }
 
 void CudaBackend::activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) {
+  if (a == Activation::GeluTanh) {
+    AMP_CHECK(z.dtype == dy.dtype && dy.dtype == dz.dtype && z.numel() == dz.numel(), "gelu_tanh: shapes or dtypes differ");
+    tops_->gelu_tanh_backward(GeluBackwardArgs{z.data, dy.data, dz.data, z.dtype, int64_t(z.numel())}, stream_->get());
+    return;
+  }
   cuda::activation_backward(launch(), a, z, dy, dz);
+}
+
+void CudaBackend::reserve_embedding(int64_t max_tokens, int64_t vocab) {
+  not_capturing("reserve_embedding");
+  synchronize();  // the scratch may be replaced: nothing enqueued may still use it
+  tops_->reserve(max_tokens, vocab);
 }
 
 // ---- linear layers (the GEMM mapping is derived in gemm.cpp) ------------------------------

@@ -17,6 +17,7 @@
 #include "cudart/host_wait.h"
 #include "cuda/kernels.h"
 #include "cuda/ops_general.h"
+#include "cuda/ops_transformer.h"
 #include "cuda/span_table.h"
 #include "cuda/staging_ring.h"
 
@@ -52,6 +53,15 @@ class CudaBackend final : public Backend, public DeviceStream {
   void gemm(const GemmArgs& g) override { general_->gemm(g, stream_->get()); }
   void add(const AddArgs& a) override { general_->add(a, stream_->get()); }
   void row_sum(const RowSumArgs& r) override { general_->row_sum(r, stream_->get()); }
+  void layernorm_forward(const LayerNormArgs& a) override { tops_->layernorm_forward(a, stream_->get()); }
+  void layernorm_backward(const LayerNormBackwardArgs& a) override { tops_->layernorm_backward(a, stream_->get()); }
+  void causal_softmax_forward(const CausalSoftmaxArgs& a) override { tops_->causal_softmax_forward(a, stream_->get()); }
+  void causal_softmax_backward(const CausalSoftmaxBackwardArgs& a) override {
+    tops_->causal_softmax_backward(a, stream_->get());
+  }
+  void embedding_forward(const EmbeddingArgs& a) override { tops_->embedding_forward(a, stream_->get()); }
+  void embedding_backward(const EmbeddingBackwardArgs& a) override { tops_->embedding_backward(a, stream_->get()); }
+  void reserve_embedding(int64_t max_tokens, int64_t vocab) override;
   void activation_forward(Activation a, const Tensor& z, const Tensor& y) override;
   void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) override;
   void softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
@@ -97,6 +107,7 @@ class CudaBackend final : public Backend, public DeviceStream {
   std::unique_ptr<StagingRing> ring_;
   std::unique_ptr<LtGemm> gemm_;
   std::unique_ptr<GeneralOps> general_;  // gemm/add/row_sum of the general op set
+  std::unique_ptr<TransformerOps> tops_;  // LayerNorm, causal softmax, GELU (tanh), embeddings
   SpanTableCache spans_;
   DeviceBuffer<double> loss_partials_;
   DeviceBuffer<long long> hit_partials_;

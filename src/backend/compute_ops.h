@@ -7,6 +7,7 @@
 
 #include "backend/ops_args.h"
 #include "backend/tensor.h"
+#include "backend/transformer_args.h"
 #include "core/activation.h"
 #include "core/dtype.h"
 
@@ -35,6 +36,19 @@ class ComputeOps {
   virtual void add(const AddArgs& a) = 0;
   // out[j] = sum over rows of x[:, j] in a fixed order (bias gradients), no atomics.
   virtual void row_sum(const RowSumArgs& r) = 0;
+
+  // ---- transformer ops (semantics in backend/transformer_args.h) ------------------------------
+  // LayerNorm with FP32 statistics saved for backward; dx optionally accumulated (residual path).
+  virtual void layernorm_forward(const LayerNormArgs& a) = 0;
+  virtual void layernorm_backward(const LayerNormBackwardArgs& a) = 0;
+  // Row softmax of scale * S under a causal mask (zeros above the diagonal), FP32 math, and its backward.
+  virtual void causal_softmax_forward(const CausalSoftmaxArgs& a) = 0;
+  virtual void causal_softmax_backward(const CausalSoftmaxBackwardArgs& a) = 0;
+  // x = wte[token] + wpe[position]; backward writes dwpe and accumulates dwte, deterministically.
+  virtual void embedding_forward(const EmbeddingArgs& a) = 0;
+  virtual void embedding_backward(const EmbeddingBackwardArgs& a) = 0;
+  // Scratch of embedding_backward for up to max_tokens positions and vocab tokens (outside captures).
+  virtual void reserve_embedding(int64_t max_tokens, int64_t vocab) = 0;
 
   // y = act(z); dz = dy * act'(z). Math in FP32, results rounded to the tensors' dtype.
   virtual void activation_forward(Activation a, const Tensor& z, const Tensor& y) = 0;

@@ -41,6 +41,8 @@ class Model {
   // loss divides the sums by samples x this.
   virtual size_t loss_terms_per_sample() const = 0;
   virtual bool classification() const = 0;
+  // The name of the evaluation metric of loss(): "loss" (cross-entropy), "mse".
+  virtual const char* loss_name() const { return classification() ? "loss" : "mse"; }
 
   // Copies `rows` samples of `data` into the input buffers: samples idx[0..rows) when idx is
   // non-null, else the contiguous samples [first, first + rows). Host work plus uploads.

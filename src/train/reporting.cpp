@@ -75,14 +75,20 @@ void Reporter::telemetry(int64_t step, float scale, const std::vector<GradStats>
   metrics_->record({{"step", step}, {"scale", scale}, {"telemetry", t}});
 }
 
-void Reporter::evaluation(int64_t step, const EvalResult& r, bool classification) {
+void Reporter::evaluation(int64_t step, const EvalResult& r, bool classification, const char* loss_name) {
   if (!lead_) return;
   progress_->message(classification ? strcat("eval step ", step, " | loss ", r.loss, " | accuracy ", r.accuracy * 100.0,
                                              "% | ", r.samples, " samples")
-                                    : strcat("eval step ", step, " | mse ", r.loss, " | ", r.samples, " samples"));
+                                    : strcat("eval step ", step, " | ", loss_name, " ", r.loss, " | ", r.samples, " samples"));
   nlohmann::json j = {{"step", step}, {"eval_loss", r.loss}, {"eval_samples", r.samples}};
   if (classification) j["eval_accuracy"] = r.accuracy;
   metrics_->record(j);
+}
+
+void Reporter::sample(int64_t step, const std::string& text) {
+  if (!lead_) return;
+  progress_->message(strcat("sample at step ", step, ":\n", text));
+  metrics_->record({{"step", step}, {"sample", text}});
 }
 
 }  // namespace amp

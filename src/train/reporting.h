@@ -50,7 +50,9 @@ class Reporter {
   // One log line and record; advances record.train_seconds.
   void log(const IntervalView& v, RunRecord& record);
   void telemetry(int64_t step, float scale, const std::vector<GradStats>& stats, const std::vector<std::string>& names);
-  void evaluation(int64_t step, const EvalResult& r, bool classification);
+  void evaluation(int64_t step, const EvalResult& r, bool classification, const char* loss_name);
+  // A text sample of a language model: printed, and recorded as {"step", "sample"}.
+  void sample(int64_t step, const std::string& text);
   void message(const std::string& line) { progress_->message(line); }
 
  private:

@@ -14,7 +14,9 @@
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "model/gpt.h"
 #include "model/make_model.h"
+#include "model/sampling.h"
 #include "train/signals.h"
 
 namespace amp {
@@ -240,7 +242,27 @@ void Trainer::evaluate_now(int64_t step) {
                                 world_);
   record_.last_eval_loss = r.loss;
   record_.last_eval_accuracy = r.accuracy;
-  reporter_.evaluation(step, r, model_->classification());
+  reporter_.evaluation(step, r, model_->classification(), model_->loss_name());
+}
+
+// Rank 0 continues sample.prompt with the model (language models only; no collective inside).
+void Trainer::write_sample(int64_t step) {
+  auto* gpt = dynamic_cast<Gpt*>(model_.get());
+  if (!gpt || rank_ != 0 || cfg_.sample.tokens <= 0) return;
+  const size_t vocab = gpt->options().vocab;
+  // Byte-level text continues the prompt's bytes; a tokenizer's vocabulary starts from its last
+  // token (GPT-2's <|endoftext|>), as the text cannot be encoded here.
+  const std::vector<int32_t> prompt =
+      vocab == 256 ? tokenize_bytes(cfg_.sample.prompt) : std::vector<int32_t>{int32_t(vocab - 1)};
+  SampleOptions o;
+  o.tokens = size_t(cfg_.sample.tokens);
+  o.temperature = cfg_.sample.temperature;
+  o.top_k = size_t(cfg_.sample.top_k);
+  o.seed = uint64_t(cfg_.sample.seed);
+  const void* params = step_->working_params();
+  const std::vector<int32_t> out =
+      generate(prompt, o, [&](const std::vector<int32_t>& context) { return gpt->next_logits(params, context); });
+  reporter_.sample(step, detokenize(out, vocab));
 }
 
 nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
@@ -312,10 +334,12 @@ int Trainer::run() {
                                          step == total_steps_);
     const bool do_ckpt = (cfg_.checkpoint.interval > 0 && step % cfg_.checkpoint.interval == 0) ||
                          (cfg_.checkpoint.final && step == total_steps_);
-    if (do_eval || do_hash || do_ckpt) {
+    const bool do_sample = (cfg_.run.sample_interval > 0 && step % cfg_.run.sample_interval == 0) || step == total_steps_;
+    if (do_eval || do_hash || do_ckpt || do_sample) {
       const double t0 = now_seconds();  // kept out of the throughput numbers
       if (do_hash) guards_->check_params_in_sync(step, params_hash());
       if (do_eval && data_.eval.n > 0) evaluate_now(step);
+      if (do_sample) write_sample(step);
       if (do_ckpt) {
         last_saved = save(step);
         if (lead) reporter_.message(strcat("checkpoint step ", step, " -> ", last_saved));
@@ -364,7 +388,7 @@ int Trainer::run() {
                               " skipped, final scale ", summary["final_scale"].get<double>());
     if (record_.last_eval_loss >= 0)
       line += model_->classification() ? strcat(", eval accuracy ", record_.last_eval_accuracy * 100.0, "%")
-                                       : strcat(", eval mse ", record_.last_eval_loss);
+                                       : strcat(", eval ", model_->loss_name(), " ", record_.last_eval_loss);
     line += strcat(", ", format_count(summary["samples_per_second"].get<double>()), " samples/s, params_hash ",
                    summary["params_hash"].get<std::string>());
     reporter_.message(line);

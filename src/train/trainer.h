@@ -61,6 +61,7 @@ class Trainer {
   void log_interval(int64_t step, const AmpScalars& now);
   void record_first_loss();
   void evaluate_now(int64_t step);
+  void write_sample(int64_t step);
   std::string save(int64_t step);  // guards the weights, then CheckpointIO::save
   // Why every rank stops after this step (agreed): 0 no, else a stop signal or an output failure.
   enum class Stop { None = 0, Signal = 1, OutputFailed = 2 };

@@ -126,8 +126,20 @@ void CpuBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, const
   cpu::bias_grad(dy, db);
 }
 
-void CpuBackend::activation_forward(Activation a, const Tensor& z, const Tensor& y) { cpu::activation_forward(a, z, y); }
+void CpuBackend::activation_forward(Activation a, const Tensor& z, const Tensor& y) {
+  if (a == Activation::GeluTanh) {
+    AMP_CHECK(z.dtype == y.dtype && z.numel() == y.numel(), "gelu_tanh: shapes or dtypes differ");
+    tops_.gelu_tanh_forward(GeluArgs{z.data, y.data, z.dtype, int64_t(z.numel())});
+    return;
+  }
+  cpu::activation_forward(a, z, y);
+}
 void CpuBackend::activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) {
+  if (a == Activation::GeluTanh) {
+    AMP_CHECK(z.dtype == dy.dtype && dy.dtype == dz.dtype && z.numel() == dz.numel(), "gelu_tanh: shapes or dtypes differ");
+    tops_.gelu_tanh_backward(GeluBackwardArgs{z.data, dy.data, dz.data, z.dtype, int64_t(z.numel())});
+    return;
+  }
   cpu::activation_backward(a, z, dy, dz);
 }
 

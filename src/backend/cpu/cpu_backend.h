@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/matmul_dnnl.h"
 #include "backend/cpu/ops_general.h"
+#include "backend/cpu/ops_transformer.h"
 
 namespace amp {
 
@@ -31,6 +32,13 @@ class CpuBackend final : public Backend {
   void gemm(const GemmArgs& g) override { general_.gemm(g); }
   void add(const AddArgs& a) override { general_.add(a); }
   void row_sum(const RowSumArgs& r) override { general_.row_sum(r); }
+  void layernorm_forward(const LayerNormArgs& a) override { tops_.layernorm_forward(a); }
+  void layernorm_backward(const LayerNormBackwardArgs& a) override { tops_.layernorm_backward(a); }
+  void causal_softmax_forward(const CausalSoftmaxArgs& a) override { tops_.causal_softmax_forward(a); }
+  void causal_softmax_backward(const CausalSoftmaxBackwardArgs& a) override { tops_.causal_softmax_backward(a); }
+  void embedding_forward(const EmbeddingArgs& a) override { tops_.embedding_forward(a); }
+  void embedding_backward(const EmbeddingBackwardArgs& a) override { tops_.embedding_backward(a); }
+  void reserve_embedding(int64_t max_tokens, int64_t vocab) override { tops_.reserve(max_tokens, vocab); }
   void activation_forward(Activation a, const Tensor& z, const Tensor& y) override;
   void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) override;
   void softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
@@ -61,6 +69,7 @@ class CpuBackend final : public Backend {
   bool bf16_native_ = false;  // oneDNN has a BF16 matmul on this CPU
   cpu::DnnlMatmul matmul_;
   cpu::GeneralOps general_;
+  cpu::TransformerOps tops_;
   std::vector<float> scratch_[4];
 };
 

@@ -1,0 +1,345 @@
+#include "model/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/rng.h"
+
+namespace amp {
+
+namespace {
+
+constexpr double kInitStd = 0.02;  // GPT-2's initialization
+
+// A GEMM of compute-dtype operands: C (dtype c) = alpha op(A) op(B) [+ beta C].
+GemmArgs gemm_args(DType ab, DType c, int64_t m, int64_t n, int64_t k, bool ta, bool tb, const void* a, int64_t lda,
+                   int64_t sa, const void* b, int64_t ldb, int64_t sb, void* out, int64_t ldc, int64_t sc,
+                   int64_t batch) {
+  GemmArgs g;
+  g.m = m, g.n = n, g.k = k, g.batch = batch, g.trans_a = ta, g.trans_b = tb;
+  g.A = a, g.lda = lda, g.stride_a = sa, g.B = b, g.ldb = ldb, g.stride_b = sb, g.C = out, g.ldc = ldc, g.stride_c = sc;
+  g.ab = ab, g.c = c;
+  return g;
+}
+
+}  // namespace
+
+ParamLayout gpt_layout(const GptOptions& o) {
+  ParamLayout l;
+  auto add = [&](const std::string& name, size_t rows, size_t cols) {
+    ParamInfo p{name, rows, cols, TensorSpan{l.total, rows * cols}};
+    l.total += (rows * cols + 31) / 32 * 32;
+    l.tensors.push_back(p);
+  };
+  const size_t C = o.n_embd;
+  add("wte.weight", o.vocab, C);
+  add("wpe.weight", o.seq_len, C);
+  for (size_t i = 0; i < o.n_layer; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".";
+    add(h + "ln_1.weight", 1, C);
+    add(h + "ln_1.bias", 1, C);
+    add(h + "attn.qkv.weight", 3 * C, C);
+    add(h + "attn.qkv.bias", 1, 3 * C);
+    add(h + "attn.proj.weight", C, C);
+    add(h + "attn.proj.bias", 1, C);
+    add(h + "ln_2.weight", 1, C);
+    add(h + "ln_2.bias", 1, C);
+    add(h + "mlp.fc.weight", 4 * C, C);
+    add(h + "mlp.fc.bias", 1, 4 * C);
+    add(h + "mlp.proj.weight", C, 4 * C);
+    add(h + "mlp.proj.bias", 1, C);
+  }
+  add("ln_f.weight", 1, C);
+  add("ln_f.bias", 1, C);
+  return l;
+}
+
+bool Gpt::bytes_needed(const GptOptions& o, size_t max_rows, DType compute, size_t* bytes_out, size_t* params_out) {
+  const ParamLayout L = gpt_layout(o);
+  const size_t lp = dtype_size(compute);
+  bool overflow = false;
+  size_t bytes = 0, t = 0, n = 0, per_token = 0;
+  overflow |= __builtin_mul_overflow(L.total, size_t(4 + 4 + 8 + 2 * lp), &bytes);  // masters, g32, moments, copy, grads
+  overflow |= __builtin_mul_overflow(max_rows, o.seq_len, &n);
+  const size_t C = o.n_embd, H = o.n_head, T = o.seq_len;
+  // per token and layer: residuals, LN outputs, qkv, attention output, MLP (16 C), probabilities (H T)
+  per_token = o.n_layer * (16 * C + H * T) + 3 * C + 2 * o.vocab + 10 * C;
+  overflow |= __builtin_mul_overflow(n, per_token * lp + 32 * o.n_layer, &t);
+  overflow |= __builtin_add_overflow(bytes, t, &bytes);
+  *bytes_out = bytes;
+  *params_out = L.n_params();
+  return !overflow;
+}
+
+Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size_t max_rows)
+    : mem_(mem), ops_(ops), opt_(opt), compute_(compute), max_rows_(max_rows), layout_(gpt_layout(opt)) {
+  AMP_CHECK(opt_.n_head > 0 && opt_.n_embd % opt_.n_head == 0, "n_embd must be a multiple of n_head");
+  AMP_CHECK(opt_.n_layer > 0, "a GPT needs at least one layer");
+  scale_ = float(1.0 / std::sqrt(double(opt_.n_embd / opt_.n_head)));
+  const size_t N = max_rows_ * opt_.seq_len, C = opt_.n_embd, T = opt_.seq_len, H = opt_.n_head, V = opt_.vocab;
+  const size_t e = dtype_size(compute_);
+  auto buf = [&](size_t elems, size_t elem_bytes) { return mem_.alloc(elems * elem_bytes); };
+  tokens_ = buf(N, 4);
+  targets_ = buf(N, 4);
+  tokens_host_.resize(N);
+  targets_host_.resize(N);
+  layers_.resize(opt_.n_layer);
+  for (Layer& l : layers_) {
+    l.res_in = buf(N * C, e);
+    l.ln1 = buf(N * C, e);
+    l.mean1 = buf(N, 4);
+    l.rstd1 = buf(N, 4);
+    l.qkv = buf(N * 3 * C, e);
+    l.probs = buf(max_rows_ * H * T * T, e);
+    l.att = buf(N * C, e);
+    l.res_mid = buf(N * C, e);
+    l.ln2 = buf(N * C, e);
+    l.mean2 = buf(N, 4);
+    l.rstd2 = buf(N, 4);
+    l.fc = buf(N * 4 * C, e);
+    l.gelu = buf(N * 4 * C, e);
+  }
+  res_out_ = buf(N * C, e);
+  lnf_ = buf(N * C, e);
+  meanf_ = buf(N, 4);
+  rstdf_ = buf(N, 4);
+  logits_ = buf(N * V, e);
+  dlogits_ = buf(N * V, e);
+  scores_ = buf(H * T * T, 4);
+  dprobs_ = buf(H * T * T, 4);
+  dscores_ = buf(H * T * T, e);
+  dres_ = buf(N * C, e);
+  dtmp_ = buf(N * C, e);
+  tmp_ = buf(N * C, e);
+  dqkv_ = buf(N * 3 * C, e);
+  dfc_ = buf(N * 4 * C, e);
+  ops_.reserve_embedding(int64_t(N), int64_t(V));  // the embedding backward's scratch (outside any capture)
+}
+
+std::string Gpt::describe() const {
+  return strcat("gpt ", opt_.n_layer, " layers x ", opt_.n_head, " heads x ", opt_.n_embd, ", seq ", opt_.seq_len,
+                ", vocab ", opt_.vocab);
+}
+
+std::vector<float> Gpt::init_params(uint64_t seed) const {
+  std::vector<float> w(layout_.total, 0.0f);
+  const double proj_std = kInitStd / std::sqrt(2.0 * double(opt_.n_layer));  // residual projections
+  for (size_t i = 0; i < layout_.tensors.size(); ++i) {
+    const ParamInfo& p = layout_.tensors[i];
+    float* out = w.data() + p.span.offset;
+    const bool ln_gain = p.name.find("ln_") != std::string::npos && p.name.find(".weight") != std::string::npos;
+    const bool bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
+    if (ln_gain) {
+      std::fill(out, out + p.span.count, 1.0f);
+      continue;
+    }
+    if (bias) continue;  // zeros
+    const bool residual = p.name.find("attn.proj.weight") != std::string::npos ||
+                          p.name.find("mlp.proj.weight") != std::string::npos;
+    const double std = residual ? proj_std : kInitStd;
+    Rng rng(mix_seed(seed, 0x6E7ull, i));
+    for (size_t j = 0; j < p.span.count; ++j) out[j] = float(std * rng.normal());
+  }
+  return w;
+}
+
+Tensor Gpt::param(const void* base, int index) const {
+  const ParamInfo& p = layout_.tensors[size_t(index)];
+  return Tensor{static_cast<char*>(const_cast<void*>(base)) + p.span.offset * dtype_size(compute_), compute_, p.rows,
+                p.cols};
+}
+
+void Gpt::stage(const Dataset& data, const uint32_t* idx, size_t first, size_t rows) {
+  const size_t T = opt_.seq_len;
+  AMP_CHECK(rows <= max_rows_ && data.seq_len == T, "Gpt::stage: bad batch");
+  for (size_t r = 0; r < rows; ++r) {
+    const size_t w = idx ? idx[r] : first + r;
+    const int32_t* win = data.tokens.data() + w * T;
+    std::memcpy(&tokens_host_[r * T], win, T * sizeof(int32_t));
+    std::memcpy(&targets_host_[r * T], win + 1, T * sizeof(int32_t));
+  }
+  stage_tokens(tokens_host_.data(), targets_host_.data(), rows);
+}
+
+void Gpt::stage_tokens(const int32_t* tokens, const int32_t* targets, size_t rows) {
+  AMP_CHECK(rows <= max_rows_, "Gpt::stage_tokens: more rows than the buffers hold");
+  const size_t T = opt_.seq_len;
+  for (size_t i = 0; i < rows * T; ++i)
+    AMP_CHECK(tokens[i] >= 0 && size_t(tokens[i]) < opt_.vocab && targets[i] >= 0 && size_t(targets[i]) < opt_.vocab,
+              "token ", i, " outside the vocabulary");
+  mem_.upload(tokens_.data(), tokens, rows * T * sizeof(int32_t));
+  mem_.upload(targets_.data(), targets, rows * T * sizeof(int32_t));
+}
+
+void Gpt::layernorm(const void* x, const void* params, int gamma, void* y, Buffer& mean, Buffer& rstd, size_t rows) {
+  LayerNormArgs a;
+  a.rows = int64_t(rows), a.C = int64_t(opt_.n_embd), a.type = compute_, a.x = x;
+  a.gamma = param(params, gamma).data, a.beta = param(params, gamma + 1).data, a.y = y;
+  a.mean = mean.as<float>(), a.rstd = rstd.as<float>();
+  ops_.layernorm_forward(a);
+}
+
+// dres (the residual stream's gradient) receives the input gradient: accumulated onto it inside a
+// block (the residual path), written at the final LayerNorm.
+void Gpt::layernorm_backward(const void* dy, const void* x, const void* params, void* grads, int gamma,
+                             const Buffer& mean, const Buffer& rstd, bool accumulate, size_t rows) {
+  LayerNormBackwardArgs a;
+  a.rows = int64_t(rows), a.C = int64_t(opt_.n_embd), a.type = compute_, a.dy = dy, a.x = x;
+  a.gamma = param(params, gamma).data, a.mean = mean.as<float>(), a.rstd = rstd.as<float>();
+  a.dx = dres_.data(), a.accumulate_dx = accumulate;
+  a.dgamma = param(grads, gamma).data, a.dbeta = param(grads, gamma + 1).data;
+  ops_.layernorm_backward(a);
+}
+
+void Gpt::forward(const void* params, size_t rows) {
+  const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H, N = rows * T, V = opt_.vocab;
+  const size_t L = opt_.n_layer, e = dtype_size(compute_);
+  EmbeddingArgs emb;
+  emb.B = int64_t(rows), emb.T = int64_t(T), emb.C = int64_t(C), emb.vocab = int64_t(V);
+  emb.max_positions = int64_t(T), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
+  emb.wte = param(params, kWte).data, emb.wpe = param(params, kWpe).data, emb.x = layers_[0].res_in.data();
+  ops_.embedding_forward(emb);
+  for (size_t l = 0; l < L; ++l) {
+    Layer& y = layers_[l];
+    const Buffer& next = l + 1 < L ? layers_[l + 1].res_in : res_out_;
+    layernorm(y.res_in.data(), params, layer_param(l, kLn1W), y.ln1.data(), y.mean1, y.rstd1, N);
+    ops_.linear_forward(act(y.ln1, N, C), param(params, layer_param(l, kQkvW)), param(params, layer_param(l, kQkvB)),
+                        act(y.qkv, N, 3 * C));
+    for (size_t b = 0; b < rows; ++b) {
+      const char* qkv = y.qkv.as<char>() + b * T * 3 * C * e;
+      char* probs = y.probs.as<char>() + b * H * T * T * e;
+      // scores[h] = Q_h K_h^T (FP32); the 1/sqrt(D) is applied inside the softmax.
+      ops_.gemm(gemm_args(compute_, DType::F32, T, T, D, false, true, qkv, 3 * C, D, qkv + C * e, 3 * C, D,
+                          scores_.data(), T, T * T, H));
+      CausalSoftmaxArgs sm;
+      sm.batch = int64_t(H), sm.T = int64_t(T), sm.scale = scale_, sm.s = scores_.data(), sm.s_type = DType::F32;
+      sm.p = probs, sm.p_type = compute_;
+      ops_.causal_softmax_forward(sm);
+      // att[:, h] = P_h V_h, heads side by side in C columns.
+      ops_.gemm(gemm_args(compute_, compute_, T, D, T, false, false, probs, T, T * T, qkv + 2 * C * e, 3 * C, D,
+                          y.att.as<char>() + b * T * C * e, C, D, H));
+    }
+    ops_.linear_forward(act(y.att, N, C), param(params, layer_param(l, kProjW)), param(params, layer_param(l, kProjB)),
+                        act(tmp_, N, C));
+    ops_.add(AddArgs{y.res_in.data(), compute_, tmp_.data(), compute_, y.res_mid.data(), compute_, int64_t(N * C)});
+    layernorm(y.res_mid.data(), params, layer_param(l, kLn2W), y.ln2.data(), y.mean2, y.rstd2, N);
+    ops_.linear_forward(act(y.ln2, N, C), param(params, layer_param(l, kFcW)), param(params, layer_param(l, kFcB)),
+                        act(y.fc, N, 4 * C));
+    ops_.activation_forward(Activation::GeluTanh, act(y.fc, N, 4 * C), act(y.gelu, N, 4 * C));
+    ops_.linear_forward(act(y.gelu, N, 4 * C), param(params, layer_param(l, kMProjW)),
+                        param(params, layer_param(l, kMProjB)), act(tmp_, N, C));
+    ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(N * C)});
+  }
+  layernorm(res_out_.data(), params, lnf_w(), lnf_.data(), meanf_, rstdf_, N);
+  // The LM head, tied to the token embedding: logits = lnf wte^T.
+  ops_.gemm(gemm_args(compute_, compute_, N, V, C, false, true, lnf_.data(), C, 0, param(params, kWte).data, C, 0,
+                      logits_.data(), V, 0, 1));
+}
+
+void Gpt::forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
+                       LossSums sums) {
+  const size_t N = rows * opt_.seq_len, V = opt_.vocab;
+  forward(params, rows);
+  const Tensor dlogits = with_grad ? act(dlogits_, N, V) : Tensor{nullptr, compute_, N, V};
+  ops_.softmax_xent(act(logits_, N, V), targets_.as<int32_t>(), scale, inv_count, dlogits, sums.loss_sum, sums.correct);
+}
+
+void Gpt::backward(const void* params, void* grads, size_t rows, const std::function<void(int)>& ready) {
+  const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H, N = rows * T, V = opt_.vocab;
+  const size_t L = opt_.n_layer, e = dtype_size(compute_);
+  auto P = [&](int i) { return param(params, i); };
+  auto G = [&](int i) { return param(grads, i); };
+  auto done = [&](int i) { ready(i); };
+  // LM head: d(lnf) = dlogits wte; d(wte) = dlogits^T lnf (written here, the embedding adds to it).
+  ops_.gemm(gemm_args(compute_, compute_, N, C, V, false, false, dlogits_.data(), V, 0, P(kWte).data, C, 0,
+                      dtmp_.data(), C, 0, 1));
+  ops_.gemm(gemm_args(compute_, compute_, V, C, N, true, false, dlogits_.data(), V, 0, lnf_.data(), C, 0,
+                      G(kWte).data, C, 0, 1));
+  layernorm_backward(dtmp_.data(), res_out_.data(), params, grads, lnf_w(), meanf_, rstdf_, false, N);
+  done(lnf_w() + 1);
+  done(lnf_w());
+  for (size_t li = L; li-- > 0;) {
+    Layer& y = layers_[li];
+    auto lp = [&](int slot) { return layer_param(li, slot); };
+    // MLP: dres is the gradient of the block's output (the residual passes it through).
+    ops_.linear_backward_weight(act(dres_, N, C), act(y.gelu, N, 4 * C), G(lp(kMProjW)), G(lp(kMProjB)));
+    done(lp(kMProjB));
+    done(lp(kMProjW));
+    ops_.linear_backward_input(act(dres_, N, C), P(lp(kMProjW)), act(dfc_, N, 4 * C));
+    ops_.activation_backward(Activation::GeluTanh, act(y.fc, N, 4 * C), act(dfc_, N, 4 * C), act(dfc_, N, 4 * C));
+    ops_.linear_backward_weight(act(dfc_, N, 4 * C), act(y.ln2, N, C), G(lp(kFcW)), G(lp(kFcB)));
+    done(lp(kFcB));
+    done(lp(kFcW));
+    ops_.linear_backward_input(act(dfc_, N, 4 * C), P(lp(kFcW)), act(dtmp_, N, C));
+    layernorm_backward(dtmp_.data(), y.res_mid.data(), params, grads, lp(kLn2W), y.mean2, y.rstd2, true, N);
+    done(lp(kLn2B));
+    done(lp(kLn2W));
+    // Attention: dres is now the gradient of the middle residual.
+    ops_.linear_backward_weight(act(dres_, N, C), act(y.att, N, C), G(lp(kProjW)), G(lp(kProjB)));
+    done(lp(kProjB));
+    done(lp(kProjW));
+    ops_.linear_backward_input(act(dres_, N, C), P(lp(kProjW)), act(dtmp_, N, C));  // d(att)
+    for (size_t b = 0; b < rows; ++b) {
+      const char* qkv = y.qkv.as<char>() + b * T * 3 * C * e;
+      const char* probs = y.probs.as<char>() + b * H * T * T * e;
+      const char* datt = dtmp_.as<char>() + b * T * C * e;
+      char* dqkv = dqkv_.as<char>() + b * T * 3 * C * e;
+      // dP_h = dAtt_h V_h^T (FP32); dV_h = P_h^T dAtt_h.
+      ops_.gemm(gemm_args(compute_, DType::F32, T, T, D, false, true, datt, C, D, qkv + 2 * C * e, 3 * C, D,
+                          dprobs_.data(), T, T * T, H));
+      ops_.gemm(gemm_args(compute_, compute_, T, D, T, true, false, probs, T, T * T, datt, C, D, dqkv + 2 * C * e,
+                          3 * C, D, H));
+      // dS = softmax'(dP) with the 1/sqrt(D) folded in; dQ_h = dS_h K_h, dK_h = dS_h^T Q_h.
+      CausalSoftmaxBackwardArgs sb;
+      sb.batch = int64_t(H), sb.T = int64_t(T), sb.scale = scale_, sb.p = probs, sb.p_type = compute_;
+      sb.dp = dprobs_.data(), sb.dp_type = DType::F32, sb.ds = dscores_.data(), sb.ds_type = compute_;
+      ops_.causal_softmax_backward(sb);
+      ops_.gemm(gemm_args(compute_, compute_, T, D, T, false, false, dscores_.data(), T, T * T, qkv + C * e, 3 * C, D,
+                          dqkv, 3 * C, D, H));
+      ops_.gemm(gemm_args(compute_, compute_, T, D, T, true, false, dscores_.data(), T, T * T, qkv, 3 * C, D,
+                          dqkv + C * e, 3 * C, D, H));
+    }
+    ops_.linear_backward_weight(act(dqkv_, N, 3 * C), act(y.ln1, N, C), G(lp(kQkvW)), G(lp(kQkvB)));
+    done(lp(kQkvB));
+    done(lp(kQkvW));
+    ops_.linear_backward_input(act(dqkv_, N, 3 * C), P(lp(kQkvW)), act(dtmp_, N, C));
+    layernorm_backward(dtmp_.data(), y.res_in.data(), params, grads, lp(kLn1W), y.mean1, y.rstd1, true, N);
+    done(lp(kLn1B));
+    done(lp(kLn1W));
+  }
+  // Embeddings: d(wpe) written, d(wte) accumulated onto the head's part.
+  EmbeddingBackwardArgs eb;
+  eb.B = int64_t(rows), eb.T = int64_t(T), eb.C = int64_t(C), eb.vocab = int64_t(V), eb.max_positions = int64_t(T);
+  eb.type = compute_, eb.tokens = tokens_.as<int32_t>(), eb.dx = dres_.data(), eb.dwte = G(kWte).data;
+  eb.dwpe = G(kWpe).data;
+  ops_.embedding_backward(eb);
+  done(kWpe);
+  done(kWte);
+}
+
+std::vector<float> Gpt::next_logits(const void* params, const std::vector<int32_t>& context) {
+  const size_t T = opt_.seq_len, V = opt_.vocab;
+  AMP_CHECK(!context.empty(), "next_logits: empty context");
+  const size_t n = std::min(T, context.size());
+  std::fill(tokens_host_.begin(), tokens_host_.begin() + long(T), 0);  // positions after the context do not matter (causal)
+  std::copy(context.end() - long(n), context.end(), tokens_host_.begin());
+  mem_.upload(tokens_.data(), tokens_host_.data(), T * sizeof(int32_t));
+  forward(params, 1);
+  std::vector<char> raw(V * dtype_size(compute_));
+  mem_.download(raw.data(), logits_.as<char>() + (n - 1) * V * dtype_size(compute_), raw.size());
+  std::vector<float> out(V);
+  for (size_t i = 0; i < V; ++i) {
+    if (compute_ == DType::F32) std::memcpy(&out[i], raw.data() + 4 * i, 4);
+    else {
+      uint16_t bits;
+      std::memcpy(&bits, raw.data() + 2 * i, 2);
+      out[i] = compute_ == DType::F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
+    }
+  }
+  return out;
+}
+
+}  // namespace amp

@@ -1,0 +1,93 @@
+// A GPT-2 style decoder-only transformer, the second Model: token and learned position
+// embeddings, pre-LayerNorm blocks of causal multi-head self-attention and a GELU (tanh) MLP of
+// width 4 n_embd, a final LayerNorm and an LM head tied to the token embedding; cross-entropy over
+// the vocabulary. Precision policy (docs/design.md): every GEMM, the two attention products
+// included, on compute-dtype operands with FP32 accumulation; attention scores and their
+// gradients, LayerNorm statistics, softmax, GELU and the cross-entropy in FP32; stored in the
+// compute dtype (and so subject to FP16 underflow): the residual stream, LayerNorm outputs, q/k/v,
+// attention probabilities, MLP activations, logits, and every activation gradient that feeds a
+// GEMM (dlogits, the attention-score gradient dS, ...).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/compute_ops.h"
+#include "backend/memory.h"
+#include "model/model.h"
+
+namespace amp {
+
+struct GptOptions {
+  size_t vocab = 256, seq_len = 64, n_layer = 2, n_head = 4, n_embd = 128;
+};
+
+// wte, wpe, then per layer ln_1, attn.qkv, attn.proj, ln_2, mlp.fc, mlp.proj (weight, bias each),
+// then ln_f: the names of GPT-2's checkpoints ("h.3.attn.qkv.weight").
+ParamLayout gpt_layout(const GptOptions& o);
+
+class Gpt final : public Model {
+ public:
+  Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size_t max_rows);
+
+  std::string describe() const override;
+  const ParamLayout& layout() const override { return layout_; }
+  std::vector<float> init_params(uint64_t seed) const override;
+  size_t loss_terms_per_sample() const override { return opt_.seq_len; }
+  bool classification() const override { return false; }
+  const char* loss_name() const override { return "loss"; }
+  const GptOptions& options() const { return opt_; }
+
+  void stage(const Dataset& data, const uint32_t* idx, size_t first, size_t rows) override;
+  void forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
+                    LossSums sums) override;
+  void backward(const void* params, void* grads, size_t rows, const std::function<void(int)>& ready) override;
+
+  // Tokens and targets given directly (rows x seq_len each), as stage() gathers them from windows.
+  void stage_tokens(const int32_t* tokens, const int32_t* targets, size_t rows);
+  // The logits of the last forward pass (compute dtype, rows*seq_len x vocab; backend memory).
+  const void* logits_data() const { return logits_.data(); }
+
+  // Text generation: the logits (FP32, host) of the next token after `context` (its last seq_len
+  // tokens), from the working parameters.
+  std::vector<float> next_logits(const void* params, const std::vector<int32_t>& context);
+
+  // Bytes of backend memory for the parameters' training state and the activations at max_rows.
+  static bool bytes_needed(const GptOptions& o, size_t max_rows, DType compute, size_t* bytes, size_t* params);
+
+ private:
+  enum Slot { kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kMProjW, kMProjB, kPerLayer };
+  static constexpr int kWte = 0, kWpe = 1, kFirstLayer = 2;
+  int layer_param(size_t l, int slot) const { return kFirstLayer + int(l) * kPerLayer + slot; }
+  int lnf_w() const { return kFirstLayer + int(opt_.n_layer) * kPerLayer; }
+  Tensor param(const void* base, int index) const;
+  Tensor act(const Buffer& b, size_t rows, size_t cols) const { return b.tensor(compute_, rows, cols); }
+  void forward(const void* params, size_t rows);
+  void layernorm(const void* x, const void* params, int gamma, void* y, Buffer& mean, Buffer& rstd, size_t rows);
+  void layernorm_backward(const void* dy, const void* x, const void* params, void* grads, int gamma,
+                          const Buffer& mean, const Buffer& rstd, bool accumulate, size_t rows);
+
+  DeviceMemory& mem_;
+  ComputeOps& ops_;
+  GptOptions opt_;
+  DType compute_;
+  size_t max_rows_;
+  ParamLayout layout_;
+  float scale_;  // 1 / sqrt(head_dim)
+
+  // Inputs: token ids and targets (int32), staged per step; host gathering buffers.
+  Buffer tokens_, targets_;
+  std::vector<int32_t> tokens_host_, targets_host_;
+  // Saved activations, per layer where the backward needs them (compute dtype; statistics FP32).
+  struct Layer {
+    Buffer res_in, ln1, mean1, rstd1, qkv, probs, att, res_mid, ln2, mean2, rstd2, fc, gelu;
+  };
+  std::vector<Layer> layers_;
+  Buffer res_out_, lnf_, meanf_, rstdf_, logits_, dlogits_;
+  // Scratch: attention scores / their gradient (FP32, one sequence), gradient buffers.
+  Buffer scores_, dprobs_, dscores_, dres_, dtmp_, dqkv_, dfc_, tmp_;
+};
+
+}  // namespace amp

@@ -1,0 +1,70 @@
+#include "model/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace amp {
+
+int32_t sample_token(const std::vector<float>& logits, double temperature, size_t top_k, double u) {
+  AMP_CHECK(!logits.empty() && temperature > 0, "sample_token: no logits or temperature <= 0");
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  const size_t k = top_k == 0 || top_k > logits.size() ? logits.size() : top_k;
+  std::partial_sort(order.begin(), order.begin() + long(k), order.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  });
+  const double top = double(logits[size_t(order[0])]);
+  std::vector<double> p(k);
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) {
+    const double z = (double(logits[size_t(order[i])]) - top) / temperature;
+    p[i] = std::isfinite(z) ? std::exp(z) : 0.0;
+    sum += p[i];
+  }
+  double acc = 0;
+  for (size_t i = 0; i < k; ++i) {
+    acc += p[i] / sum;
+    if (u < acc) return order[i];
+  }
+  return order[k - 1];
+}
+
+std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,
+                              const std::function<std::vector<float>(const std::vector<int32_t>&)>& next_logits) {
+  std::vector<int32_t> out = prompt;
+  Rng rng(mix_seed(opt.seed, 0x5A3Bull, 0));
+  for (size_t i = 0; i < opt.tokens; ++i) out.push_back(sample_token(next_logits(out), opt.temperature, opt.top_k, rng.uniform(0.0, 1.0)));
+  return out;
+}
+
+std::string detokenize(const std::vector<int32_t>& tokens, size_t vocab) {
+  std::string s;
+  for (int32_t t : tokens) {
+    if (vocab != 256) {
+      s += (s.empty() ? "" : " ") + std::to_string(t);
+      continue;
+    }
+    const unsigned char c = static_cast<unsigned char>(t);
+    if (c == '\n' || c == '\t' || (c >= 0x20 && c < 0x7F) || c >= 0x80) {
+      s += char(c);  // UTF-8 bytes pass through
+    } else {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02X", c);
+      s += b;
+    }
+  }
+  return s;
+}
+
+std::vector<int32_t> tokenize_bytes(const std::string& text) {
+  std::vector<int32_t> t;
+  for (unsigned char c : text) t.push_back(int32_t(c));
+  return t;
+}
+
+}  // namespace amp

@@ -1,0 +1,141 @@
+// The GPT model against a float64 PyTorch reference (tests/data/gpt_tiny_reference.json, written by
+// scripts/gpt_reference.py): logits, loss and the gradient of every parameter of a tiny GPT for
+// fixed weights and tokens, in FP32 (tight) and BF16/FP16 (the formats' precision), on the CPU
+// backend; plus the layout's names and the determinism of two runs.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/convert.h"
+#include "model/gpt.h"
+
+using namespace amp;
+
+namespace {
+
+nlohmann::json reference() {
+  std::ifstream in(std::string(AMP_SOURCE_DIR) + "/tests/data/gpt_tiny_reference.json");
+  REQUIRE(in.good());
+  nlohmann::json j;
+  in >> j;
+  return j;
+}
+
+struct Result {
+  std::vector<float> logits, grads;  // grads in our layout, unscaled, FP32
+  double loss = 0;
+};
+
+Result run(const nlohmann::json& ref, DType dt, float scale) {
+  const auto& c = ref["config"];
+  GptOptions o;
+  o.vocab = c["vocab_size"], o.n_layer = c["n_layer"], o.n_head = c["n_head"], o.n_embd = c["n_embd"];
+  o.seq_len = c["seq_len"];
+  const size_t B = c["batch"], T = o.seq_len, V = o.vocab, N = B * T;
+  CpuBackend be(1);
+  Gpt model(be, be, o, dt, B);
+  const ParamLayout& L = model.layout();
+  // Parameters by name from the reference (its offsets are unpadded; ours are 32-aligned).
+  std::vector<float> w(L.total, 0.0f);
+  const auto& values = ref["param_values"];
+  REQUIRE(ref["params"].size() == L.tensors.size());
+  for (size_t i = 0; i < L.tensors.size(); ++i) {
+    const auto& p = ref["params"][i];
+    REQUIRE(p["name"] == L.tensors[i].name);
+    REQUIRE(size_t(p["size"]) == L.tensors[i].span.count);
+    for (size_t k = 0; k < L.tensors[i].span.count; ++k)
+      w[L.tensors[i].span.offset + k] = float(values[size_t(p["offset"]) + k].get<double>());
+  }
+  Buffer params = be.alloc(L.total * dtype_size(dt)), grads = be.alloc(L.total * dtype_size(dt));
+  convert(w.data(), DType::F32, params.data(), dt, L.total);
+  std::vector<int32_t> tok = ref["tokens"].get<std::vector<int32_t>>(), tgt = ref["targets"].get<std::vector<int32_t>>();
+  model.stage_tokens(tok.data(), tgt.data(), B);
+  struct { float scale, loss; int32_t correct; } s{scale, 0, 0};
+  model.forward_loss(params.data(), B, &s.scale, 1.0f / float(N), true, LossSums{&s.loss, &s.correct});
+  std::vector<int> order;
+  model.backward(params.data(), grads.data(), B, [&](int t) { order.push_back(t); });
+  // Every tensor reported ready once, last tensor first.
+  REQUIRE(order.size() == L.tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) CHECK(order[i] == int(L.tensors.size() - 1 - i));
+  Result r;
+  r.loss = double(s.loss) / double(N);
+  r.logits.resize(N * V);
+  convert(model.logits_data(), dt, r.logits.data(), DType::F32, N * V);
+  r.grads.resize(L.total);
+  convert(grads.data(), dt, r.grads.data(), DType::F32, L.total);
+  for (auto& g : r.grads) g /= scale;
+  return r;
+}
+
+// max |a - b| / (atol + rtol * max|b|) over a tensor must stay <= 1.
+void compare(const std::string& what, const float* got, const std::vector<double>& want, size_t n, double rtol,
+             double atol_rel) {
+  double maxabs = 0;
+  for (size_t i = 0; i < n; ++i) maxabs = std::max(maxabs, std::fabs(want[i]));
+  const double tol = atol_rel * maxabs + 1e-30;
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double e = std::fabs(double(got[i]) - want[i]) / (tol + rtol * std::fabs(want[i]));
+    if (e > worst) worst = e, at = i;
+  }
+  INFO(what << ": worst element " << at << " got " << got[at] << " want " << want[at] << " (max |want| " << maxabs << ")");
+  CHECK(worst <= 1.0);
+}
+
+void check_against(const nlohmann::json& ref, const Result& r, double rtol, double atol_rel) {
+  const double loss = ref["loss"];
+  CHECK(std::fabs(r.loss - loss) <= (rtol + atol_rel) * loss);
+  compare("logits", r.logits.data(), ref["logits"].get<std::vector<double>>(), r.logits.size(), rtol, atol_rel);
+  const std::vector<double> g = ref["param_grads"];
+  CpuBackend be(1);
+  const auto& c = ref["config"];
+  GptOptions o;
+  o.vocab = c["vocab_size"], o.n_layer = c["n_layer"], o.n_head = c["n_head"], o.n_embd = c["n_embd"];
+  o.seq_len = c["seq_len"];
+  const ParamLayout L = gpt_layout(o);
+  for (size_t i = 0; i < L.tensors.size(); ++i) {
+    const auto& p = ref["params"][i];
+    const size_t off = p["offset"];
+    compare(L.tensors[i].name, r.grads.data() + L.tensors[i].span.offset,
+            std::vector<double>(g.begin() + long(off), g.begin() + long(off + L.tensors[i].span.count)),
+            L.tensors[i].span.count, rtol, atol_rel);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gpt: layout names and shapes are GPT-2's, 32-element aligned", "[gpt]") {
+  GptOptions o;
+  o.vocab = 50, o.seq_len = 7, o.n_layer = 2, o.n_head = 2, o.n_embd = 8;
+  const ParamLayout L = gpt_layout(o);
+  REQUIRE(L.tensors.size() == 2 + 12 * 2 + 2);
+  CHECK(L.tensors[0].name == "wte.weight");
+  CHECK(L.tensors[1].name == "wpe.weight");
+  CHECK(L.tensors[2 + 12 + 2].name == "h.1.attn.qkv.weight");
+  CHECK(L.tensors[2 + 12 + 2].rows == 24);
+  CHECK(L.tensors.back().name == "ln_f.bias");
+  for (const auto& t : L.tensors) CHECK(t.span.offset % 32 == 0);
+  CHECK(L.n_params() == 50 * 8 + 7 * 8 + 2 * (2 * 8 + 24 * 8 + 24 + 64 + 8 + 2 * 8 + 32 * 8 + 32 + 8 * 32 + 8) + 2 * 8);
+}
+
+TEST_CASE("gpt: logits, loss and every gradient match the float64 PyTorch reference in FP32", "[gpt]") {
+  const nlohmann::json ref = reference();
+  const Result r = run(ref, DType::F32, 1.0f);
+  check_against(ref, r, 1e-4, 1e-5);
+  const Result again = run(ref, DType::F32, 1.0f);
+  CHECK(again.grads == r.grads);  // deterministic
+  CHECK(again.logits == r.logits);
+}
+
+TEST_CASE("gpt: BF16 and FP16 (loss-scaled) match the reference within the formats' precision", "[gpt]") {
+  const nlohmann::json ref = reference();
+  SECTION("bf16") { check_against(ref, run(ref, DType::BF16, 1.0f), 0.05, 0.03); }
+  SECTION("fp16") { check_against(ref, run(ref, DType::F16, 1024.0f), 0.01, 0.005); }
+}
