@@ -238,6 +238,20 @@ else
   rc=$?; fail "amp_ddp on cuda ($(why $rc))"; show_tail "$LOGS/amp_ddp.log" 20
 fi
 
+# The GPT (issue 11) on one GPU: every transformer op of the CUDA backend inside a captured step,
+# FP16 with dynamic scaling, on text written here (no package needed), ending with a sample.
+GPT_TEXT=$LOGS/gpt_text.txt
+python3 -c "
+w = 'the quick brown fox jumps over a lazy dog while seven wizards judge boxing near old towers'.split()
+print('\\n'.join(' '.join(w[(i * 7 + k * 3) % len(w)] for k in range(3 + i % 9)) + '.' for i in range(20000)))" > "$GPT_TEXT"
+if run_logged "$LOGS/amp_ddp_gpt.log" 90 -- "$BUILD/amp_ddp" configs/gpt_fortunes_fp16.yaml --set run.device=cuda \
+     --set "data.text_files=[\"$GPT_TEXT\"]" --set run.steps=300 --set run.eval_interval=300 --set run.sample_interval=0 \
+     --set run.progress=lines --set run.log_interval=100 --set checkpoint.final=false --set run.out_dir="$LOGS/gpt"; then
+  pass "gpt on cuda: $(tail -1 "$LOGS/amp_ddp_gpt.log")"
+else
+  rc=$?; fail "gpt on cuda ($(why $rc))"; show_tail "$LOGS/amp_ddp_gpt.log" 30
+fi
+
 # ---------------------------------------------------------------- benchmarks (not tests)
 BENCH=$LOGS/bench.jsonl
 : > "$BENCH"

@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/convert.h"
 #include "model/gpt.h"
+#include "model/sampling.h"
 
 using namespace amp;
 
@@ -138,4 +139,27 @@ TEST_CASE("gpt: BF16 and FP16 (loss-scaled) match the reference within the forma
   const nlohmann::json ref = reference();
   SECTION("bf16") { check_against(ref, run(ref, DType::BF16, 1.0f), 0.05, 0.03); }
   SECTION("fp16") { check_against(ref, run(ref, DType::F16, 1024.0f), 0.01, 0.005); }
+}
+
+TEST_CASE("sampling: top-k and temperature choose among the likeliest, seeded; byte text is valid UTF-8", "[gpt]") {
+  const std::vector<float> logits{0.0f, 5.0f, 4.0f, -3.0f, 4.0f};
+  // top_k 1: always the largest; ties broken by the lower id among equal logits.
+  for (double u : {0.0, 0.5, 0.999}) CHECK(sample_token(logits, 1.0, 1, u) == 1);
+  // top_k 3 among {1, 2, 4}: u near 1 takes the last of them (4, the higher id of the tie).
+  CHECK(sample_token(logits, 1.0, 3, 0.0) == 1);
+  CHECK(sample_token(logits, 1.0, 3, 0.9999) == 4);
+  // A low temperature concentrates on the largest.
+  CHECK(sample_token(logits, 0.01, 0, 0.99) == 1);
+  // The same seed gives the same text.
+  auto next = [](const std::vector<int32_t>& ctx) {
+    std::vector<float> l(256, 0.0f);
+    l[size_t('a' + ctx.size() % 3)] = 2.0f;
+    return l;
+  };
+  SampleOptions o;
+  o.tokens = 50;
+  CHECK(generate({'x'}, o, next) == generate({'x'}, o, next));
+  // Bytes that are not UTF-8 are escaped; valid sequences and newlines pass.
+  CHECK(detokenize({'h', 'i', '\n', 0xC3, 0xA9, 0xAB, 0x01}, 256) == "hi\n\xC3\xA9\\xAB\\x01");
+  CHECK(detokenize({5, 7}, 50257) == "5 7");
 }
