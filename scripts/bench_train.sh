@@ -10,28 +10,12 @@ cd "$(dirname "$0")/.."
 steps=${1:-300}
 batch=${2:-128}
 bin=${AMP_BUILD:-build}
-# The peer runs at its best: PyTorch from Debian calls the libblas.so.3 it finds first, so it is
-# pointed at OpenBLAS (OpenMP build) explicitly, whatever the alternatives system selects (a
-# reference BLAS pulled in by another package is 5x slower), with OPENBLAS_CORETYPE and
-# OPENBLAS_L2_SIZE unset for the peer alone (forcing a core type can select slow kernels).
-pkgs=()
-/usr/bin/python3 -c "import torch" 2>/dev/null || pkgs+=(python3-torch)
-dpkg-query -W -f='${Status}' libopenblas0-openmp 2>/dev/null | grep -q "install ok installed" || pkgs+=(libopenblas0-openmp)
-if ((${#pkgs[@]})); then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  $SUDO apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${pkgs[@]}" >/dev/null
-fi
-openblas_dir=/usr/lib/x86_64-linux-gnu/openblas-openmp
-peer() {
-  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE LD_LIBRARY_PATH="$openblas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      OMP_NUM_THREADS="$1" /usr/bin/python3 bench/peers/torch_mlp.py --precision "$2" --threads "$1" \
-      --batch "$batch" --steps 200
-}
+source scripts/peer_env.sh
+peer() { run_peer torch_mlp.py "$1" --precision "$2" --batch "$batch" --steps 200; }
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores," \
      "$(grep -o -w 'avx512f\|avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | xargs | sed 's/^$/no AVX-512/')"
 probe=$(peer 1 fp32)
-blas=$(/usr/bin/python3 -c "import json,sys; j=json.loads(sys.argv[1]); print(', '.join(j['blas']) or 'none mapped', '|', j['blas_config'] or 'not OpenBLAS', '| core', j['blas_core'] or '?', '| torch', j['torch'], '| oneDNN bf16:', j['mkldnn_bf16'])" "$probe")
+blas=$(describe_peer "$probe")
 echo "peer: PyTorch called $blas"
 peer_bf16=0
 case "$blas" in *"oneDNN bf16: True"*) peer_bf16=1 ;; esac

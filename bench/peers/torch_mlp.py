@@ -5,11 +5,12 @@ Prints one JSON line: {"precision", "threads", "batch", "samples_per_second", "s
 actually mapped after running its GEMMs (read from /proc/self/maps), "blas_config"/"blas_core"
 what OpenBLAS says of itself (its build and the kernel it picked for this CPU)."""
 import argparse
-import ctypes
 import json
 import time
 
 import torch
+
+from blas_info import blas_in_use
 
 p = argparse.ArgumentParser()
 p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
@@ -48,31 +49,6 @@ t0 = time.perf_counter()
 for _ in range(a.steps):
     step()
 dt = (time.perf_counter() - t0) / a.steps
-
-
-def blas_in_use():
-    """The libblas.so.3 this process mapped (libtorch's GEMMs go through it; LAPACK may map another
-    library beside it), and what OpenBLAS reports of itself when that one is OpenBLAS."""
-    libs, others = set(), set()
-    with open("/proc/self/maps") as f:
-        for line in f:
-            path = line.split()[-1] if len(line.split()) >= 6 else ""
-            name = path.rsplit("/", 1)[-1]
-            if name.startswith("libblas.so"):
-                libs.add(path)
-            elif name.startswith(("libopenblas", "libmkl_rt", "libblis")):
-                others.add(path)
-    config = core = ""
-    for path in sorted(libs):
-        try:
-            lib = ctypes.CDLL(path)
-            lib.openblas_get_config.restype = ctypes.c_char_p
-            lib.openblas_get_corename.restype = ctypes.c_char_p
-            config = lib.openblas_get_config().decode()
-            core = lib.openblas_get_corename().decode()
-        except (OSError, AttributeError):
-            pass
-    return sorted(libs), config, core
 
 
 libs, config, core = blas_in_use()

@@ -1,0 +1,92 @@
+"""PyTorch peer of the GPT benchmark: a nanoGPT-style decoder-only transformer with the same shapes
+as amp_ddp's (token + position embeddings, pre-LayerNorm blocks of causal multi-head attention and a
+GELU (tanh) MLP of width 4C, final LayerNorm, LM head tied to the token embedding), AdamW, mean
+cross-entropy; the same batch, context and thread count; FP32, or BF16 through CPU autocast.
+Prints one JSON line: {"precision", "threads", "batch", "tokens_per_second", "step_ms", "torch",
+"blas", "blas_config", "blas_core", "mkldnn_bf16"}."""
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+from blas_info import blas_in_use
+
+p = argparse.ArgumentParser()
+p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+p.add_argument("--threads", type=int, default=1)
+p.add_argument("--batch", type=int, default=16)
+p.add_argument("--seq", type=int, default=64)
+p.add_argument("--layers", type=int, default=4)
+p.add_argument("--heads", type=int, default=4)
+p.add_argument("--embd", type=int, default=128)
+p.add_argument("--vocab", type=int, default=256)
+p.add_argument("--steps", type=int, default=50)
+a = p.parse_args()
+torch.manual_seed(0)
+torch.set_num_threads(a.threads)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, c, h):
+        super().__init__()
+        self.h = h
+        self.ln_1, self.ln_2 = torch.nn.LayerNorm(c), torch.nn.LayerNorm(c)
+        self.qkv, self.proj = torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c)
+        self.fc, self.mproj = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
+
+    def forward(self, x, mask):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.h))
+        att = F.softmax(att.masked_fill(mask[:t, :t] == 0, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        x = x + self.proj(y)
+        return x + self.mproj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte, self.wpe = torch.nn.Embedding(a.vocab, a.embd), torch.nn.Embedding(a.seq, a.embd)
+        self.blocks = torch.nn.ModuleList(Block(a.embd, a.heads) for _ in range(a.layers))
+        self.ln_f = torch.nn.LayerNorm(a.embd)
+        self.register_buffer("mask", torch.tril(torch.ones(a.seq, a.seq)))
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for blk in self.blocks:
+            x = blk(x, self.mask)
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+model = GPT()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+x = torch.randint(0, a.vocab, (a.batch, a.seq))
+y = torch.randint(0, a.vocab, (a.batch, a.seq))
+
+
+def step():
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+        logits = model(x)
+    loss = F.cross_entropy(logits.float().view(-1, a.vocab), y.view(-1))
+    loss.backward()
+    opt.step()
+
+
+for _ in range(5):
+    step()
+t0 = time.perf_counter()
+for _ in range(a.steps):
+    step()
+dt = (time.perf_counter() - t0) / a.steps
+libs, config, core = blas_in_use()
+print(json.dumps({"precision": a.precision, "threads": a.threads, "batch": a.batch,
+                  "tokens_per_second": a.batch * a.seq / dt, "step_ms": dt * 1e3, "torch": torch.__version__,
+                  "blas": libs, "blas_config": config, "blas_core": core,
+                  "mkldnn_bf16": bool(torch.backends.mkldnn.is_available() and
+                                      getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())}))
