@@ -141,7 +141,7 @@ TEST_CASE("gpt: BF16 and FP16 (loss-scaled) match the reference within the forma
   SECTION("fp16") { check_against(ref, run(ref, DType::F16, 1024.0f), 0.01, 0.005); }
 }
 
-TEST_CASE("sampling: top-k and temperature choose among the likeliest, seeded; byte text is valid UTF-8", "[gpt]") {
+TEST_CASE("sampling: top-k and temperature choose among the likeliest, seeded, and byte text is valid UTF-8", "[gpt]") {
   const std::vector<float> logits{0.0f, 5.0f, 4.0f, -3.0f, 4.0f};
   // top_k 1: always the largest; ties broken by the lower id among equal logits.
   for (double u : {0.0, 0.5, 0.999}) CHECK(sample_token(logits, 1.0, 1, u) == 1);

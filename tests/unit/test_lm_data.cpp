@@ -189,7 +189,7 @@ TEST_CASE("paths and globs: sorted matches, no match and the same file twice are
 
 // ------------------------------------------------------------------------------------- shards
 
-TEST_CASE("token shards: a valid shard round-trips; shards concatenate in glob order", "[data][lm]") {
+TEST_CASE("token shards: a valid shard round-trips and shards concatenate in glob order", "[data][lm]") {
   TempDir dir;
   const std::vector<uint16_t> t0 = {0, 1, 255, 256, 50256, 65535}, t1 = {7, 8, 9};
   dir.write("s_000.bin", shard_bytes(t0));
