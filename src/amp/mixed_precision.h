@@ -61,6 +61,7 @@ class MixedPrecision {
   void load(const ScalerState& s);              // a resumed state
   ScalerState initial_state() const { return scaler_init(params_); }
   const ScalerParams& params() const { return params_; }
+  const std::vector<std::string>& tensor_names() const { return names_; }
   // Where the last skipped step's non-finite values were ("fc1.weight on rank 1", ...).
   std::string overflow_where(const ScalerState& s) const;
   // The line reporting skips between two reads ("" when none), and the divergence check: too many

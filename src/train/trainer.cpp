@@ -203,11 +203,7 @@ void Trainer::observe(int64_t step) {
   if (rank_ == 0)
     if (const std::string skips = amp.skip_report(seen_.scaler, now.scaler); !skips.empty()) reporter_.message(skips);
   amp.check_divergence(now.scaler, cfg_.precision.divergence_steps);
-  if (telemetry) {
-    std::vector<std::string> names;
-    for (const ParamInfo& t : model_->layout().tensors) names.push_back(t.name);
-    reporter_.telemetry(step, now.scaler.scale, amp.grad_stats(step_->gradients()), names);
-  }
+  if (telemetry) reporter_.telemetry(step, now.scaler.scale, amp.grad_stats(step_->gradients()), amp.tensor_names());
   seen_ = now;
   if (log_step) log_interval(step, now);
 }
