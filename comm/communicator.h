@@ -51,6 +51,14 @@ class Communicator {
   virtual void allreduce(BufView buf, ReduceOp op) = 0;
   // Non-blocking all-reduce; collectives complete in the order they were issued.
   virtual std::unique_ptr<Request> iallreduce(BufView buf, ReduceOp op) = 0;
+  // Reduce-scatter: send holds size() blocks of recv.count elements of recv.dtype; this rank
+  // receives the reduction of block rank() in recv (a separate buffer). Same arithmetic as the
+  // all-reduce; the non-blocking form completes in issue order with the all-reduces.
+  virtual void reduce_scatter(const void* send, BufView recv, ReduceOp op);
+  virtual std::unique_ptr<Request> ireduce_scatter(const void* send, BufView recv, ReduceOp op);
+  // In-place all-gather: all holds size() blocks of all.count / size() elements, block rank() this
+  // rank's; afterwards every block holds its rank's.
+  virtual void allgather_in_place(BufView all);
   virtual void broadcast(BufView buf, int root) = 0;
   // Gathers `bytes` from every rank into recv (size() * bytes), in rank order.
   virtual void allgather(const void* send, void* recv, size_t bytes) = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "comm/shard_layout.h"
 #include "core/error.h"
 
 namespace amp {
@@ -36,12 +37,52 @@ GradReducer::GradReducer(Communicator& comm, std::vector<TensorSpan> spans, size
                          size_t first_bucket_bytes, size_t bucket_bytes, BeforeReduce before_reduce)
     : comm_(comm), spans_(std::move(spans)), dtype_(dtype), grads_(grads), before_reduce_(std::move(before_reduce)) {
   buckets_ = make_buckets(spans_, total, dtype_size(dtype), first_bucket_bytes, bucket_bytes);
-  of_tensor_.resize(spans_.size());
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    for (int t = buckets_[b].first_tensor; t <= buckets_[b].last_tensor; ++t) of_tensor_[size_t(t)].push_back(b);
-  pending_.resize(buckets_.size());
+  rebuild_index();
   // A communicator whose waits do not block the host measures on the device (see ReducerStats).
   clock_ = dynamic_cast<StepClock*>(&comm_);
+}
+
+void GradReducer::rebuild_index() {
+  of_tensor_.assign(spans_.size(), {});
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (int t = buckets_[b].first_tensor; t <= buckets_[b].last_tensor; ++t) of_tensor_[size_t(t)].push_back(b);
+  pending_.assign(buckets_.size(), 0);
+}
+
+void GradReducer::shard(const ShardLayout& layout, void* shard_grads) {
+  AMP_CHECK(layout.world() == comm_.size() && layout.rank() == comm_.rank(), "shard layout of rank ", layout.rank(),
+            " of ", layout.world(), " on rank ", comm_.rank(), " of ", comm_.size());
+  shards_ = &layout;
+  shard_grads_ = shard_grads;
+  buckets_ = layout.buckets();
+  rebuild_index();
+}
+
+BufView GradReducer::bucket_view(size_t b) const {
+  const Bucket& bk = buckets_[b];
+  return BufView{static_cast<char*>(grads_) + bk.begin * dtype_size(dtype_), bk.end - bk.begin, dtype_};
+}
+
+BufView GradReducer::shard_view(size_t b) const {
+  const ShardPiece p = shards_->piece(b, comm_.rank());
+  return BufView{static_cast<char*>(shard_grads_) + p.shard_begin * dtype_size(dtype_), p.count, dtype_};
+}
+
+void GradReducer::gather_shards(void* buf, DType dtype) {
+  AMP_CHECK(shards_, "gather_shards without a shard layout");
+  if (!active()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t bytes = 0;
+  for (const Bucket& bk : buckets_) {
+    const BufView all{static_cast<char*>(buf) + bk.begin * dtype_size(dtype), bk.end - bk.begin, dtype};
+    comm_.allgather_in_place(all);
+    bytes += all.bytes();
+  }
+  last_.gathered_bytes = bytes;
+  if (clock_) return;  // enqueued only: a device communicator's time is not the host's
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  last_.comm_seconds += s;
+  last_.exposed_seconds += s;
 }
 
 void GradReducer::begin_step() {
@@ -77,8 +118,9 @@ void GradReducer::launch(size_t b) {
   AMP_CHECK(b == launched_, "bucket ", b, " launched out of order (next is ", launched_, ")");
   const Bucket& bk = buckets_[b];
   if (before_reduce_) before_reduce_(bk.begin, bk.end);
-  BufView view{static_cast<char*>(grads_) + bk.begin * dtype_size(dtype_), bk.end - bk.begin, dtype_};
-  requests_.push_back(comm_.iallreduce(view, ReduceOp::Sum));
+  const BufView view = bucket_view(b);
+  requests_.push_back(shards_ ? comm_.ireduce_scatter(view.data, shard_view(b), ReduceOp::Sum)
+                              : comm_.iallreduce(view, ReduceOp::Sum));
   step_bytes_ += view.bytes();
   ++launched_;
 }
@@ -86,8 +128,9 @@ void GradReducer::launch(size_t b) {
 void GradReducer::reduce_blocking(size_t b) {
   const Bucket& bk = buckets_[b];
   if (before_reduce_) before_reduce_(bk.begin, bk.end);
-  BufView view{static_cast<char*>(grads_) + bk.begin * dtype_size(dtype_), bk.end - bk.begin, dtype_};
-  comm_.allreduce(view, ReduceOp::Sum);
+  const BufView view = bucket_view(b);
+  if (shards_) comm_.reduce_scatter(view.data, shard_view(b), ReduceOp::Sum);
+  else comm_.allreduce(view, ReduceOp::Sum);
   step_bytes_ += view.bytes();
 }
 

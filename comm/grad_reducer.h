@@ -4,6 +4,8 @@
 // every tensor a bucket overlaps, the caller's pre-reduction hook sees the bucket's range (the
 // trainer checks it for non-finite values into this rank's flag slot) and its non-blocking sum
 // starts, while backward goes on with earlier layers. The reducer only moves bytes.
+// With sharded optimizer state (comm/shard_layout.h) each bucket is reduce-scattered instead, and
+// after the update the reducer all-gathers the updated working weights bucket by bucket.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,8 @@
 #include "core/tensor_span.h"
 
 namespace amp {
+
+class ShardLayout;  // comm/shard_layout.h
 
 struct Bucket {
   size_t begin = 0, end = 0;      // element range in the flat gradient buffer
@@ -32,7 +36,9 @@ struct Bucket {
 struct ReducerStats {
   double comm_seconds = 0;     // time the collectives took, summed (measured where they run)
   double exposed_seconds = 0;  // time the caller's work stood still waiting for them after backward
-  size_t bytes = 0;            // bytes all-reduced per step
+                               // (and, sharded on the host, for the weights' all-gather)
+  size_t bytes = 0;            // gradient bytes all-reduced (or reduce-scattered) per step
+  size_t gathered_bytes = 0;   // sharded: weight bytes all-gathered per step
   int64_t measured = 0;        // steps measured so far: the times above are new when this changed
 };
 
@@ -63,6 +69,13 @@ class GradReducer {
   // overlap = false: buckets are reduced one after the other, blocking, in finish() (no
   // communication thread competing with backward for the cores).
   void set_overlap(bool overlap) { overlap_ = overlap; }
+  // Sharded optimizer state: the buckets become the layout's (grads then holds layout.padded()
+  // elements) and each is reduce-scattered, this rank's block into shard_grads (the layout's
+  // shard_size() elements of the same type) at the block's place in the shard.
+  void shard(const ShardLayout& layout, void* shard_grads);
+  // Sharded, after the update: the blocks of every bucket of buf (layout.padded() elements of
+  // dtype, this rank's blocks updated) all-gathered in place, in bucket order.
+  void gather_shards(void* buf, DType dtype);
   bool overlap() const { return overlap_; }
 
   void begin_step();
@@ -78,6 +91,9 @@ class GradReducer {
   void launch(size_t b);
 
   void reduce_blocking(size_t b);
+  void rebuild_index();
+  BufView bucket_view(size_t b) const;
+  BufView shard_view(size_t b) const;  // this rank's block of bucket b in shard_grads_
 
   Communicator& comm_;
   std::vector<TensorSpan> spans_;
@@ -91,6 +107,8 @@ class GradReducer {
   size_t launched_ = 0;
   bool overlap_ = true;
   StepClock* clock_ = nullptr;  // the communicator's, when it times on the device
+  const ShardLayout* shards_ = nullptr;
+  void* shard_grads_ = nullptr;
   size_t step_bytes_ = 0;
   ReducerStats last_;
 };

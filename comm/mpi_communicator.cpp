@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <string>
 #include <vector>
@@ -16,21 +17,6 @@
 #include "core/half.h"
 
 namespace amp {
-
-const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-  }
-  return "?";
-}
-
-template <> BufView view_of<float>(float* p, size_t n) { return {p, n, DType::F32}; }
-template <> BufView view_of<int32_t>(int32_t* p, size_t n) { return {p, n, DType::I32}; }
-template <> BufView view_of<uint8_t>(uint8_t* p, size_t n) { return {p, n, DType::U8}; }
-template <> BufView view_of<Half>(Half* p, size_t n) { return {p, n, DType::F16}; }
-template <> BufView view_of<BFloat16>(BFloat16* p, size_t n) { return {p, n, DType::BF16}; }
 
 namespace {
 
@@ -305,16 +291,16 @@ void MpiCommunicator::run_allreduce(void* comm_handle, BufView buf, ReduceOp op)
 
 void MpiCommunicator::allreduce(BufView buf, ReduceOp op) { run_allreduce(world_, buf, op); }
 
-std::unique_ptr<Request> MpiCommunicator::iallreduce(BufView buf, ReduceOp op) {
+std::unique_ptr<Request> MpiCommunicator::enqueue(std::function<void()> task) {
   auto promise = std::make_shared<std::promise<void>>();
   auto secs = std::make_shared<double>(0.0);
   std::shared_future<void> fut = promise->get_future().share();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.emplace_back([this, buf, op, promise, secs] {
+    queue_.emplace_back([task = std::move(task), promise, secs] {
       try {
         const auto t0 = std::chrono::steady_clock::now();
-        run_allreduce(worker_comm_, buf, op);
+        task();
         *secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         promise->set_value();
       } catch (...) {
@@ -324,6 +310,43 @@ std::unique_ptr<Request> MpiCommunicator::iallreduce(BufView buf, ReduceOp op) {
   }
   cv_.notify_one();
   return std::make_unique<MpiRequest>(fut, secs);
+}
+
+std::unique_ptr<Request> MpiCommunicator::iallreduce(BufView buf, ReduceOp op) {
+  return enqueue([this, buf, op] { run_allreduce(worker_comm_, buf, op); });
+}
+
+void MpiCommunicator::run_reduce_scatter(void* comm_handle, const void* send, BufView recv, ReduceOp op) {
+  if (recv.count == 0) return;
+  AMP_CHECK(!(op == ReduceOp::Avg && (recv.dtype == DType::I32 || recv.dtype == DType::U8)),
+            "average of integers is not defined");
+  if (size_ == 1) {
+    std::memcpy(recv.data, send, recv.bytes());
+    return;
+  }
+  AMP_CHECK(recv.count <= size_t(INT_MAX), "reduce-scatter blocks of more than 2^31 elements");
+  Watchdog::Wait wait(watchdog_.get(), "reduce-scatter", detail_of(recv, reduce_op_name(op)));
+  MPI_CHECK(MPI_Reduce_scatter_block(send, recv.data, static_cast<int>(recv.count), mpi_type(recv.dtype),
+                                     mpi_op(recv.dtype, op), as_comm(comm_handle)));
+  if (op == ReduceOp::Avg) divide_in_place(recv, size_);
+}
+
+void MpiCommunicator::reduce_scatter(const void* send, BufView recv, ReduceOp op) {
+  run_reduce_scatter(world_, send, recv, op);
+}
+
+std::unique_ptr<Request> MpiCommunicator::ireduce_scatter(const void* send, BufView recv, ReduceOp op) {
+  return enqueue([this, send, recv, op] { run_reduce_scatter(worker_comm_, send, recv, op); });
+}
+
+void MpiCommunicator::allgather_in_place(BufView all) {
+  if (all.count == 0 || size_ == 1) return;
+  AMP_CHECK(all.count % size_t(size_) == 0, "all-gather of ", all.count, " elements over ", size_, " ranks");
+  const size_t block = all.bytes() / size_t(size_);
+  AMP_CHECK(block <= size_t(INT_MAX), "all-gather blocks of more than 2 GiB");
+  Watchdog::Wait wait(watchdog_.get(), "all-gather", detail_of(all, nullptr));
+  MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.data, static_cast<int>(block), MPI_BYTE,
+                          as_comm(world_)));
 }
 
 void MpiCommunicator::raw_allreduce(BufView buf, ReduceOp op) {

@@ -30,6 +30,9 @@ class MpiCommunicator final : public Communicator {
 
   void allreduce(BufView buf, ReduceOp op) override;
   std::unique_ptr<Request> iallreduce(BufView buf, ReduceOp op) override;
+  void reduce_scatter(const void* send, BufView recv, ReduceOp op) override;
+  std::unique_ptr<Request> ireduce_scatter(const void* send, BufView recv, ReduceOp op) override;
+  void allgather_in_place(BufView all) override;
   void broadcast(BufView buf, int root) override;
   void allgather(const void* send, void* recv, size_t bytes) override;
   void barrier() override;
@@ -48,6 +51,9 @@ class MpiCommunicator final : public Communicator {
  private:
   void worker_loop();
   void run_allreduce(void* comm_handle, BufView buf, ReduceOp op);
+  void run_reduce_scatter(void* comm_handle, const void* send, BufView recv, ReduceOp op);
+  // Runs task on the worker thread after the collectives issued before it.
+  std::unique_ptr<Request> enqueue(std::function<void()> task);
 
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   bool finalize_ = false;

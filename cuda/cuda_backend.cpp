@@ -307,6 +307,10 @@ void CudaBackend::check_norm(const float* norm_sq, float max_norm, int32_t* flag
   cuda::check_norm(launch(), norm_sq, max_norm, flags);
 }
 
+void CudaBackend::sum_norm_partials(const int32_t* flags, int world, float* norm_sq) {
+  cuda::sum_norm_partials(launch(), flags, world, norm_sq);
+}
+
 void CudaBackend::update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) {
   cuda::update_scale(launch(), state, params, flags, world);
 }

@@ -56,6 +56,7 @@ void optimizer_step(const Launch& l, const OptimizerParams& p, const float* lr, 
 
 // ---- scaler.cu
 void check_norm(const Launch& l, const float* norm_sq, float max_norm, int32_t* flags);
+void sum_norm_partials(const Launch& l, const int32_t* flags, int world, float* norm_sq);
 void update_scale(const Launch& l, ScalerState* state, const ScalerParams& params, const int32_t* flags, int world);
 
 }  // namespace amp::cuda

@@ -1,6 +1,6 @@
 // The scaler's one-thread kernels: update_scale runs the host's scaler state machine
 // (amp/loss_scaler.h) on the reduced overflow flags, check_norm the norm verdict
-// (amp/overflow_flags.h), so the scale and the flags never leave device memory.
+// (amp/overflow_flags.h) and sum_norm_partials the sharded norm, so the scale and the flags never leave device memory.
 #include "cuda/kernel_util.cuh"
 
 namespace amp::cuda {
@@ -16,7 +16,16 @@ __global__ void check_norm_kernel(const float* norm_sq, float max_norm, int32_t*
   flag_norm_overflow(flags, *norm_sq, max_norm);
 }
 
+__global__ void sum_norm_partials_kernel(const int32_t* flags, int world, float* norm_sq) {
+  *norm_sq = amp::sum_norm_partials(flags, world);
+}
+
 }  // namespace
+
+void sum_norm_partials(const Launch& l, const int32_t* flags, int world, float* norm_sq) {
+  sum_norm_partials_kernel<<<1, 1, 0, l.stream>>>(flags, world, norm_sq);
+  AMP_CHECK_LAUNCH("sum_norm_partials_kernel");
+}
 
 void check_norm(const Launch& l, const float* norm_sq, float max_norm, int32_t* flags) {
   check_norm_kernel<<<1, 1, 0, l.stream>>>(norm_sq, max_norm, flags);

@@ -229,6 +229,27 @@ struct NcclCommunicator::Impl {
     AMP_CUDA_CHECK(cudaStreamWaitEvent(compute, done.get(), 0));
     shared->give_event(std::move(done));
   }
+  // Enqueues one collective (issue(comm, stream) returns NCCL's result) on the communication
+  // stream after the compute stream's work so far, inside the open step's timing marks; the
+  // request's wait makes the compute stream wait for it.
+  template <typename Issue>
+  std::unique_ptr<Request> timed(size_t count, Issue issue) {
+    ncclComm_t c = comm();
+    if (count == 0) return std::make_unique<NcclRequest>(shared, Event());
+    note_capture();
+    order_after_compute();
+    TimedStep* t = open_step;
+    if (t && t->starts.size() <= t->n) {
+      t->starts.emplace_back();
+      t->ends.emplace_back();
+    }
+    if (t) t->mark(t->starts[t->n], comm_stream.get());
+    AMP_NCCL_CHECK(issue(c, comm_stream.get()));
+    if (t) t->mark(t->ends[t->n++], comm_stream.get());
+    Event done = shared->take_event();
+    AMP_CUDA_CHECK(cudaEventRecord(done.get(), comm_stream.get()));
+    return std::make_unique<NcclRequest>(shared, std::move(done));
+  }
   // Host wait for the communication stream that notices NCCL errors.
   void wait_comm_stream() {
     std::shared_ptr<Shared> s = shared;
@@ -309,24 +330,38 @@ int NcclCommunicator::local_size() const { return impl_->world.local_size(); }
 void NcclCommunicator::check_async_errors() { impl_->shared->check(); }
 
 std::unique_ptr<Request> NcclCommunicator::iallreduce(BufView buf, ReduceOp op) {
-  Impl& m = *impl_;
   const ncclDataType_t type = nccl_type(buf.dtype);
   const ncclRedOp_t rop = nccl_op(op, buf.dtype);
+  return impl_->timed(buf.count, [&](ncclComm_t comm, cudaStream_t s) {
+    return ncclAllReduce(buf.data, buf.data, buf.count, type, rop, comm, s);
+  });
+}
+
+std::unique_ptr<Request> NcclCommunicator::ireduce_scatter(const void* send, BufView recv, ReduceOp op) {
+  const ncclDataType_t type = nccl_type(recv.dtype);
+  const ncclRedOp_t rop = nccl_op(op, recv.dtype);
+  return impl_->timed(recv.count, [&](ncclComm_t comm, cudaStream_t s) {
+    return ncclReduceScatter(send, recv.data, recv.count, type, rop, comm, s);
+  });
+}
+
+void NcclCommunicator::reduce_scatter(const void* send, BufView recv, ReduceOp op) {
+  ireduce_scatter(send, recv, op)->wait();
+}
+
+void NcclCommunicator::allgather_in_place(BufView all) {
+  Impl& m = *impl_;
   ncclComm_t comm = m.comm();
-  if (buf.count == 0) return std::make_unique<NcclRequest>(m.shared, Event());
+  const size_t world = size_t(size());
+  AMP_CHECK(all.count % world == 0, "all-gather of ", all.count, " elements over ", world, " ranks");
+  if (all.count == 0) return;
+  const size_t block = all.bytes() / world;
+  char* base = static_cast<char*>(all.data);
   m.note_capture();
   m.order_after_compute();
-  TimedStep* t = m.open_step;
-  if (t && t->starts.size() <= t->n) {
-    t->starts.emplace_back();
-    t->ends.emplace_back();
-  }
-  if (t) t->mark(t->starts[t->n], m.comm_stream.get());
-  AMP_NCCL_CHECK(ncclAllReduce(buf.data, buf.data, buf.count, type, rop, comm, m.comm_stream.get()));
-  if (t) t->mark(t->ends[t->n++], m.comm_stream.get());
-  Event done = m.shared->take_event();
-  AMP_CUDA_CHECK(cudaEventRecord(done.get(), m.comm_stream.get()));
-  return std::make_unique<NcclRequest>(m.shared, std::move(done));
+  // In place: this rank's block is already where the gathered buffer wants it (NCCL's rule).
+  AMP_NCCL_CHECK(ncclAllGather(base + size_t(rank()) * block, base, block, ncclUint8, comm, m.comm_stream.get()));
+  m.join_compute();
 }
 
 void NcclCommunicator::allreduce(BufView buf, ReduceOp op) { iallreduce(buf, op)->wait(); }

@@ -32,11 +32,14 @@ class NcclCommunicator final : public Communicator, public StepClock {
   int local_rank() const override;
   int local_size() const override;
 
-  // Device buffers only. allreduce/broadcast/allgather return once the work is enqueued and the
+  // Device buffers only. allreduce/reduce_scatter/broadcast/allgather return once the work is enqueued and the
   // compute stream made to wait for it; barrier() blocks the host. Requests' seconds() are 0: the
   // step clock below times the collectives.
   void allreduce(BufView buf, ReduceOp op) override;
   std::unique_ptr<Request> iallreduce(BufView buf, ReduceOp op) override;
+  void reduce_scatter(const void* send, BufView recv, ReduceOp op) override;
+  std::unique_ptr<Request> ireduce_scatter(const void* send, BufView recv, ReduceOp op) override;
+  void allgather_in_place(BufView all) override;
   void broadcast(BufView buf, int root) override;
   void allgather(const void* send, void* recv, size_t bytes) override;
   void barrier() override;

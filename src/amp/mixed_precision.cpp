@@ -23,8 +23,20 @@ void MixedPrecision::check_bucket(const void* grads, size_t begin, size_t end) {
   k_.find_nonfinite(grads, grad_dtype_, spans_, begin, end, flags_dev_ + OverflowFlags::rank_slot(rank_));
 }
 
+void MixedPrecision::shard(std::vector<TensorSpan> shard_spans) {
+  AMP_CHECK(shard_spans.size() == spans_.size(), "shard: ", shard_spans.size(), " spans for ", spans_.size(), " tensors");
+  shard_spans_ = std::move(shard_spans);
+  sharded_ = true;
+}
+
 void MixedPrecision::unscale_and_check(const void* grads, float* g32) {
-  k_.unscale_check(grads, grad_dtype_, spans_, &dev_->scaler.scale, g32, flags_dev_, &dev_->norm_sq);
+  if (!sharded_) {
+    k_.unscale_check(grads, grad_dtype_, spans_, &dev_->scaler.scale, g32, flags_dev_, &dev_->norm_sq);
+    return;
+  }
+  // This rank's partial norm² goes into its norm slot, as FP32 bits (overflow_flags.h).
+  float* partial = reinterpret_cast<float*>(flags_dev_ + OverflowFlags::norm_slot(rank_, world_));
+  k_.unscale_check(grads, grad_dtype_, shard_spans_, &dev_->scaler.scale, g32, flags_dev_, partial);
 }
 
 void MixedPrecision::agree(Communicator* comm) {
@@ -32,6 +44,7 @@ void MixedPrecision::agree(Communicator* comm) {
 }
 
 void MixedPrecision::check_norm(float max_norm) {
+  if (sharded_) k_.sum_norm_partials(flags_dev_, world_, &dev_->norm_sq);
   if (max_norm > 0.0f) k_.check_norm(&dev_->norm_sq, max_norm, flags_dev_);
 }
 

@@ -7,8 +7,10 @@
 //   scale()                the scale that seeds backward (loss x S)
 //   check_bucket(...)      pre-reduction check of a gradient bucket: this rank's flag slot
 //   unscale_and_check(...) the fused pass: FP32 gradients = 16-bit / S, non-finite check, norm²
+//                          (sharded: of this rank's shard, its partial norm² into its norm slot)
 //   agree(comm)            one MAX all-reduce of the flags: every rank sees every rank's verdict
-//   check_norm(max_norm)   a non-finite norm with clipping on is a skip too
+//   check_norm(max_norm)   (sharded: the global norm² = the partials summed in rank order) a
+//                          non-finite norm with clipping on is a skip too
 //   [the optimizer reads flags(), norm_sq() and state(); it steps unless flags()[kAny]]
 //   update()               attribution of a skip, then the scale moves (scaler_update)
 //
@@ -43,6 +45,12 @@ class MixedPrecision {
   MixedPrecision(DeviceMemory& mem, AmpKernels& kernels, const ScalerParams& params, DType grad_dtype,
                  std::vector<TensorSpan> spans, std::vector<std::string> names, int rank, int world);
 
+  // Sharded optimizer state (distributed.zero: 1): unscale_and_check then reads this rank's shard
+  // of the reduced gradients, where shard_spans[t] is tensor t's range (empty when the shard holds
+  // none of it). check_bucket and grad_stats keep the flat layout of the full local gradients.
+  void shard(std::vector<TensorSpan> shard_spans);
+  bool sharded() const { return sharded_; }
+
   // ---- the step's verbs (enqueued on the backend; capturable into a CUDA graph) --------------------
   void begin_step();
   const float* scale() const { return &dev_->scaler.scale; }
@@ -76,7 +84,8 @@ class MixedPrecision {
   AmpKernels& k_;
   ScalerParams params_;
   DType grad_dtype_;
-  std::vector<TensorSpan> spans_;
+  std::vector<TensorSpan> spans_, shard_spans_;
+  bool sharded_ = false;
   std::vector<std::string> names_;
   int rank_, world_;
   Buffer scalars_, flags_;

@@ -35,6 +35,8 @@ class AmpKernels {
                              const float* scale, float* out32, int32_t* flags, float* norm_sq) = 0;
   // flag_norm_overflow(flags, *norm_sq, max_norm) (amp/overflow_flags.h).
   virtual void check_norm(const float* norm_sq, float max_norm, int32_t* flags) = 0;
+  // *norm_sq = sum_norm_partials(flags, world) (amp/overflow_flags.h): sharded gradients.
+  virtual void sum_norm_partials(const int32_t* flags, int world, float* norm_sq) = 0;
   // Per-tensor zero / subnormal fractions and largest magnitude (telemetry; host results).
   virtual std::vector<GradStats> grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) = 0;
   // scaler_record_flags(*state, flags, world), then scaler_update(*state, params, flags[kAny] != 0).

@@ -28,11 +28,26 @@ void ShardedSampler::make_epoch(int64_t epoch) {
   epoch_ = epoch;
 }
 
+DataPosition ShardedSampler::position(int64_t step) const {
+  AMP_CHECK(step >= base_step_, "sampler: step ", step, " before the resumed step ", base_step_);
+  const uint64_t delta = uint64_t(step - base_step_);
+  // Whole batches left in the epoch the run (re)started in, then whole epochs.
+  const uint64_t first = base_.offset <= n_ ? (n_ - base_.offset) / global_batch_ : 0;
+  if (delta < first) return DataPosition{base_.epoch, base_.offset + delta * global_batch_};
+  const uint64_t rest = delta - first;
+  return DataPosition{base_.epoch + 1 + int64_t(rest / steps_per_epoch_), (rest % steps_per_epoch_) * global_batch_};
+}
+
+void ShardedSampler::resume_at(int64_t step, DataPosition pos) {
+  AMP_CHECK(step >= 0 && pos.epoch >= 0, "sampler: resume at step ", step, ", epoch ", pos.epoch);
+  base_step_ = step;
+  base_ = pos;
+}
+
 const std::vector<uint32_t>& ShardedSampler::batch(int64_t step) {
-  const int64_t epoch = step / int64_t(steps_per_epoch_);
-  const size_t in_epoch = size_t(step % int64_t(steps_per_epoch_));
-  if (epoch != epoch_) make_epoch(epoch);
-  const size_t base = in_epoch * global_batch_ + size_t(rank_) * batch_;
+  const DataPosition pos = position(step);
+  if (pos.epoch != epoch_) make_epoch(pos.epoch);
+  const size_t base = size_t(pos.offset) + size_t(rank_) * batch_;
   for (size_t i = 0; i < batch_; ++i) out_[i] = perm_[base + i];
   return out_;
 }

@@ -57,12 +57,23 @@ int64_t step_of_name(const std::string& path) {
 }  // namespace
 
 CheckpointIO::CheckpointIO(const Config& cfg, Communicator& world, TrainStep& step, const ParamLayout& layout,
-                           DType compute, const ShardedSampler& sampler, int64_t total_steps, Reporter& reporter,
+                           DType compute, ShardedSampler& sampler, int64_t total_steps, Reporter& reporter,
                            const Drills& drills)
     : cfg_(cfg), world_(world), step_(step), layout_(layout), compute_(compute), sampler_(sampler),
       total_steps_(total_steps), reporter_(reporter), drills_(drills) {}
 
+uint64_t CheckpointIO::samples_consumed(int64_t step) const {
+  return samples_before_ + uint64_t(step - resumed_step_) * uint64_t(sampler_.global_batch());
+}
+
 std::string CheckpointIO::save(int64_t step, const RunRecord& record) {
+  // Sharded state is gathered by every rank (a collective); replicated state only rank 0 reads.
+  HostState st;
+  if (world_.rank() == 0 || step_.sharded()) {
+    st.master = step_.masters();
+    st.state1 = step_.state(1);
+    st.state2 = step_.state(2);
+  }
   const StepSums sums = step_.read_sums();
   const ScalerState scaler = step_.amp().read().scaler;
   // Each rank's half-finished interval sums differ: every rank gets its own back on resume, so the
@@ -72,20 +83,19 @@ std::string CheckpointIO::save(int64_t step, const RunRecord& record) {
   world_.allgather(&mine, all.data(), sizeof mine);
   std::string path;
   run_agreed(world_, [&] {
-    if (world_.rank() == 0) path = write(step, scaler, all, record);
+    if (world_.rank() == 0) path = write(step, scaler, all, record, st);
   });
   return path;
 }
 
 std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const std::vector<RankIntervalSums>& sums,
-                                const RunRecord& record) {
+                                const RunRecord& record, const HostState& st) {
   Checkpoint ck;
-  const std::vector<float> master = step_.masters();
+  const std::vector<float>& master = st.master;
   ck.sections["master"] = bytes_of(master.data(), master.size());
-  for (int which : {1, 2}) {
-    const std::vector<float> s = step_.state(which);
-    if (!s.empty()) ck.sections[which == 1 ? "state1" : "state2"] = bytes_of(s.data(), s.size());
-  }
+  if (!st.state1.empty()) ck.sections["state1"] = bytes_of(st.state1.data(), st.state1.size());
+  if (!st.state2.empty()) ck.sections["state2"] = bytes_of(st.state2.data(), st.state2.size());
+  const DataPosition pos = sampler_.position(step);
   ck.sections["scaler"] = bytes_of(&scaler, 1);
   ck.sections["rank_sums"] = bytes_of(sums.data(), sums.size());
   ck.header = {{"program", "amp_ddp"},
@@ -93,7 +103,11 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
                {"step", step},
                {"epoch", double(step) / double(sampler_.steps_per_epoch())},
                {"world_size", world_.size()},
+               {"zero", cfg_.distributed.zero},
                {"global_batch", sampler_.global_batch()},
+               {"data_epoch", pos.epoch},
+               {"data_offset", pos.offset},
+               {"samples_consumed", samples_consumed(step)},
                {"precision", precision_name(compute_)},
                {"optimizer", optimizer_name(cfg_.optimizer.params.kind)},
                {"loss_scale_mode", scale_mode_name(cfg_.precision.scaler.mode)},
@@ -125,7 +139,7 @@ void CheckpointIO::check_header(const Checkpoint& ck, const std::string& path) c
                                               brief(theirs), ", this run has ", brief(ours)));
   };
   const int64_t world = header_field<int64_t>(ck, "world_size", -1);
-  if (world != world_.size()) mismatch("world size", world, world_.size());
+  if (world < 1) mismatch("world size", world, world_.size());
   const nlohmann::json layout = ck.header.contains("layout") ? ck.header["layout"] : nlohmann::json();
   if (layout != layout_json(layout_)) mismatch("another model: parameter tensors", layout, layout_json(layout_));
   const std::string prec = header_field<std::string>(ck, "precision", "");
@@ -215,12 +229,51 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
       sc.iterations != step || sc.overflow_steps + sc.optimizer_steps != step)
     bad(strcat("the loss-scaler state (scale ", sc.scale, ", ", sc.overflow_steps, " skipped + ", sc.optimizer_steps,
                " applied of ", sc.iterations, " steps) does not fit step ", step));
-  // Every rank continues its own half-finished log interval.
-  const auto& rs = section("rank_sums", size_t(world_.size()) * sizeof(RankIntervalSums));
+  // Every rank continues its own half-finished log interval; with another world size rank 0
+  // carries the old ranks' sums together.
+  const int64_t world_then = header_field<int64_t>(ck, "world_size", -1);
+  if (world_then < 1 || world_then > (int64_t(1) << 24)) bad(strcat("header field \"world_size\" is ", world_then));
+  const auto& rs = section("rank_sums", size_t(world_then) * sizeof(RankIntervalSums));
   RankIntervalSums mine;
-  std::memcpy(&mine, rs.data() + size_t(world_.rank()) * sizeof mine, sizeof mine);
+  if (world_then == world_.size()) {
+    std::memcpy(&mine, rs.data() + size_t(world_.rank()) * sizeof mine, sizeof mine);
+  } else if (world_.rank() == 0) {
+    for (int64_t r = 0; r < world_then; ++r) {
+      RankIntervalSums theirs;
+      std::memcpy(&theirs, rs.data() + size_t(r) * sizeof theirs, sizeof theirs);
+      mine.loss_sum += theirs.loss_sum;
+      mine.correct += theirs.correct;
+    }
+  }
   const int64_t interval = header_field<int64_t>(ck, "interval_steps", 0);
   if (interval < 0 || interval > step) bad(strcat("header field \"interval_steps\" is ", interval, " at step ", step));
+
+  // Where the data stands: recorded by the writer (any global batch); older checkpoints hold only
+  // the step and their global batch, which was constant over their run.
+  const int64_t batch_then = header_field<int64_t>(ck, "global_batch", 0);
+  if (batch_then < 1) bad(strcat("header field \"global_batch\" is ", batch_then));
+  const uint64_t n_samples = sampler_.samples();
+  const uint64_t spe_then = n_samples / uint64_t(batch_then);
+  if (spe_then == 0)
+    bad(strcat("its global batch of ", batch_then, " is larger than the ", n_samples, " training samples"));
+  DataPosition pos{int64_t(uint64_t(step) / spe_then), uint64_t(step) % spe_then * uint64_t(batch_then)};
+  pos.epoch = header_field<int64_t>(ck, "data_epoch", pos.epoch);
+  pos.offset = uint64_t(header_field<int64_t>(ck, "data_offset", int64_t(pos.offset)));
+  if (pos.epoch < 0 || pos.offset > n_samples)
+    bad(strcat("the data position (epoch ", pos.epoch, ", sample ", pos.offset, ") is outside the ", n_samples,
+               " training samples"));
+  const int64_t samples = header_field<int64_t>(ck, "samples_consumed", step * batch_then);
+  if (samples < 0) bad(strcat("header field \"samples_consumed\" is ", samples));
+  const int64_t zero_then = header_field<int64_t>(ck, "zero", 0);
+  if (world_.rank() == 0 && (world_then != world_.size() || zero_then != cfg_.distributed.zero))
+    reporter_.message(strcat("elastic resume: the checkpoint was written by ", world_then, " rank(s) with distributed.zero ",
+                             zero_then, " (global batch ", batch_then, "); this run has ", world_.size(),
+                             " rank(s) with distributed.zero ", cfg_.distributed.zero, " (global batch ",
+                             sampler_.global_batch(), "): masters and optimizer state load whole; the data continues at "
+                             "sample ", pos.offset, " of epoch ", pos.epoch, " (", samples, " samples consumed)",
+                             batch_then != int64_t(sampler_.global_batch())
+                                 ? "; the global batch changed (adjust data.batch_size to keep it)"
+                                 : ""));
 
   // A changed loss-scale mode applies from here on: the new mode starts from its initial state; the
   // step counters (AdamW's bias correction counts applied steps) carry on.
@@ -247,6 +300,9 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
   step_.load_states(states[0].empty() ? nullptr : states[0].data(), states[1].empty() ? nullptr : states[1].data());
   step_.amp().load(sc);
   step_.load_sums(mine.loss_sum, mine.correct);
+  sampler_.resume_at(step, pos);
+  resumed_step_ = step;
+  samples_before_ = uint64_t(samples);
   record.interval_steps = interval;
   record.first_loss = header_field<double>(ck, "first_loss", 0.0);
   record.last_eval_loss = header_field<double>(ck, "last_eval_loss", -1.0);

@@ -1,6 +1,9 @@
 // Checkpoint I/O of a run: what goes into a checkpoint (train/checkpoint.h is the file format) and
 // how a run continues from one, bit for bit. Rank 0 writes and reads files; every rank receives the
 // bytes (no shared file system needed). Every field is validated before it is used.
+// The state is written as whole tensors (sharded optimizer state is gathered first), so a
+// checkpoint does not depend on the world size or on distributed.zero: a run may resume on
+// another number of ranks, its data continuing from the position the checkpoint recorded.
 #pragma once
 
 #include <cstdint>
@@ -27,18 +30,24 @@ struct RankIntervalSums {
 class CheckpointIO {
  public:
   CheckpointIO(const Config& cfg, Communicator& world, TrainStep& step, const ParamLayout& layout, DType compute,
-               const ShardedSampler& sampler, int64_t total_steps, Reporter& reporter, const Drills& drills);
+               ShardedSampler& sampler, int64_t total_steps, Reporter& reporter, const Drills& drills);
 
   // Collective: every rank's interval sums go to rank 0, which writes; returns the path ("" on
   // other ranks). A failed write is an agreed Output error.
   std::string save(int64_t step, const RunRecord& record);
+  // Training samples consumed (all ranks) after `step` steps of this line of runs.
+  uint64_t samples_consumed(int64_t step) const;
   // checkpoint.resume (auto or a path): loads and applies on every rank. Returns the step resumed
   // from (0: starting from scratch) and fills record and *from.
   int64_t resume(RunRecord& record, std::string* from);
 
  private:
+  // The run's whole state on the host (gathered on every rank when sharded, else on rank 0).
+  struct HostState {
+    std::vector<float> master, state1, state2;
+  };
   std::string write(int64_t step, const ScalerState& scaler, const std::vector<RankIntervalSums>& sums,
-                    const RunRecord& record);
+                    const RunRecord& record, const HostState& st);
   void check_header(const Checkpoint& ck, const std::string& path) const;  // rank 0, before sending
   void apply(const Checkpoint& ck, const std::string& path, RunRecord& record);
   void set_aside_newer(int64_t step);
@@ -48,7 +57,9 @@ class CheckpointIO {
   TrainStep& step_;
   const ParamLayout& layout_;
   DType compute_;
-  const ShardedSampler& sampler_;
+  ShardedSampler& sampler_;
+  int64_t resumed_step_ = 0;     // the step this run started after
+  uint64_t samples_before_ = 0;  // training samples consumed (all ranks) up to resumed_step_
   int64_t total_steps_;
   Reporter& reporter_;
   const Drills& drills_;

@@ -53,12 +53,13 @@ void Guards::check_params_in_sync(int64_t step, uint64_t params_hash) {
                 true);
 }
 
-void Guards::check_finite_weights(int64_t step, const float* master) {
+void Guards::check_finite_weights(int64_t step, const float* master, const std::vector<TensorSpan>& spans,
+                                  size_t count) {
   be_.zero(flag_.data(), sizeof(int32_t));
-  be_.find_nonfinite(master, DType::F32, layout_->spans(), 0, layout_->total, flag_.as<int32_t>());
+  be_.find_nonfinite(master, DType::F32, spans, 0, count, flag_.as<int32_t>());
   int32_t bad = 0;
   be_.download(&bad, flag_.data(), sizeof bad);
-  // Every rank holds the same weights; the MAX makes the verdict common even if they drifted.
+  // Every rank holds the same weights (or its shard of them); the MAX makes the verdict common.
   if (world_.size() > 1) world_.allreduce(BufView{&bad, 1, DType::I32}, ReduceOp::Max);
   if (bad > 0)
     throw Error(ErrorKind::Divergence,

@@ -26,7 +26,8 @@ class Guards {
   // Same master weights on every rank (by hash).
   void check_params_in_sync(int64_t step, uint64_t params_hash);
   // Every FP32 master weight finite (checked on the backend; only the verdict is read back).
-  void check_finite_weights(int64_t step, const float* master);
+  // master: the FP32 masters this rank holds, spans: the tensors' ranges in them, count: how many.
+  void check_finite_weights(int64_t step, const float* master, const std::vector<TensorSpan>& spans, size_t count);
   // The interval's mean training loss: finite, and within run.max_loss_ratio of step 1's.
   void check_loss(int64_t step, double loss, double first_loss) const;
 

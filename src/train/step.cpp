@@ -4,29 +4,48 @@
 
 #include "comm/watchdog.h"
 #include "core/error.h"
+#include "core/convert.h"
 #include "core/format.h"
+#include "core/hash.h"
 
 namespace amp {
 
 TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute, size_t batch, int rank, int world)
     : cfg_(cfg), be_(be), model_(model), compute_(compute), batch_(batch), rank_(rank), world_(world) {
   const ParamLayout& L = model_.layout();
-  const size_t n = L.total;
-  master_ = be_.alloc(n * sizeof(float));
-  if (compute_ != DType::F32) lp_ = be_.alloc(n * dtype_size(compute_));
-  grads_ = be_.alloc(n * dtype_size(compute_));
-  g32_ = be_.alloc(n * sizeof(float));
+  const size_t n = L.total, es = dtype_size(compute_);
+  const bool f32 = compute_ == DType::F32;
+  if (cfg_.distributed.zero == 1 && world_ > 1)
+    shards_ = std::make_unique<ShardLayout>(L.spans(), n, es, size_t(cfg_.distributed.first_bucket_mb * kBytesPerMiB),
+                                            size_t(cfg_.distributed.bucket_mb * kBytesPerMiB), world_, rank_);
+  // Flat buffers hold every element (padded when sharded); optimizer state only what this rank updates.
+  const size_t flat = shards_ ? shards_->padded() : n;
+  const size_t held = shards_ ? shards_->shard_size() : n;
+  std::vector<TensorSpan> shard_spans = shards_ ? shards_->shard_spans(L.spans()) : std::vector<TensorSpan>{};
+  // FP32 compute: the masters are the working weights, so every rank holds them all.
+  master_count_ = f32 ? flat : held;
+  master_spans_ = f32 || !shards_ ? L.spans() : shard_spans;
+  master_ = be_.alloc(master_count_ * sizeof(float));
+  if (!f32) lp_ = be_.alloc(flat * es);
+  grads_ = be_.alloc(flat * es);
+  if (shards_) gshard_ = be_.alloc(held * es);
+  g32_ = be_.alloc(held * sizeof(float));
   const OptimizerParams& opt = cfg_.optimizer.params;
   const bool adam = opt.kind == OptimizerKind::AdamW;
-  if (adam || opt.momentum != 0.0f) state1_ = be_.alloc(n * sizeof(float));
-  if (adam) state2_ = be_.alloc(n * sizeof(float));
+  if (adam || opt.momentum != 0.0f) state1_ = be_.alloc(held * sizeof(float));
+  if (adam) state2_ = be_.alloc(held * sizeof(float));
   sums_ = be_.alloc(sizeof(StepSums));
   sums_dev_ = sums_.as<StepSums>();
+  bytes_.masters = master_count_ * sizeof(float);
+  bytes_.moments = ((state1_.data() ? 1 : 0) + (state2_.data() ? 1 : 0)) * held * sizeof(float);
+  bytes_.working = f32 ? 0 : flat * es;
+  bytes_.gradients = flat * es + (shards_ ? held * es : 0) + held * sizeof(float);
 
   std::vector<std::string> names;
   for (const ParamInfo& t : L.tensors) names.push_back(t.name);
   amp_ = std::make_unique<MixedPrecision>(be_, be_, cfg_.precision.scaler, compute_, L.spans(), std::move(names), rank_,
                                           world_);
+  if (shards_) amp_->shard(std::move(shard_spans));
   // The backward seed's 1/N: the mean over the global batch, so the all-reduce is a plain sum of
   // pre-divided gradients (it cannot overflow where the mean would not).
   inv_count_ = float(cfg_.model.loss_weight / double(batch_ * size_t(world_) * model_.loss_terms_per_sample()));
@@ -45,21 +64,52 @@ void TrainStep::connect(Communicator& world_comm, std::unique_ptr<Communicator> 
       size_t(cfg_.distributed.bucket_mb * kBytesPerMiB),
       [this](size_t begin, size_t end) { amp_->check_bucket(grads_.data(), begin, end); });
   reducer_->set_overlap(overlap);
+  if (shards_) reducer_->shard(*shards_, gshard_.data());
 }
 
 void TrainStep::load_masters(const float* host) {
   const size_t n = model_.layout().total;
-  be_.upload(master_.data(), host, n * sizeof(float));
-  if (compute_ != DType::F32) be_.cast(master_.data(), DType::F32, lp_.data(), compute_, n);
+  if (compute_ == DType::F32 || !shards_) {
+    be_.upload(master_.data(), host, n * sizeof(float));
+    if (compute_ != DType::F32) be_.cast(master_.data(), DType::F32, lp_.data(), compute_, n);
+    return;
+  }
+  // Sharded: this rank's masters; the whole working copy converted on the host (round to nearest
+  // even, as the backends' casts).
+  std::vector<float> mine(master_count_);
+  shards_->flat_to_shard(host, mine.data());
+  be_.upload(master_.data(), mine.data(), mine.size() * sizeof(float));
+  std::vector<uint16_t> lp(n);
+  convert(host, DType::F32, lp.data(), compute_, n);
+  be_.upload(lp_.data(), lp.data(), n * sizeof(uint16_t));
 }
 
 void TrainStep::load_states(const float* state1, const float* state2) {
-  const size_t bytes = model_.layout().total * sizeof(float);
-  if (state1_.data() && state1) be_.upload(state1_.data(), state1, bytes);
-  if (state2_.data() && state2) be_.upload(state2_.data(), state2, bytes);
+  const size_t n = model_.layout().total;
+  std::vector<float> mine(shards_ ? shards_->shard_size() : 0);
+  for (auto [buf, host] : {std::pair<Buffer*, const float*>{&state1_, state1}, {&state2_, state2}}) {
+    if (!buf->data() || !host) continue;
+    if (!shards_) {
+      be_.upload(buf->data(), host, n * sizeof(float));
+      continue;
+    }
+    shards_->flat_to_shard(host, mine.data());
+    be_.upload(buf->data(), mine.data(), mine.size() * sizeof(float));
+  }
+}
+
+// Every rank's shard of an FP32 buffer, gathered over the host communicator into whole tensors.
+std::vector<float> TrainStep::gather(const Buffer& shard) const {
+  const size_t per = shards_->shard_size();
+  std::vector<float> mine(per), all(per * size_t(world_)), flat(model_.layout().total);
+  be_.download(mine.data(), shard.data(), per * sizeof(float));
+  world_comm_->allgather(mine.data(), all.data(), per * sizeof(float));
+  shards_->shards_to_flat(all.data(), flat.data());
+  return flat;
 }
 
 std::vector<float> TrainStep::masters() const {
+  if (shards_ && compute_ != DType::F32) return gather(master_);
   std::vector<float> w(model_.layout().total);
   be_.download(w.data(), master_.data(), w.size() * sizeof(float));
   return w;
@@ -68,9 +118,21 @@ std::vector<float> TrainStep::masters() const {
 std::vector<float> TrainStep::state(int which) const {
   const Buffer& b = which == 1 ? state1_ : state2_;
   if (!b.data()) return {};
+  if (shards_) return gather(b);
   std::vector<float> s(model_.layout().total);
   be_.download(s.data(), b.data(), s.size() * sizeof(float));
   return s;
+}
+
+uint64_t TrainStep::replica_hash() const {
+  if (!shards_) {
+    const std::vector<float> w = masters();
+    return hash64(w.data(), w.size() * sizeof(float));
+  }
+  const size_t bytes = model_.layout().total * dtype_size(compute_);
+  std::vector<char> w(bytes);
+  be_.download(w.data(), working_params(), bytes);
+  return hash64(w.data(), bytes);
 }
 
 StepSums TrainStep::read_sums() const {
@@ -130,18 +192,45 @@ void TrainStep::device_step(int64_t step) {
     if (reducer_) reducer_->tensor_ready(t);
   });
   if (reducer_) reducer_->finish();
-  // Unscale into FP32, find non-finite values, squared norm: one fused pass.
-  amp.unscale_and_check(grads_.data(), g32_.as<float>());
-  // The global overflow flag (and who saw what): one MAX all-reduce; every rank skips or steps together.
+  // Unscale into FP32, find non-finite values, squared norm: one fused pass (sharded: over this
+  // rank's reduced shard, the norm² a partial).
+  amp.unscale_and_check(shards_ ? gshard_.data() : grads_.data(), g32_.as<float>());
+  // The global overflow flag (and who saw what, and the partial norms): one MAX all-reduce; every
+  // rank skips or steps together.
   amp.agree(grad_comm_);
-  const float max_norm = float(cfg_.optimizer.grad_clip);
-  amp.check_norm(max_norm);
-  // The optimizer on the FP32 masters (skipped when the flag is set), writing the working copy.
-  be_.optimizer_step(cfg_.optimizer.params, &sums_dev_->lr, max_norm, master_.as<float>(), g32_.as<float>(),
-                     state1_.as<float>(), state2_.as<float>(), model_.layout().total,
-                     compute_ == DType::F32 ? nullptr : lp_.data(), compute_, amp.flags(), amp.norm_sq(), amp.state());
+  amp.check_norm(float(cfg_.optimizer.grad_clip));
+  // The optimizer on the FP32 masters (skipped when the flag is set), writing the working copy;
+  // sharded: on this rank's shard, then the working copy is all-gathered.
+  optimizer_update();
   // The one shared scale moves (identically on every rank: same flags, same state).
   amp.update();
+}
+
+void TrainStep::optimizer_update() {
+  const MixedPrecision& amp = *amp_;
+  const OptimizerParams& opt = cfg_.optimizer.params;
+  const float max_norm = float(cfg_.optimizer.grad_clip);
+  const bool f32 = compute_ == DType::F32;
+  float* s1 = state1_.as<float>();
+  float* s2 = state2_.as<float>();
+  if (!shards_) {
+    be_.optimizer_step(opt, &sums_dev_->lr, max_norm, master_.as<float>(), g32_.as<float>(), s1, s2,
+                       model_.layout().total, f32 ? nullptr : lp_.data(), compute_, amp.flags(), amp.norm_sq(),
+                       amp.state());
+    return;
+  }
+  // One call per block: the shard's elements are contiguous, their places in the flat working
+  // copy are not. In FP32 compute the masters are the flat working weights.
+  const size_t es = dtype_size(compute_);
+  for (size_t b = 0; b < shards_->buckets().size(); ++b) {
+    const ShardPiece p = shards_->piece(b, rank_);
+    const size_t at = p.shard_begin;
+    be_.optimizer_step(opt, &sums_dev_->lr, max_norm, master_.as<float>() + (f32 ? p.flat_begin : at),
+                       g32_.as<float>() + at, s1 ? s1 + at : nullptr, s2 ? s2 + at : nullptr, p.count,
+                       f32 ? nullptr : static_cast<char*>(lp_.data()) + p.flat_begin * es, compute_, amp.flags(),
+                       amp.norm_sq(), amp.state());
+  }
+  reducer_->gather_shards(f32 ? master_.data() : lp_.data(), compute_);
 }
 
 // The reducer's timing of the latest measured step (device backends measure with events and report
@@ -150,6 +239,7 @@ void TrainStep::take_comm_stats() {
   if (!reducer_) return;
   const ReducerStats& rs = reducer_->last_step();
   comm_.bytes_per_step = rs.bytes;
+  comm_.gathered_bytes_per_step = rs.gathered_bytes;
   if (rs.measured == comm_measured_) return;
   comm_measured_ = rs.measured;
   comm_.seconds += rs.comm_seconds;

@@ -3,6 +3,9 @@
 // masters, the 16-bit working copy, gradients, optimizer moments, the step's loss sums and lr), the
 // mixed-precision owner, the gradient reducer, and the CUDA graph the step is captured into after
 // warm-up (released when the step goes, before any communicator that the graph's collectives use).
+// With distributed.zero: 1 the FP32 masters and the optimizer moments are sharded over the ranks
+// (comm/shard_layout.h): gradients are reduce-scattered, each rank unscales, checks and updates its
+// shard, and the updated working weights are all-gathered; host copies are gathered whole.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include "amp/mixed_precision.h"
 #include "backend/backend.h"
 #include "comm/grad_reducer.h"
+#include "comm/shard_layout.h"
 #include "config/config.h"
 #include "data/dataset.h"
 #include "model/model.h"
@@ -29,6 +33,15 @@ struct StepSums {
   int32_t correct = 0;  // classification hits since the last log (this rank)
   float lr = 0;         // this step's learning rate (uploaded with the batch)
   int32_t pad_ = 0;
+};
+
+// Training-state bytes this rank holds in backend memory (summary.json, the start-up line).
+struct StateBytes {
+  size_t masters = 0;      // FP32 master weights (in FP32 compute they are the working weights too)
+  size_t moments = 0;      // optimizer state (momentum / AdamW m and v)
+  size_t working = 0;      // the 16-bit working copy (0 in FP32 compute)
+  size_t gradients = 0;    // compute-type gradients, this rank's reduced shard, FP32 unscaled gradients
+  size_t total() const { return masters + moments + working + gradients; }
 };
 
 class TrainStep {
@@ -50,13 +63,23 @@ class TrainStep {
   // false: never capture (faults planted from the host in the middle of a step).
   void allow_capture(bool allow) { use_graph_ = allow; }
 
-  // FP32 masters from the host (every rank the same), and the working copy cast from them.
+  // FP32 masters from the host (every rank the same, whole tensors: this rank keeps its shard), and
+  // the working copy cast from them.
   void load_masters(const float* host);
   void load_states(const float* state1, const float* state2);  // nullptr: not held by this optimizer
-  std::vector<float> masters() const;                          // host copy
-  std::vector<float> state(int which) const;                   // 1 or 2; empty when not held
+  // Host copies of whole tensors (layout order). Sharded: collective (gathered from every rank).
+  std::vector<float> masters() const;
+  std::vector<float> state(int which) const;  // 1 or 2; empty when not held
   bool has_state(int which) const { return (which == 1 ? state1_ : state2_).data() != nullptr; }
+  // The FP32 masters this rank holds (sharded 16-bit compute: its shard) and the tensors' ranges in them.
   float* master_data() { return master_.as<float>(); }
+  const std::vector<TensorSpan>& master_spans() const { return master_spans_; }
+  size_t master_count() const { return master_count_; }
+  // What must agree across ranks after a step: the masters (replicated), or the all-gathered
+  // working copy (sharded).
+  uint64_t replica_hash() const;
+  bool sharded() const { return shards_ != nullptr; }
+  const StateBytes& state_bytes() const { return bytes_; }
   const void* working_params() const { return compute_ == DType::F32 ? master_.data() : lp_.data(); }
   const void* gradients() const { return grads_.data(); }
 
@@ -73,7 +96,8 @@ class TrainStep {
   // Communication of the latest measured step, summed over the run (summary.json).
   struct CommTotals {
     double seconds = 0, exposed_seconds = 0;
-    size_t bytes_per_step = 0;
+    size_t bytes_per_step = 0;           // gradients all-reduced (or reduce-scattered)
+    size_t gathered_bytes_per_step = 0;  // sharded: working weights all-gathered
     int64_t steps = 0;
   };
   void take_comm_stats();  // polls the reducer; call when the device has caught up for the last step
@@ -82,6 +106,8 @@ class TrainStep {
 
  private:
   void device_step(int64_t step);  // everything after the uploads: capturable
+  void optimizer_update();         // the optimizer over the masters this rank holds
+  std::vector<float> gather(const Buffer& shard) const;  // sharded: every rank's shard, whole tensors
 
   const Config& cfg_;
   Backend& be_;
@@ -98,7 +124,11 @@ class TrainStep {
   // Destroyed bottom up, after ~TrainStep() dropped the graph: the reducer (its pending requests),
   // the device communicator (an abort must not wait behind buffer frees, which synchronize the
   // device), then the flags and the buffers.
-  Buffer master_, lp_, grads_, g32_, state1_, state2_, sums_;
+  std::unique_ptr<ShardLayout> shards_;  // sharded optimizer state only
+  std::vector<TensorSpan> master_spans_;
+  size_t master_count_ = 0;
+  StateBytes bytes_;
+  Buffer master_, lp_, grads_, gshard_, g32_, state1_, state2_, sums_;
   StepSums* sums_dev_ = nullptr;
   std::unique_ptr<MixedPrecision> amp_;
   std::unique_ptr<Communicator> device_comm_;

@@ -83,6 +83,13 @@ void Trainer::setup() {
                              " | ", model_->layout().n_params(), " parameters | global batch ", sampler_->global_batch(),
                              " | ", total_steps_, " steps (", sampler_->steps_per_epoch(), " per epoch) | out ",
                              cfg_.resolved_out_dir()));
+    const StateBytes& b = step_->state_bytes();
+    reporter_.message(strcat("training state per rank: masters ", format_bytes(b.masters), ", optimizer moments ",
+                             format_bytes(b.moments), ", working copy ", format_bytes(b.working), ", gradients ",
+                             format_bytes(b.gradients), " (", format_bytes(b.total()), ")",
+                             step_->sharded() ? strcat("; optimizer state sharded over ", nranks_, " ranks (distributed.zero 1)")
+                             : cfg_.distributed.zero == 1 ? std::string("; distributed.zero 1 has nothing to shard on one rank")
+                                                          : std::string("")));
   }
 }
 
@@ -165,7 +172,8 @@ void Trainer::setup_output() {
 }
 
 std::string Trainer::save(int64_t step) {
-  guards_->check_finite_weights(step, step_->master_data());  // never write a checkpoint that holds NaN weights
+  // Never write a checkpoint that holds NaN weights.
+  guards_->check_finite_weights(step, step_->master_data(), step_->master_spans(), step_->master_count());
   return checkpoints_->save(step, record_);
 }
 
@@ -229,7 +237,7 @@ void Trainer::log_interval(int64_t step, const AmpScalars& now) {
   reporter_.log(v, record_);
   record_.interval_steps = 0;
   guards_->check_loss(step, loss, record_.first_loss);
-  guards_->check_finite_weights(step, step_->master_data());
+  guards_->check_finite_weights(step, step_->master_data(), step_->master_spans(), step_->master_count());
   reporter_.start_interval();
 }
 
@@ -288,13 +296,18 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
       {"wall_seconds", wall_seconds},
       {"params", model_->layout().n_params()},
       {"params_hash", hex64(params_hash())},
+      {"zero", step_->sharded() ? 1 : 0},
       {"config_hash", hex64(config_hash(cfg_))},
   };
+  const StateBytes& b = step_->state_bytes();
+  j["state_bytes_per_rank"] = {{"masters", b.masters},     {"moments", b.moments},    {"working_copy", b.working},
+                               {"gradients", b.gradients}, {"total", b.total()}};
   const TrainStep::CommTotals& c = step_->comm_totals();
   if (nranks_ > 1 && c.steps > 0) {
     const double per_step = c.seconds / double(c.steps);
     const double exposed = c.exposed_seconds / double(c.steps);
-    j["allreduce_bytes_per_step"] = c.bytes_per_step;
+    j[step_->sharded() ? "reduce_scatter_bytes_per_step" : "allreduce_bytes_per_step"] = c.bytes_per_step;
+    if (step_->sharded()) j["allgather_bytes_per_step"] = c.gathered_bytes_per_step;
     j["comm_seconds_per_step"] = per_step;
     j["comm_exposed_seconds_per_step"] = exposed;
     j["comm_hidden_share"] = per_step > 0 ? std::max(0.0, 1.0 - exposed / per_step) : 0.0;
@@ -333,7 +346,7 @@ int Trainer::run() {
     const bool do_sample = (cfg_.run.sample_interval > 0 && step % cfg_.run.sample_interval == 0) || step == total_steps_;
     if (do_eval || do_hash || do_ckpt || do_sample) {
       const double t0 = now_seconds();  // kept out of the throughput numbers
-      if (do_hash) guards_->check_params_in_sync(step, params_hash());
+      if (do_hash) guards_->check_params_in_sync(step, step_->replica_hash());
       if (do_eval && data_.eval.n > 0) evaluate_now(step);
       if (do_sample) write_sample(step);
       if (do_ckpt) {

@@ -191,6 +191,10 @@ void CpuBackend::check_norm(const float* norm_sq, float max_norm, int32_t* flags
   flag_norm_overflow(flags, *norm_sq, max_norm);
 }
 
+void CpuBackend::sum_norm_partials(const int32_t* flags, int world, float* norm_sq) {
+  *norm_sq = amp::sum_norm_partials(flags, world);
+}
+
 void CpuBackend::update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) {
   scaler_record_flags(*state, flags, world);
   scaler_update(*state, params, flags[OverflowFlags::kAny] != 0);

@@ -54,6 +54,7 @@ class CpuBackend final : public Backend {
                       float* state1, float* state2, size_t n, void* lp, DType lp_dtype, const int32_t* flags,
                       const float* norm_sq, const ScalerState* scaler) override;
   void check_norm(const float* norm_sq, float max_norm, int32_t* flags) override;
+  void sum_norm_partials(const int32_t* flags, int world, float* norm_sq) override;
   void update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) override;
 
   int threads() const { return threads_; }
