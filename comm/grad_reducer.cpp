@@ -9,7 +9,7 @@
 namespace amp {
 
 std::vector<Bucket> make_buckets(const std::vector<TensorSpan>& spans, size_t total, size_t elem_bytes,
-                                 size_t first_bucket_bytes, size_t bucket_bytes) {
+                                 size_t first_bucket_bytes, size_t bucket_bytes, bool keep_empty) {
   std::vector<Bucket> out;
   size_t end = total;
   while (end > 0) {
@@ -27,7 +27,13 @@ std::vector<Bucket> make_buckets(const std::vector<TensorSpan>& spans, size_t to
         b.last_tensor = int(t);
       }
     }
-    if (b.first_tensor >= 0) out.push_back(b);  // a range of padding only needs no reduction
+    if (b.first_tensor >= 0) {
+      out.push_back(b);
+    } else if (keep_empty) {  // padding only: no tensor to wait for (first > last)
+      b.first_tensor = 0;
+      b.last_tensor = -1;
+      out.push_back(b);
+    }  // else a range of padding only needs no reduction
     end = begin;
   }
   return out;

@@ -22,7 +22,7 @@ class ShardLayout;  // comm/shard_layout.h
 
 struct Bucket {
   size_t begin = 0, end = 0;      // element range in the flat gradient buffer
-  int first_tensor = 0, last_tensor = 0;  // tensors overlapping the range (inclusive)
+  int first_tensor = 0, last_tensor = 0;  // tensors overlapping the range (inclusive; none if first > last)
 };
 
 // One step's communication, for summary.json.
@@ -113,8 +113,9 @@ class GradReducer {
   ReducerStats last_;
 };
 
-// The bucket layout alone (tests and benchmarks use it too).
+// The bucket layout alone (tests and benchmarks use it too). keep_empty: ranges of padding only
+// are buckets too (first_tensor > last_tensor), so that the buckets cover [0, total).
 std::vector<Bucket> make_buckets(const std::vector<TensorSpan>& spans, size_t total, size_t elem_bytes,
-                                 size_t first_bucket_bytes, size_t bucket_bytes);
+                                 size_t first_bucket_bytes, size_t bucket_bytes, bool keep_empty = false);
 
 }  // namespace amp

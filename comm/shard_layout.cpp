@@ -16,7 +16,7 @@ ShardLayout::ShardLayout(const std::vector<TensorSpan>& spans, size_t total, siz
   // Whole units per bucket, so that every bucket (the remainder at the front too) splits into
   // world aligned blocks.
   const auto round = [&](size_t bytes) { return std::max<size_t>(1, bytes / elem_bytes / unit) * unit * elem_bytes; };
-  buckets_ = make_buckets(spans, padded_, elem_bytes, round(first_bucket_bytes), round(bucket_bytes));
+  buckets_ = make_buckets(spans, padded_, elem_bytes, round(first_bucket_bytes), round(bucket_bytes), true);
   size_t covered = 0;
   for (const Bucket& b : buckets_) {
     AMP_CHECK((b.end - b.begin) % unit == 0 && b.begin % unit == 0, "shard layout: bucket [", b.begin, ", ", b.end,

@@ -114,6 +114,38 @@ TEST_CASE("nccl: broadcast, all-gather and barrier", "[.cuda][nccl]") {
   comm.barrier();
 }
 
+TEST_CASE("nccl: reduce-scatter of FP16 blocks and the in-place all-gather (ZeRO stage 1), exact",
+          "[.cuda][nccl]") {
+  auto be = rank_backend();
+  NcclCommunicator comm(world(), stream_of(*be));
+  const int n = comm.size(), r = comm.rank();
+  const size_t block = 96;  // small integers: every sum exact in FP16
+  std::vector<float> send(size_t(n) * block);
+  for (size_t i = 0; i < send.size(); ++i) send[i] = float((i % 7) + r);
+  std::vector<uint16_t> h(send.size());
+  convert(send.data(), DType::F32, h.data(), DType::F16, send.size());
+  Buffer s = be->alloc(h.size() * 2), recv = be->alloc(block * 2);
+  be->upload(s.data(), h.data(), h.size() * 2);
+  comm.reduce_scatter(s.data(), BufView{recv.data(), block, DType::F16}, ReduceOp::Sum);
+  std::vector<uint16_t> got16(block);
+  be->download(got16.data(), recv.data(), block * 2);
+  std::vector<float> got(block);
+  convert(got16.data(), DType::F16, got.data(), DType::F32, block);
+  for (size_t i = 0; i < block; ++i) {
+    const size_t at = size_t(r) * block + i;
+    CHECK(got[i] == float(n) * float(at % 7) + float(n * (n - 1) / 2));
+  }
+  // In place: each rank writes its block, the all-gather fills the others.
+  std::vector<int32_t> all(size_t(n) * block, -1);
+  for (size_t i = 0; i < block; ++i) all[size_t(r) * block + i] = int32_t(1000 * r + int(i));
+  Buffer a = be->alloc(all.size() * 4);
+  be->upload(a.data(), all.data(), all.size() * 4);
+  comm.allgather_in_place(BufView{a.data(), all.size(), DType::I32});
+  be->download(all.data(), a.data(), all.size() * 4);
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < block; ++i) CHECK(all[size_t(q) * block + i] == int32_t(1000 * q + int(i)));
+}
+
 TEST_CASE("nccl: an all-reduce inside a captured step replays", "[.cuda][nccl]") {
   auto be = rank_backend();
   const size_t count = 4096;

@@ -3,11 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "amp/overflow_flags.h"
 #include "comm/grad_reducer.h"
+#include "comm/shard_layout.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/convert.h"
 #include "core/half.h"
@@ -189,5 +191,110 @@ TEST_CASE("gradient buckets split tensors; the reducer sums every element and fl
       CHECK(flags[size_t(2 + c.rank())] == (plant && n > 1 ? 3 : 0));  // 1 + tensor 2, on the planting rank only
       if (n > 1) CHECK(red.last_step().bytes == total * dtype_size(t));
     }
+  }
+}
+
+TEST_CASE("reduce-scatter and in-place all-gather: every dtype, exact, blocking and not", "[mpi][zero]") {
+  Communicator& c = world();
+  const int n = c.size(), r = c.rank();
+  const size_t block = 1000;
+  for (DType t : {DType::F16, DType::BF16, DType::F32, DType::I32}) {
+    INFO(dtype_name(t));
+    const std::vector<float> send = fill<float>(DType::F32, r, size_t(n) * block);
+    std::vector<char> raw(send.size() * dtype_size(t));
+    for (size_t i = 0; i < send.size(); ++i) {
+      const float f = send[i];
+      if (t == DType::I32) reinterpret_cast<int32_t*>(raw.data())[i] = int32_t(f);
+      else convert(&f, DType::F32, raw.data() + i * dtype_size(t), t, 1);
+    }
+    for (bool blocking : {true, false}) {
+      std::vector<char> recv(block * dtype_size(t));
+      const BufView view{recv.data(), block, t};
+      if (blocking) c.reduce_scatter(raw.data(), view, ReduceOp::Sum);
+      else c.ireduce_scatter(raw.data(), view, ReduceOp::Sum)->wait();
+      size_t wrong = 0;
+      for (size_t i = 0; i < block; ++i) {
+        const size_t at = size_t(r) * block + i;
+        double got;
+        if (t == DType::I32) got = reinterpret_cast<const int32_t*>(recv.data())[i];
+        else {
+          float f;
+          convert(recv.data() + i * dtype_size(t), t, &f, DType::F32, 1);
+          got = f;
+        }
+        wrong += got != double(at % 7 + 1) * n * (n + 1) / 2.0;
+      }
+      CHECK(wrong == 0);
+    }
+    // In place: this rank's block is its own; the others arrive.
+    std::vector<char> all(size_t(n) * block * dtype_size(t), 0);
+    std::memcpy(all.data() + size_t(r) * block * dtype_size(t), raw.data() + size_t(r) * block * dtype_size(t),
+                block * dtype_size(t));
+    c.allgather_in_place(BufView{all.data(), size_t(n) * block, t});
+    size_t wrong = 0;
+    for (int q = 0; q < n; ++q) {
+      const std::vector<float> v = fill<float>(DType::F32, q, size_t(n) * block);
+      for (size_t i = 0; i < block; ++i) {
+        const size_t at = size_t(q) * block + i;
+        float f;
+        if (t == DType::I32) f = float(reinterpret_cast<const int32_t*>(all.data())[at]);
+        else convert(all.data() + at * dtype_size(t), t, &f, DType::F32, 1);
+        wrong += f != v[at];
+      }
+    }
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("sharded reducer: each rank's shard holds the sum of its blocks, the all-gather rebuilds the buffer",
+          "[mpi][zero]") {
+  Communicator& c = world();
+  const int n = c.size();
+  if (n < 2) return;  // the reducer is inactive on one rank
+  const std::vector<TensorSpan> spans = {{0, 1000}, {1024, 64}, {1088, 5000}, {6112, 10}};
+  const size_t total = 6122;
+  CpuBackend be(1);
+  for (DType t : {DType::F16, DType::BF16, DType::F32}) {
+    INFO(dtype_name(t));
+    const ShardLayout Lt(spans, total, dtype_size(t), 2400, 6000, n, c.rank());
+    Buffer g = be.alloc(Lt.padded() * dtype_size(t)), shard = be.alloc(Lt.shard_size() * dtype_size(t));
+    GradReducer red(c, spans, total, t, g.data(), 2400, 6000, nullptr);
+    red.shard(Lt, shard.data());
+    std::vector<float> host(Lt.padded(), 0.0f);
+    for (const auto& s : spans)
+      for (size_t i = s.offset; i < s.offset + s.count; ++i) host[i] = float(value(c.rank(), i));
+    convert(host.data(), DType::F32, g.data(), t, host.size());
+    for (bool overlap : {true, false}) {
+      red.set_overlap(overlap);
+      red.begin_step();
+      for (int k = int(spans.size()) - 1; k >= 0; --k) red.tensor_ready(k);
+      red.finish();
+      std::vector<float> mine(Lt.shard_size());
+      convert(shard.data(), t, mine.data(), DType::F32, mine.size());
+      // Expected: the sum over ranks of every element of this rank's blocks (0 in gaps and padding).
+      std::vector<float> flat_sum(total, 0.0f);
+      for (const auto& s : spans)
+        for (size_t i = s.offset; i < s.offset + s.count; ++i) flat_sum[i] = float(double(i % 7 + 1) * n * (n + 1) / 2.0);
+      std::vector<float> want(Lt.shard_size());
+      Lt.flat_to_shard(flat_sum.data(), want.data());
+      CHECK(mine == want);
+    }
+    // The gather: every rank's blocks (here: rank-specific marks) end up everywhere.
+    std::vector<float> marks(Lt.padded(), -1.0f);
+    for (size_t b = 0; b < Lt.buckets().size(); ++b) {
+      const ShardPiece p = Lt.piece(b, c.rank());
+      for (size_t i = 0; i < p.count; ++i) marks[p.flat_begin + i] = float(c.rank() + 1);
+    }
+    convert(marks.data(), DType::F32, g.data(), t, marks.size());
+    red.gather_shards(g.data(), t);
+    std::vector<float> back(Lt.padded());
+    convert(g.data(), t, back.data(), DType::F32, back.size());
+    size_t wrong = 0;
+    for (size_t b = 0; b < Lt.buckets().size(); ++b)
+      for (int q = 0; q < n; ++q) {
+        const ShardPiece p = Lt.piece(b, q);
+        for (size_t i = 0; i < p.count; ++i) wrong += back[p.flat_begin + i] != float(q + 1);
+      }
+    CHECK(wrong == 0);
   }
 }
