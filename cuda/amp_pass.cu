@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(kThreads) unscale_kernel(const T* __restrict__
 }
 
 __global__ void __launch_bounds__(kFinishThreads) unscale_finish_kernel(const ChunkPartial* __restrict__ part,
-                                                                        unsigned n, int32_t* flags, float* norm_sq) {
+                                                                        unsigned n, int32_t* flags, float* norm_sq,
+                                                                        int32_t* norm_bits) {
   __shared__ double sd[kFinishThreads];
   __shared__ int32_t si[kFinishThreads];
   double s = 0.0;
@@ -94,7 +95,8 @@ __global__ void __launch_bounds__(kFinishThreads) unscale_finish_kernel(const Ch
     const int32_t f = first == INT32_MAX ? 0 : first + 1;
     flags[OverflowFlags::kReduced] = f;
     if (f) flags[OverflowFlags::kAny] = 1;
-    if (norm_sq) *norm_sq = float(s);
+    if (norm_bits) store_norm_partial(norm_bits, s);
+    else if (norm_sq) *norm_sq = float(s);
   }
 }
 
@@ -141,7 +143,7 @@ void find_nonfinite(const Launch& l, const void* grads, DType dtype, const SpanT
 }
 
 void unscale_check(const Launch& l, const void* grads, DType dtype, const SpanTable& t, const float* scale,
-                   float* out32, int32_t* flags, float* norm_sq) {
+                   float* out32, int32_t* flags, float* norm_sq, int32_t* norm_bits) {
   if (t.size() > 0) {
     dispatch_float(dtype, "unscale_check", [&](auto tag) {
       using T = decltype(tag);
@@ -150,7 +152,8 @@ void unscale_check(const Launch& l, const void* grads, DType dtype, const SpanTa
       AMP_CHECK_LAUNCH("unscale_kernel");
     });
   }
-  unscale_finish_kernel<<<1, kFinishThreads, 0, l.stream>>>(t.partials.get(), unsigned(t.size()), flags, norm_sq);
+  unscale_finish_kernel<<<1, kFinishThreads, 0, l.stream>>>(t.partials.get(), unsigned(t.size()), flags, norm_sq,
+                                                             norm_bits);
   AMP_CHECK_LAUNCH("unscale_finish_kernel");
 }
 

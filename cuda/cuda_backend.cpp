@@ -267,9 +267,10 @@ void CudaBackend::find_nonfinite(const void* grads, DType dtype, const std::vect
 }
 
 void CudaBackend::unscale_check(const void* grads, DType dtype, const std::vector<TensorSpan>& spans,
-                                const float* scale, float* out32, int32_t* flags, float* norm_sq) {
+                                const float* scale, float* out32, int32_t* flags, float* norm_sq,
+                                int32_t* norm_bits) {
   const SpanTable& t = spans_.get(spans, 0, spans_extent(spans), stream_->get(), *ring_);
-  cuda::unscale_check(launch(), grads, dtype, t, scale, out32, flags, norm_sq);
+  cuda::unscale_check(launch(), grads, dtype, t, scale, out32, flags, norm_sq, norm_bits);
 }
 
 std::vector<GradStats> CudaBackend::grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) {

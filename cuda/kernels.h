@@ -46,7 +46,7 @@ void mse(const Launch& l, const Tensor& pred, const Tensor& target, const float*
 // ---- amp_pass.cu
 void find_nonfinite(const Launch& l, const void* grads, DType dtype, const SpanTable& t, int32_t* flag);
 void unscale_check(const Launch& l, const void* grads, DType dtype, const SpanTable& t, const float* scale,
-                   float* out32, int32_t* flags, float* norm_sq);
+                   float* out32, int32_t* flags, float* norm_sq, int32_t* norm_bits);
 void grad_stats_chunks(const Launch& l, const void* grads, DType dtype, const SpanTable& t);  // -> t.stats
 
 // ---- optimizer.cu

@@ -34,9 +34,9 @@ void MixedPrecision::unscale_and_check(const void* grads, float* g32) {
     k_.unscale_check(grads, grad_dtype_, spans_, &dev_->scaler.scale, g32, flags_dev_, &dev_->norm_sq);
     return;
   }
-  // This rank's partial norm² goes into its norm slot, as FP32 bits (overflow_flags.h).
-  float* partial = reinterpret_cast<float*>(flags_dev_ + OverflowFlags::norm_slot(rank_, world_));
-  k_.unscale_check(grads, grad_dtype_, shard_spans_, &dev_->scaler.scale, g32, flags_dev_, partial);
+  // This rank's partial norm² goes into its norm slots, in double (overflow_flags.h).
+  k_.unscale_check(grads, grad_dtype_, shard_spans_, &dev_->scaler.scale, g32, flags_dev_, nullptr,
+                   flags_dev_ + OverflowFlags::norm_slot(rank_, world_));
 }
 
 void MixedPrecision::agree(Communicator* comm) {

@@ -6,9 +6,12 @@
 //                  clipping needs it (FP32 gradients near the top of the range);
 //   rank_slot(r)   1 + the first tensor with a non-finite value on rank r before the all-reduce
 //                  (the pre-reduction check of each bucket writes this rank's slot);
-//   norm_slot(r)   with sharded optimizer state (distributed.zero: 1): the bits of rank r's partial
-//                  squared norm (FP32, >= 0, so its int32 bits order as the value does and the MAX
-//                  carries every rank's partial to every rank); summed in rank order afterwards.
+//   norm_slot(r)   with sharded optimizer state (distributed.zero: 1): kNormSlots slots holding the
+//                  bits of rank r's partial squared norm (a double cut into 21-bit pieces, each a
+//                  non-negative int32, so that the MAX against the other ranks' zeros carries
+//                  every rank's partial to every rank exactly); summed in rank order afterwards,
+//                  in double as the unsharded pass sums its chunks, so the global norm rounds to
+//                  the same FP32 value but for a last-bit tie.
 #pragma once
 
 #include <cstddef>
@@ -25,8 +28,9 @@ struct OverflowFlags {
   static constexpr int kRank0 = 2;
   static constexpr int32_t kNormOverflow = -1;
   AMP_HD static constexpr int rank_slot(int rank) { return kRank0 + rank; }
-  AMP_HD static constexpr int norm_slot(int rank, int world) { return kRank0 + world + rank; }
-  static constexpr size_t count(int world) { return size_t(kRank0 + 2 * world); }
+  static constexpr int kNormSlots = 3;
+  AMP_HD static constexpr int norm_slot(int rank, int world) { return kRank0 + world + kNormSlots * rank; }
+  static constexpr size_t count(int world) { return size_t(kRank0 + (1 + kNormSlots) * world); }
 };
 
 AMP_HD bool is_finite_f32(float x) { return x - x == 0.0f; }
@@ -41,15 +45,27 @@ AMP_HD void flag_norm_overflow(int32_t* flags, float norm_sq, float max_norm) {
   flags[OverflowFlags::kReduced] = OverflowFlags::kNormOverflow;
 }
 
+// A partial squared norm into / out of its kNormSlots slots (21, 21 and 22 bits of the double).
+AMP_HD void store_norm_partial(int32_t* slots, double v) {
+  uint64_t b;
+  memcpy(&b, &v, sizeof b);
+  slots[0] = int32_t(b & 0x1FFFFFu);
+  slots[1] = int32_t((b >> 21) & 0x1FFFFFu);
+  slots[2] = int32_t(b >> 42);
+}
+AMP_HD double load_norm_partial(const int32_t* slots) {
+  const uint64_t b = uint64_t(uint32_t(slots[0])) | (uint64_t(uint32_t(slots[1])) << 21) |
+                     (uint64_t(uint32_t(slots[2])) << 42);
+  double v;
+  memcpy(&v, &b, sizeof v);
+  return v;
+}
+
 // The global squared norm from the ranks' partials in their norm slots: summed in rank order in
 // double, so every rank computes the same value from the same reduced flags.
 AMP_HD float sum_norm_partials(const int32_t* flags, int world) {
   double s = 0.0;
-  for (int r = 0; r < world; ++r) {
-    float part;
-    memcpy(&part, flags + OverflowFlags::norm_slot(r, world), sizeof part);
-    s += double(part);
-  }
+  for (int r = 0; r < world; ++r) s += load_norm_partial(flags + OverflowFlags::norm_slot(r, world));
   return float(s);
 }
 

@@ -166,12 +166,14 @@ void CpuBackend::find_nonfinite(const void* grads, DType dtype, const std::vecto
 }
 
 void CpuBackend::unscale_check(const void* grads, DType dtype, const std::vector<TensorSpan>& spans,
-                               const float* scale, float* out32, int32_t* flags, float* norm_sq) {
+                               const float* scale, float* out32, int32_t* flags, float* norm_sq, int32_t* norm_bits) {
   double n2 = 0.0;
-  const int32_t f = cpu::unscale_check(grads, dtype, spans, *scale, out32, norm_sq ? &n2 : nullptr);
+  const bool want = norm_sq || norm_bits;
+  const int32_t f = cpu::unscale_check(grads, dtype, spans, *scale, out32, want ? &n2 : nullptr);
   flags[OverflowFlags::kReduced] = f;
   if (f) flags[OverflowFlags::kAny] = 1;
-  if (norm_sq) *norm_sq = float(n2);
+  if (norm_bits) store_norm_partial(norm_bits, n2);
+  else if (norm_sq) *norm_sq = float(n2);
 }
 
 std::vector<GradStats> CpuBackend::grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) {

@@ -48,7 +48,7 @@ class CpuBackend final : public Backend {
   void find_nonfinite(const void* grads, DType dtype, const std::vector<TensorSpan>& spans, size_t begin,
                       size_t end, int32_t* flag) override;
   void unscale_check(const void* grads, DType dtype, const std::vector<TensorSpan>& spans, const float* scale,
-                     float* out32, int32_t* flags, float* norm_sq) override;
+                     float* out32, int32_t* flags, float* norm_sq, int32_t* norm_bits = nullptr) override;
   std::vector<GradStats> grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) override;
   void optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master, const float* g32,
                       float* state1, float* state2, size_t n, void* lp, DType lp_dtype, const int32_t* flags,
