@@ -200,6 +200,16 @@ uint64_t Trainer::params_hash() {
   return hash64(w.data(), w.size() * sizeof(float));
 }
 
+// The optimizer moments as whole tensors (gathered when sharded; 0 when the optimizer has none).
+uint64_t Trainer::optimizer_state_hash() {
+  uint64_t h = 0;
+  for (int which : {1, 2}) {
+    const std::vector<float> s = step_->state(which);
+    if (!s.empty()) h = h * 1099511628211ull ^ hash64(s.data(), s.size() * sizeof(float));
+  }
+  return h;
+}
+
 // Reads the mixed-precision scalars (every step where that is free, only at log and telemetry
 // steps on device backends), reports skipped steps and stops a diverged run.
 void Trainer::observe(int64_t step) {
@@ -297,6 +307,7 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
       {"params", model_->layout().n_params()},
       {"params_hash", hex64(params_hash())},
       {"zero", step_->sharded() ? 1 : 0},
+      {"optimizer_state_hash", hex64(optimizer_state_hash())},
       {"config_hash", hex64(config_hash(cfg_))},
   };
   const StateBytes& b = step_->state_bytes();

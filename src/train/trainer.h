@@ -68,6 +68,7 @@ class Trainer {
   Stop stop_requested(int64_t step);
   nlohmann::json summary_json(double wall_seconds, int64_t steps_done);
   uint64_t params_hash();
+  uint64_t optimizer_state_hash();
 
   const Config& cfg_;
   Communicator& world_;

@@ -46,9 +46,8 @@ bool span_has_nonfinite(const void* grads, DType t, size_t b, size_t e) {
 }
 
 // out = float(g[0..len)) * inv; returns whether any result is non-finite and adds the sum of
-// squares to *sum. One pass over the 16-bit block; squares accumulate in FP32 lanes within the
-// block (at most a few hundred terms each) and in double across blocks, in a fixed order, so the
-// result does not depend on the thread count. The unscaled value of a NaN input is some NaN.
+// squares to *sum. One pass over the 16-bit block; squares accumulate in double lanes within the
+// block and across blocks, in a fixed order, so the result does not depend on the thread count. The unscaled value of a NaN input is some NaN.
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 inline __m256 load8(const void* g, DType t, size_t j) {
   if (t == DType::F32) return _mm256_loadu_ps(static_cast<const float*>(g) + j);
@@ -60,26 +59,28 @@ inline __m256 load8(const void* g, DType t, size_t j) {
 
 bool unscale_block(const void* g, DType t, size_t begin, size_t len, float inv, float* __restrict out, double* sum) {
   size_t j = 0;
-  float lane_sum = 0.0f;
+  double s = 0.0;
   uint32_t bad = 0;
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
   const __m256 vinv = _mm256_set1_ps(inv);
   const __m256 exp_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7f800000));
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), nonfinite = _mm256_setzero_ps();
-  for (; j + 16 <= len; j += 16) {
+  __m256 nonfinite = _mm256_setzero_ps();
+  // Squares in double (exact: a float's square fits a double's mantissa), summed in double, as the
+  // CUDA pass does: the norm then hardly depends on how the elements are cut into chunks (sharded
+  // optimizer state cuts them differently).
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  for (; j + 8 <= len; j += 8) {
     const __m256 a = _mm256_mul_ps(load8(g, t, begin + j), vinv);
-    const __m256 b = _mm256_mul_ps(load8(g, t, begin + j + 8), vinv);
     _mm256_storeu_ps(out + j, a);
-    _mm256_storeu_ps(out + j + 8, b);
     nonfinite = _mm256_or_ps(nonfinite, _mm256_cmp_ps(_mm256_and_ps(a, exp_mask), exp_mask, _CMP_EQ_OQ));
-    nonfinite = _mm256_or_ps(nonfinite, _mm256_cmp_ps(_mm256_and_ps(b, exp_mask), exp_mask, _CMP_EQ_OQ));
-    acc0 = _mm256_fmadd_ps(a, a, acc0);
-    acc1 = _mm256_fmadd_ps(b, b, acc1);
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(a)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
+    acc0 = _mm256_fmadd_pd(lo, lo, acc0);
+    acc1 = _mm256_fmadd_pd(hi, hi, acc1);
   }
   bad = uint32_t(_mm256_movemask_ps(nonfinite) != 0);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, _mm256_add_ps(acc0, acc1));
-  for (float l : lanes) lane_sum += l;
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
+  for (double l : lanes) s += l;
 #endif
   for (; j < len; ++j) {
     float v;
@@ -87,9 +88,9 @@ bool unscale_block(const void* g, DType t, size_t begin, size_t len, float inv, 
     v *= inv;
     out[j] = v;
     bad |= uint32_t(!(v - v == 0.0f));
-    lane_sum += v * v;
+    s += double(v) * double(v);
   }
-  *sum += double(lane_sum);
+  *sum += s;
   return bad != 0;
 }
 
