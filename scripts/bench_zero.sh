@@ -91,7 +91,8 @@ b = s["state_bytes_per_rank"]["total"]
 P = params(4, 128, 256, 64)
 pred = state_bytes(P, 1, 2)
 print(f"formula check: the shipped GPT has {s['params']:,} parameters (formula {P:,}); the program counts {b:,} "
-      f"state bytes per rank at 2 ranks with zero 1, the formula {pred:,.0f} (padding makes the difference)")
+      f"state bytes per rank at 2 ranks with zero 1, the formula {pred:,.0f}" +
+      (" (equal)" if abs(pred - b) < 1 else " (the difference is the layout's and the shards' padding)"))
 print()
 print("| n_embd | zero 0: n_layer | zero 0: parameters | zero 1: n_layer | zero 1: parameters | zero 1 / zero 0 |")
 print("|---|---|---|---|---|---|")
