@@ -49,13 +49,16 @@ void Drills::raise_signal(int64_t step) const {
     if (f.step == step && f.rank == rank_) raise_stop_signal(f.value == "USR1" ? SIGUSR1 : SIGTERM);
 }
 
-void Drills::corrupt_params(int64_t step, DeviceMemory& mem, float* master) const {
+void Drills::corrupt_params(int64_t step, DeviceMemory& mem, void* weights, DType dtype) const {
   for (const FaultSpec& f : cfg_.faults.corrupt_params) {
     if (f.step != step || f.rank != rank_) continue;
+    uint32_t raw = 0;
     float w0;
-    mem.download(&w0, master, sizeof w0);
-    w0 += 1e-3f;
-    mem.upload(master, &w0, sizeof w0);
+    mem.download(&raw, weights, dtype_size(dtype));
+    convert(&raw, dtype, &w0, DType::F32, 1);
+    w0 = w0 * 1.01f + 1e-3f;  // a change every 16-bit format can hold
+    convert(&w0, DType::F32, &raw, dtype, 1);
+    mem.upload(weights, &raw, dtype_size(dtype));
   }
 }
 

@@ -26,8 +26,10 @@ class Drills {
   void plant_gradient(int64_t step, int tensor, DeviceMemory& mem, void* grads, DType dtype) const;
   // faults.raise_signal: delivers the stop signal to this process after that step.
   void raise_signal(int64_t step) const;
-  // faults.corrupt_params: this rank's first master weight drifts after that step (desync drill).
-  void corrupt_params(int64_t step, DeviceMemory& mem, float* master) const;
+  // faults.corrupt_params: this rank's copy of the first weight drifts after that step (desync
+  // drill). weights: what every rank holds a replica of (TrainStep::replica_data: the FP32
+  // masters, or the working copy when the optimizer state is sharded), of type dtype.
+  void corrupt_params(int64_t step, DeviceMemory& mem, void* weights, DType dtype) const;
 
  private:
   const Config& cfg_;

@@ -78,6 +78,8 @@ class TrainStep {
   // What must agree across ranks after a step: the masters (replicated), or the all-gathered
   // working copy (sharded).
   uint64_t replica_hash() const;
+  void* replica_data() { return shards_ ? const_cast<void*>(working_params()) : master_.data(); }
+  DType replica_dtype() const { return shards_ ? compute_ : DType::F32; }
   bool sharded() const { return shards_ != nullptr; }
   const StateBytes& state_bytes() const { return bytes_; }
   const void* working_params() const { return compute_ == DType::F32 ? master_.data() : lp_.data(); }

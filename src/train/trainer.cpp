@@ -335,7 +335,7 @@ int Trainer::run() {
     step_->run(step, start_step_, data_.train, sampler_->batch(step - 1), float(schedule_.at(step)));
     ++record_.interval_steps;
     if (step == 1) record_first_loss();
-    drills_.corrupt_params(step, *be_, step_->master_data());
+    drills_.corrupt_params(step, *be_, step_->replica_data(), step_->replica_dtype());
     if (observer_) {
       const AmpScalars a = step_->amp().read();
       const StepSums sums = step_->read_sums();
