@@ -43,6 +43,14 @@ def metrics(out_dir):
         return [json.loads(line) for line in f]
 
 
+TIMING = ("step_ms", "samples_per_second")
+
+
+def records(out_dir):
+    """The metrics records without their timings: what a bit-exact rerun must reproduce."""
+    return [{k: v for k, v in m.items() if k not in TIMING} for m in metrics(out_dir)]
+
+
 def losses(out_dir):
     return [(m["step"], m["loss"]) for m in metrics(out_dir) if "loss" in m]
 

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from e2e_util import args, check, done, metrics, run, source, summary, tmpdir
+from e2e_util import records, args, check, done, metrics, run, source, summary, tmpdir
 
 base = tmpdir()
 cfg = os.path.join(base, "small.yaml")
@@ -19,13 +19,6 @@ with open(cfg, "w") as f:
             "precision: {compute: fp16, loss_scale: {mode: dynamic, init_scale: 4096, growth_interval: 8}}\n"
             "optimizer: {type: adamw, lr: 0.01}\n"
             "faults:\n  inject_nonfinite: [{step: 10, rank: 0}, {step: 45, rank: 0, tensor: fc2.weight, value: nan}]\n")
-
-TIMING = ("step_ms", "samples_per_second")
-
-
-def records(out):
-    return [{k: v for k, v in m.items() if k not in TIMING} for m in metrics(out)]
-
 
 # log_interval 7: the stop at step 30 falls inside a log interval, whose per-rank loss sums the
 # checkpoint must give back to each rank.

@@ -12,7 +12,7 @@ checkpoints that resume on another number of ranks.
   evaluation loss (within 5%); a truncated checkpoint is refused on another world size (exit 4).
 """
 import os
-from e2e_util import check, done, metrics, run, source, summary, tmpdir
+from e2e_util import records, check, done, metrics, run, source, summary, tmpdir
 
 base = tmpdir()
 cfg = os.path.join(base, "zero.yaml")
@@ -24,13 +24,6 @@ with open(cfg, "w") as f:
             "optimizer: {type: adamw, lr: 0.01, grad_clip: 0.05, weight_decay: 0.01}\n"
             "distributed: {first_bucket_mb: 0.004, bucket_mb: 0.01}\n"
             "faults:\n  inject_nonfinite: [{step: 10, rank: 1, tensor: fc2.weight, value: inf}]\n")
-
-TIMING = ("step_ms", "samples_per_second")
-
-
-def records(out):
-    return [{k: v for k, v in m.items() if k not in TIMING} for m in metrics(out)]
-
 
 def train(tag, np, sets):
     out = os.path.join(base, tag)
