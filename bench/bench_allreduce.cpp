@@ -1,6 +1,7 @@
 // All-reduce benchmark in nccl-tests columns: the project's communicator (16-bit sums through the
 // user-defined MPI ops) for f32/f16/bf16, next to raw MPI_Allreduce on floats of the same byte
-// size measured in the same run. Run under mpirun:
+// size measured in the same run, and the ZeRO stage 1 pair (reduce-scatter into a shard, then the
+// in-place all-gather) that replaces the all-reduce with distributed.zero: 1. Run under mpirun:
 //   scripts/mpirun.sh -np 2 build/bench/bench_allreduce [--min 4096] [--max 268435456] [--iters 20]
 // algbw = bytes / time; busbw = algbw * 2 (n - 1) / n; #wrong counts elements that differ from
 // the exact expectation (rank-valued data whose sums are exact); a wrong element fails the run.
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -55,11 +57,13 @@ int main(int argc, char** argv) {
   const double bus = n > 1 ? 2.0 * (n - 1) / n : 1.0;
   if (r == 0) {
     std::printf("# amp_ddp all-reduce: %d ranks; peer = raw MPI_Allreduce(MPI_FLOAT, MPI_SUM) on the same bytes\n", n);
-    std::printf("# %12s %12s %5s %6s | %10s %8s %8s %6s | %10s %8s | %6s\n", "size(B)", "count", "type", "redop",
-                "time(us)", "algbw", "busbw", "#wrong", "raw(us)", "busbw", "ratio");
+    std::printf("# ratio = raw time / ours; rs+ag = reduce-scatter + in-place all-gather, its time / the all-reduce's\n");
+    std::printf("# %12s %12s %5s %6s | %10s %8s %8s %6s | %10s %8s | %6s | %10s %6s %6s\n", "size(B)", "count", "type",
+                "redop", "time(us)", "algbw", "busbw", "#wrong", "raw(us)", "busbw", "ratio", "rs+ag(us)", "#wrong",
+                "vs ar");
   }
   int failures = 0;
-  std::vector<char> buf(max_b), raw(max_b);
+  std::vector<char> buf(max_b), raw(max_b), shard(max_b);
   for (size_t bytes = min_b; bytes <= max_b; bytes *= 4) {
     // Peer: raw MPI on floats of the same byte size.
     const size_t nf = bytes / 4;
@@ -79,18 +83,32 @@ int main(int argc, char** argv) {
       };
       const double secs = time_op(c, iters, fill, [&] { c.allreduce(BufView{buf.data(), count, t}, ReduceOp::Sum); });
       // Check the last result.
-      size_t wrong = 0;
-      std::vector<float> got(std::min<size_t>(count, size_t(1) << 20));
-      convert(buf.data(), t, got.data(), DType::F32, got.size());
-      for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != float((i % 7 + 1) * size_t(n * (n + 1) / 2));
-      int w = int(wrong);
-      c.allreduce(view_of(&w, 1), ReduceOp::Max);
+      auto count_wrong = [&](size_t upto) {
+        size_t wrong = 0;
+        std::vector<float> got(std::min<size_t>(upto, size_t(1) << 20));
+        convert(buf.data(), t, got.data(), DType::F32, got.size());
+        for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != float((i % 7 + 1) * size_t(n * (n + 1) / 2));
+        int w = int(wrong);
+        c.allreduce(view_of(&w, 1), ReduceOp::Max);
+        return w;
+      };
+      const int w = count_wrong(count);
       failures += w != 0;
+      // The ZeRO pair on whole blocks of the same buffer: this rank's block reduced into a shard,
+      // copied back in place (the optimizer writes there), all blocks gathered.
+      const size_t block = count / size_t(n), es = dtype_size(t);
+      const double secs_z = time_op(c, iters, fill, [&] {
+        c.reduce_scatter(buf.data(), BufView{shard.data(), block, t}, ReduceOp::Sum);
+        std::memcpy(buf.data() + size_t(r) * block * es, shard.data(), block * es);
+        c.allgather_in_place(BufView{buf.data(), block * size_t(n), t});
+      });
+      const int wz = count_wrong(block * size_t(n));
+      failures += wz != 0;
       if (r == 0) {
         const double algbw = double(bytes) / secs / 1e9;
-        std::printf("  %12zu %12zu %5s %6s | %10.1f %8.3f %8.3f %6d | %10.1f %8.3f | %6.3f\n", bytes, count, dtype_name(t),
-                    "sum", secs * 1e6, algbw, algbw * bus, w, t_raw * 1e6, double(bytes) / t_raw / 1e9 * bus,
-                    t_raw / secs);
+        std::printf("  %12zu %12zu %5s %6s | %10.1f %8.3f %8.3f %6d | %10.1f %8.3f | %6.3f | %10.1f %6d %6.3f\n", bytes,
+                    count, dtype_name(t), "sum", secs * 1e6, algbw, algbw * bus, w, t_raw * 1e6,
+                    double(bytes) / t_raw / 1e9 * bus, t_raw / secs, secs_z * 1e6, wz, secs_z / secs);
       }
     }
   }
