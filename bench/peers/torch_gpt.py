@@ -6,13 +6,13 @@ Prints one JSON line: {"precision", "threads", "batch", "tokens_per_second", "st
 "blas", "blas_config", "blas_core", "mkldnn_bf16"}."""
 import argparse
 import json
-import math
 import time
 
 import torch
 import torch.nn.functional as F
 
 from blas_info import blas_in_use
+from nanogpt import GPT
 
 p = argparse.ArgumentParser()
 p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
@@ -29,41 +29,7 @@ torch.manual_seed(0)
 torch.set_num_threads(a.threads)
 
 
-class Block(torch.nn.Module):
-    def __init__(self, c, h):
-        super().__init__()
-        self.h = h
-        self.ln_1, self.ln_2 = torch.nn.LayerNorm(c), torch.nn.LayerNorm(c)
-        self.qkv, self.proj = torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c)
-        self.fc, self.mproj = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
-
-    def forward(self, x, mask):
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln_1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.h))
-        att = F.softmax(att.masked_fill(mask[:t, :t] == 0, float("-inf")), dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
-        x = x + self.proj(y)
-        return x + self.mproj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte, self.wpe = torch.nn.Embedding(a.vocab, a.embd), torch.nn.Embedding(a.seq, a.embd)
-        self.blocks = torch.nn.ModuleList(Block(a.embd, a.heads) for _ in range(a.layers))
-        self.ln_f = torch.nn.LayerNorm(a.embd)
-        self.register_buffer("mask", torch.tril(torch.ones(a.seq, a.seq)))
-
-    def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for blk in self.blocks:
-            x = blk(x, self.mask)
-        return self.ln_f(x) @ self.wte.weight.t()
-
-
-model = GPT()
+model = GPT(a.vocab, a.seq, a.layers, a.heads, a.embd)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
 x = torch.randint(0, a.vocab, (a.batch, a.seq))
 y = torch.randint(0, a.vocab, (a.batch, a.seq))
