@@ -442,3 +442,48 @@ TEST_CASE("check_norm + optimizer_step: clipping by a non-finite norm skips and 
     }
   }
 }
+
+TEST_CASE("sharded norm: partials in the flag slots, the sharded unscale pass and their sum match the CPU",
+          "[.cuda][amp]") {
+  auto gpu = make_cuda();
+  CpuBackend cpu(2);
+  const int world = 5;
+  const size_t n = 3000;
+  const std::vector<TensorSpan> spans = {{0, 1000}, {1000, 0}, {1024, 1976}};
+  const std::vector<float> g = randn(n, 41, 2.0);
+  for (DType dt : {DType::F16, DType::BF16}) {
+    std::vector<uint16_t> raw(n);
+    convert(g.data(), DType::F32, raw.data(), dt, n);
+    // Each "rank" writes its partial into its own slots; the slots of all ranks then sum.
+    std::vector<int32_t> fc(OverflowFlags::count(world), 0), fg(fc.size(), 0);
+    Buffer gc = cpu.alloc(n * 2), gg = gpu->alloc(n * 2), oc = cpu.alloc(n * 4), og = gpu->alloc(n * 4);
+    cpu.upload(gc.data(), raw.data(), n * 2);
+    gpu->upload(gg.data(), raw.data(), n * 2);
+    Buffer flc = cpu.alloc(fc.size() * 4), flg = gpu->alloc(fg.size() * 4);
+    cpu.upload(flc.data(), fc.data(), fc.size() * 4);
+    gpu->upload(flg.data(), fg.data(), fg.size() * 4);
+    const float scale = 256.0f;
+    Scalars sc(cpu, *gpu, &scale, sizeof scale);
+    for (int r = 0; r < world; ++r) {
+      cpu.unscale_check(gc.data(), dt, spans, sc.c.as<float>(), oc.as<float>(), flc.as<int32_t>(), nullptr,
+                        flc.as<int32_t>() + OverflowFlags::norm_slot(r, world));
+      gpu->unscale_check(gg.data(), dt, spans, sc.g.as<float>(), og.as<float>(), flg.as<int32_t>(), nullptr,
+                         flg.as<int32_t>() + OverflowFlags::norm_slot(r, world));
+    }
+    float nc = 0, ng = 0;
+    Buffer nbc = cpu.alloc(4), nbg = gpu->alloc(4);
+    cpu.sum_norm_partials(flc.as<int32_t>(), world, nbc.as<float>());
+    gpu->sum_norm_partials(flg.as<int32_t>(), world, nbg.as<float>());
+    cpu.download(&nc, nbc.data(), 4);
+    gpu->download(&ng, nbg.data(), 4);
+    double want = 0;
+    std::vector<float> back(n);
+    convert(raw.data(), dt, back.data(), DType::F32, n);
+    for (const auto& s : spans)
+      for (size_t i = s.offset; i < s.offset + s.count; ++i) want += double(back[i] / scale) * double(back[i] / scale);
+    INFO(dtype_name(dt));
+    CHECK(double(ng) == Approx(want * world).epsilon(1e-6));
+    CHECK(double(nc) == Approx(want * world).epsilon(1e-6));
+    CHECK(std::fabs(double(ng) - double(nc)) <= 1e-6 * double(nc));
+  }
+}

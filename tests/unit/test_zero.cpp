@@ -1,12 +1,15 @@
 // Sharded optimizer state (ZeRO stage 1): the shard layout's invariants for many tensor shapes,
-// world sizes and bucket sizes, host round trips, and the sampler continuing from a recorded data
+// world sizes and bucket sizes, host round trips, the partial norms' slots, and the sampler continuing from a recorded data
 // position under another global batch.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
+#include "amp/overflow_flags.h"
 #include "comm/shard_layout.h"
 #include "core/rng.h"
 #include "data/sampler.h"
@@ -134,4 +137,30 @@ TEST_CASE("sampler: a recorded position continues the same samples, and under an
   q.resume_at(10, pos);
   CHECK(q.position(10 + left).epoch == 1);
   CHECK(q.position(10 + left).offset == 0);
+}
+
+TEST_CASE("norm slots: a double's pieces are non-negative int32s that survive a MAX against zeros, exactly",
+          "[zero][amp]") {
+  Rng rng(3);
+  const int world = 4;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<double> parts(world);
+    std::vector<int32_t> reduced(OverflowFlags::count(world), 0);
+    for (int r = 0; r < world; ++r) {
+      parts[size_t(r)] = trial == 0 && r == 1 ? std::numeric_limits<double>::infinity()
+                                              : std::ldexp(double(rng.next_u64() >> 11), int(rng.next_u64() % 200) - 150);
+      std::vector<int32_t> mine(reduced.size(), 0);
+      store_norm_partial(mine.data() + OverflowFlags::norm_slot(r, world), parts[size_t(r)]);
+      for (size_t i = 0; i < mine.size(); ++i) {
+        CHECK(mine[i] >= 0);
+        reduced[i] = std::max(reduced[i], mine[i]);  // the MAX all-reduce of the flags
+      }
+    }
+    double want = 0;
+    for (int r = 0; r < world; ++r) {
+      CHECK(load_norm_partial(reduced.data() + OverflowFlags::norm_slot(r, world)) == parts[size_t(r)]);
+      want += parts[size_t(r)];
+    }
+    CHECK(sum_norm_partials(reduced.data(), world) == float(want));
+  }
 }
