@@ -781,6 +781,37 @@ TEST_CASE("tops gelu_tanh: large, tiny and special arguments", "[tops]") {
   }
 }
 
+TEST_CASE("tops gelu_tanh: the kernels' vector path gives the scalar functions' bits (the CUDA twin's)", "[tops]") {
+  cpu::TransformerOps ops;
+  std::vector<float> x;
+  const float specials[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-41f, 3.0f, -3.0f, 10.0f, -10.0f, -12.0f, 30.0f, -30.0f,
+                            1e4f, -1e4f, 3e38f, -3e38f, INFINITY, -INFINITY, NAN, 4.6f, -4.6f, 88.0f, -52.0f};
+  x.assign(std::begin(specials), std::end(specials));
+  Rng rng(77);
+  for (int i = 0; i < 200000; ++i) {
+    const double mag = std::ldexp(1.0, int(rng.below(40)) - 30);  // 2^-30 .. 2^9
+    x.push_back(float(rng.normal() * mag));
+  }
+  const int64_t n = int64_t(x.size());
+  std::vector<float> y(x.size()), dy(x.size(), 1.0f), dx(x.size());
+  ops.gelu_tanh_forward(GeluArgs{x.data(), y.data(), DType::F32, n});
+  ops.gelu_tanh_backward(GeluBackwardArgs{x.data(), dy.data(), dx.data(), DType::F32, n});
+  size_t wrong_y = 0, wrong_dx = 0;
+  std::ostringstream first;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float ry = tmath::gelu_tanh(x[i]), rg = tmath::gelu_tanh_grad(x[i]);
+    const bool bad_y = !(std::isnan(ry) && std::isnan(y[i])) && f32_bits(ry) != f32_bits(y[i]);
+    const bool bad_g = !(std::isnan(rg) && std::isnan(dx[i])) && f32_bits(rg) != f32_bits(dx[i]);
+    if ((bad_y || bad_g) && wrong_y + wrong_dx == 0)
+      first << "x " << x[i] << " gelu " << y[i] << " vs " << ry << ", gelu' " << dx[i] << " vs " << rg;
+    wrong_y += bad_y;
+    wrong_dx += bad_g;
+  }
+  INFO(first.str());
+  CHECK(wrong_y == 0);
+  CHECK(wrong_dx == 0);
+}
+
 // ---------------------------------------------------------------- embedding
 
 TEST_CASE("tops embedding_forward: one FP32 addition and one rounding, invalid tokens give NaN rows", "[tops]") {

@@ -1,0 +1,167 @@
+// Where a GPT training step's time goes on the CPU backend, and its model FLOP rate against the
+// bare GEMM rate of the same shapes and dtype through the same GEMM entry point (ComputeOps::gemm,
+// oneDNN), measured in the same run. The bare set is what the step would cost if it were only its
+// GEMMs, each at its best: the weight GEMMs over all B x T rows, the attention products as one
+// batched GEMM over all B x H heads. Usage:
+//   bench_gpt_step [--layers 4] [--embd 128] [--heads 4] [--seq 64] [--vocab 256] [--batch 16]
+//                  [--precision fp32] [--threads 1] [--steps 20]
+// FLOPs counted: 2 per multiply-add of every GEMM the step runs (forward, and the two gradient
+// GEMMs of each in backward; the attention products in full T x T, as computed).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "amp/mixed_precision.h"
+#include "backend/cpu/cpu_backend.h"
+#include "core/rng.h"
+#include "model/gpt.h"
+
+using namespace amp;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Shape {
+  int64_t m, n, k, batch;
+  bool ta, tb;
+  const char* what;
+  int count;  // times per step
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  GptOptions o;
+  o.n_layer = 4;
+  size_t batch = 16, steps = 20;
+  int threads = 1;
+  std::string prec = "fp32";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const size_t v = std::strtoul(argv[i + 1], nullptr, 10);
+    if (a == "--layers") o.n_layer = v;
+    else if (a == "--embd") o.n_embd = v;
+    else if (a == "--heads") o.n_head = v;
+    else if (a == "--seq") o.seq_len = v;
+    else if (a == "--vocab") o.vocab = v;
+    else if (a == "--batch") batch = v;
+    else if (a == "--steps") steps = v;
+    else if (a == "--threads") threads = int(v);
+    else if (a == "--precision") prec = argv[i + 1];
+  }
+  const DType dt = prec == "fp32" ? DType::F32 : prec == "fp16" ? DType::F16 : DType::BF16;
+  CpuBackend be(threads);
+  Gpt model(be, be, o, dt, batch);
+  const ParamLayout& L = model.layout();
+  const size_t n = L.total;
+  std::vector<float> w = model.init_params(1);
+  Buffer master = be.alloc(n * 4), lp = be.alloc(n * dtype_size(dt)), grads = be.alloc(n * dtype_size(dt)),
+         g32 = be.alloc(n * 4), m = be.alloc(n * 4), v = be.alloc(n * 4);
+  be.upload(master.data(), w.data(), n * 4);
+  be.cast(master.data(), DType::F32, lp.data(), dt, n);
+  const size_t T = o.seq_len, C = o.n_embd, H = o.n_head, D = C / H, V = o.vocab, M = batch * T;
+  Rng rng(2);
+  std::vector<int32_t> tok(M), tgt(M);
+  for (size_t i = 0; i < M; ++i) tok[i] = int32_t(rng.below(V)), tgt[i] = int32_t(rng.below(V));
+  model.stage_tokens(tok.data(), tgt.data(), batch);
+  ScalerParams sp;
+  sp.init_scale = dt == DType::F16 ? 65536.0f : 1.0f;
+  OptimizerParams op;
+  std::vector<std::string> names;
+  for (const auto& t : L.tensors) names.push_back(t.name);
+  MixedPrecision amp(be, be, sp, dt, L.spans(), names, 0, 1);
+  float loss = 0, lr = 1e-4f;
+  int32_t correct = 0;
+  const void* params = dt == DType::F32 ? master.data() : lp.data();
+
+  std::map<std::string, double> t;
+  auto timed = [&](const char* name, auto&& fn) {
+    const double t0 = now();
+    fn();
+    t[name] += now() - t0;
+  };
+  for (size_t s = 0; s < steps + 3; ++s) {
+    if (s == 3) t.clear();  // warm-up excluded
+    amp.begin_step();
+    timed("forward+loss", [&] {
+      model.forward_loss(params, batch, amp.scale(), 1.0f / float(M), true, LossSums{&loss, &correct});
+    });
+    timed("backward", [&] { model.backward(params, grads.data(), batch, [](int) {}); });
+    timed("unscale+check+norm", [&] { amp.unscale_and_check(grads.data(), g32.as<float>()); });
+    timed("optimizer (+cast)", [&] {
+      be.optimizer_step(op, &lr, 0.0f, master.as<float>(), g32.as<float>(), m.as<float>(), v.as<float>(), n,
+                        dt == DType::F32 ? nullptr : lp.data(), dt, amp.flags(), amp.norm_sq(), amp.state());
+    });
+    timed("scale update", [&] { amp.update(); });
+  }
+  double step = 0;
+  for (auto& kv : t) step += kv.second;
+  step /= double(steps);
+
+  // The step's GEMMs (per step; L layers): y = x W^T (forward), dx = dy W, dW = dy^T x.
+  const int64_t Mi = int64_t(M), Ci = int64_t(C), Ti = int64_t(T), Di = int64_t(D), BH = int64_t(batch * H);
+  const int l = int(o.n_layer);
+  std::vector<Shape> shapes;
+  auto linear = [&](int64_t out, int64_t in, const char* what, int times) {
+    shapes.push_back({Mi, out, in, 1, false, true, what, times});   // forward
+    shapes.push_back({Mi, in, out, 1, false, false, what, times});  // dx
+    shapes.push_back({out, in, Mi, 1, true, false, what, times});   // dW
+  };
+  linear(3 * Ci, Ci, "attn.qkv", l);
+  linear(Ci, Ci, "attn.proj", l);
+  linear(4 * Ci, Ci, "mlp.fc", l);
+  linear(Ci, 4 * Ci, "mlp.proj", l);
+  linear(int64_t(V), Ci, "lm head", 1);
+  // Attention per head: S = Q K^T (T x T x D), Y = P V (T x D x T); backward dP = dY V^T, dV = P^T dY,
+  // dQ = dS K, dK = dS^T Q.
+  shapes.push_back({Ti, Ti, Di, BH, false, true, "attn QK^T", l});
+  shapes.push_back({Ti, Di, Ti, BH, false, false, "attn PV", l});
+  shapes.push_back({Ti, Ti, Di, BH, false, true, "attn dP", l});
+  shapes.push_back({Ti, Di, Ti, BH, true, false, "attn dV", l});
+  shapes.push_back({Ti, Di, Ti, BH, false, false, "attn dQ", l});
+  shapes.push_back({Ti, Di, Ti, BH, true, false, "attn dK", l});
+  double flops = 0, bare = 0;
+  std::printf("bare GEMMs (%s operands, FP32 accumulation; median of %zu):\n", prec.c_str(), steps);
+  for (const Shape& sh : shapes) {
+    const int64_t ea = sh.m * sh.k * sh.batch, eb = sh.k * sh.n * sh.batch, ec = sh.m * sh.n * sh.batch;
+    Buffer a = be.alloc(size_t(ea) * 4), b = be.alloc(size_t(eb) * 4), c = be.alloc(size_t(ec) * 4);
+    std::vector<float> fill(size_t(std::max(ea, eb)));
+    for (auto& x : fill) x = float(rng.normal());
+    be.cast(fill.data(), DType::F32, a.data(), dt, size_t(ea));
+    be.cast(fill.data(), DType::F32, b.data(), dt, size_t(eb));
+    GemmArgs g;
+    g.m = sh.m, g.n = sh.n, g.k = sh.k, g.batch = sh.batch, g.trans_a = sh.ta, g.trans_b = sh.tb;
+    g.A = a.data(), g.lda = sh.ta ? sh.m : sh.k, g.stride_a = sh.m * sh.k;
+    g.B = b.data(), g.ldb = sh.tb ? sh.k : sh.n, g.stride_b = sh.k * sh.n;
+    g.C = c.data(), g.ldc = sh.n, g.stride_c = sh.m * sh.n;
+    g.ab = dt, g.c = DType::F32;
+    std::vector<double> times;
+    for (size_t r = 0; r < steps + 3; ++r) {
+      const double t0 = now();
+      be.gemm(g);
+      if (r >= 3) times.push_back(now() - t0);
+    }
+    std::sort(times.begin(), times.end());
+    const double med = times[times.size() / 2];
+    const double f = 2.0 * double(sh.m * sh.n * sh.k * sh.batch);
+    flops += f * sh.count;
+    bare += med * sh.count;
+    std::printf("  %-10s %5lldx%5lldx%5lld x%-4lld %s%s  x%-2d %8.3f ms  %7.1f GFLOP/s\n", sh.what, (long long)sh.m,
+                (long long)sh.n, (long long)sh.k, (long long)sh.batch, sh.ta ? "T" : "N", sh.tb ? "T" : "N", sh.count,
+                med * 1e3, f / med / 1e9);
+  }
+  std::printf("\nstep phases (%s, %zu layers x %zu, %zu heads, T %zu, batch %zu, %d thread%s, mean of %zu steps):\n",
+              prec.c_str(), o.n_layer, C, H, T, batch, threads, threads == 1 ? "" : "s", steps);
+  for (auto& kv : t)
+    std::printf("  %-20s %8.3f ms  %5.1f%%\n", kv.first.c_str(), kv.second / double(steps) * 1e3,
+                100.0 * kv.second / double(steps) / step);
+  std::printf("  %-20s %8.3f ms  (%.0f tokens/s)\n", "step", step * 1e3, double(M) / step);
+  std::printf("\nstep FLOP rate %.1f GFLOP/s | bare GEMM rate %.1f GFLOP/s (the GEMMs alone: %.3f ms) | ratio %.3f\n",
+              flops / step / 1e9, flops / bare / 1e9, bare * 1e3, bare / step);
+  return 0;
+}
