@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/mixed_precision.h"
+#include "step_phases.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
 #include "model/gpt.h"
@@ -24,7 +24,7 @@ using namespace amp;
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+using bench::now;
 
 struct Shape {
   int64_t m, n, k, batch;
@@ -57,51 +57,13 @@ int main(int argc, char** argv) {
   const DType dt = prec == "fp32" ? DType::F32 : prec == "fp16" ? DType::F16 : DType::BF16;
   CpuBackend be(threads);
   Gpt model(be, be, o, dt, batch);
-  const ParamLayout& L = model.layout();
-  const size_t n = L.total;
-  std::vector<float> w = model.init_params(1);
-  Buffer master = be.alloc(n * 4), lp = be.alloc(n * dtype_size(dt)), grads = be.alloc(n * dtype_size(dt)),
-         g32 = be.alloc(n * 4), m = be.alloc(n * 4), v = be.alloc(n * 4);
-  be.upload(master.data(), w.data(), n * 4);
-  be.cast(master.data(), DType::F32, lp.data(), dt, n);
   const size_t T = o.seq_len, C = o.n_embd, H = o.n_head, D = C / H, V = o.vocab, M = batch * T;
   Rng rng(2);
   std::vector<int32_t> tok(M), tgt(M);
   for (size_t i = 0; i < M; ++i) tok[i] = int32_t(rng.below(V)), tgt[i] = int32_t(rng.below(V));
   model.stage_tokens(tok.data(), tgt.data(), batch);
-  ScalerParams sp;
-  sp.init_scale = dt == DType::F16 ? 65536.0f : 1.0f;
-  OptimizerParams op;
-  std::vector<std::string> names;
-  for (const auto& t : L.tensors) names.push_back(t.name);
-  MixedPrecision amp(be, be, sp, dt, L.spans(), names, 0, 1);
-  float loss = 0, lr = 1e-4f;
-  int32_t correct = 0;
-  const void* params = dt == DType::F32 ? master.data() : lp.data();
-
-  std::map<std::string, double> t;
-  auto timed = [&](const char* name, auto&& fn) {
-    const double t0 = now();
-    fn();
-    t[name] += now() - t0;
-  };
-  for (size_t s = 0; s < steps + 3; ++s) {
-    if (s == 3) t.clear();  // warm-up excluded
-    amp.begin_step();
-    timed("forward+loss", [&] {
-      model.forward_loss(params, batch, amp.scale(), 1.0f / float(M), true, LossSums{&loss, &correct});
-    });
-    timed("backward", [&] { model.backward(params, grads.data(), batch, [](int) {}); });
-    timed("unscale+check+norm", [&] { amp.unscale_and_check(grads.data(), g32.as<float>()); });
-    timed("optimizer (+cast)", [&] {
-      be.optimizer_step(op, &lr, 0.0f, master.as<float>(), g32.as<float>(), m.as<float>(), v.as<float>(), n,
-                        dt == DType::F32 ? nullptr : lp.data(), dt, amp.flags(), amp.norm_sq(), amp.state());
-    });
-    timed("scale update", [&] { amp.update(); });
-  }
-  double step = 0;
-  for (auto& kv : t) step += kv.second;
-  step /= double(steps);
+  bench::StepPhases phases(be, model, dt, dt == DType::F16 ? 65536.0f : 1.0f);
+  const double step = phases.run(batch, 1.0f / float(M), 3, steps);
 
   // The step's GEMMs (per step; L layers): y = x W^T (forward), dx = dy W, dW = dy^T x.
   const int64_t Mi = int64_t(M), Ci = int64_t(C), Ti = int64_t(T), Di = int64_t(D), BH = int64_t(batch * H);
@@ -157,10 +119,8 @@ int main(int argc, char** argv) {
   }
   std::printf("\nstep phases (%s, %zu layers x %zu, %zu heads, T %zu, batch %zu, %d thread%s, mean of %zu steps):\n",
               prec.c_str(), o.n_layer, C, H, T, batch, threads, threads == 1 ? "" : "s", steps);
-  for (auto& kv : t)
-    std::printf("  %-20s %8.3f ms  %5.1f%%\n", kv.first.c_str(), kv.second / double(steps) * 1e3,
-                100.0 * kv.second / double(steps) / step);
-  std::printf("  %-20s %8.3f ms  (%.0f tokens/s)\n", "step", step * 1e3, double(M) / step);
+  phases.print();
+  std::printf("  %-22s %8.3f ms  (%.0f tokens/s)\n", "step", step * 1e3, double(M) / step);
   std::printf("\nstep FLOP rate %.1f GFLOP/s | bare GEMM rate %.1f GFLOP/s (the GEMMs alone: %.3f ms) | ratio %.3f\n",
               flops / step / 1e9, flops / bare / 1e9, bare * 1e3, bare / step);
   return 0;

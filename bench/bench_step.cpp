@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/mixed_precision.h"
+#include "step_phases.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
 #include "model/mlp.h"
@@ -22,7 +22,7 @@ using namespace amp;
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+using bench::now;
 
 std::vector<size_t> parse_dims(const char* s) {
   std::vector<size_t> d;
@@ -53,13 +53,6 @@ int main(int argc, char** argv) {
   MlpOptions mo;
   mo.dims = dims;
   Mlp model(be, be, mo, dt, batch);
-  const ParamLayout& L = model.layout();
-  const size_t n = L.total;
-  std::vector<float> w = model.init_params(1);
-  Buffer master = be.alloc(n * 4), lp = be.alloc(n * dtype_size(dt)), grads = be.alloc(n * dtype_size(dt)),
-         g32 = be.alloc(n * 4), m = be.alloc(n * 4), v = be.alloc(n * 4);
-  std::memcpy(master.data(), w.data(), n * 4);
-  be.cast(master.data(), DType::F32, lp.data(), dt, n);
   // One seeded batch, staged once (the host gathering is not part of the device step).
   Dataset data;
   data.n = batch;
@@ -71,39 +64,8 @@ int main(int argc, char** argv) {
   data.labels.resize(batch);
   for (auto& l : data.labels) l = int32_t(rng.below(dims.back()));
   model.stage(data, nullptr, 0, batch);
-  ScalerParams sp;
-  sp.init_scale = 65536.0f;
-  OptimizerParams op;
-  std::vector<std::string> names;
-  for (const auto& t : L.tensors) names.push_back(t.name);
-  MixedPrecision amp(be, be, sp, dt, L.spans(), names, 0, 1);
-  float loss = 0, lr = 1e-4f;
-  int32_t correct = 0;
-  const void* params = dt == DType::F32 ? master.data() : lp.data();
-
-  std::map<std::string, double> t;
-  auto timed = [&](const char* name, auto&& fn) {
-    const double t0 = now();
-    fn();
-    t[name] += now() - t0;
-  };
-  for (size_t s = 0; s < steps + 5; ++s) {
-    if (s == 5) t.clear();  // warm-up excluded
-    amp.begin_step();
-    timed("forward+loss (cast)", [&] {
-      model.forward_loss(params, batch, amp.scale(), 1.0f / float(batch), true, LossSums{&loss, &correct});
-    });
-    timed("backward", [&] { model.backward(params, grads.data(), batch, [](int) {}); });
-    timed("unscale+check+norm", [&] { amp.unscale_and_check(grads.data(), g32.as<float>()); });
-    timed("optimizer (+cast)", [&] {
-      be.optimizer_step(op, &lr, 0.0f, master.as<float>(), g32.as<float>(), m.as<float>(), v.as<float>(), n,
-                        dt == DType::F32 ? nullptr : lp.data(), dt, amp.flags(), amp.norm_sq(), amp.state());
-    });
-    timed("scale update", [&] { amp.update(); });
-  }
-  double step = 0;
-  for (auto& kv : t) step += kv.second;
-  step /= double(steps);
+  bench::StepPhases phases(be, model, dt, 65536.0f);
+  const double step = phases.run(batch, 1.0f / float(batch), 5, steps);
 
   // Bare GEMMs of the same shapes and dtype, as the backend runs them: FP16 (and BF16 where oneDNN
   // has no BF16 matmul on this CPU) as FP32 matmuls of widened operands.
@@ -147,9 +109,7 @@ int main(int argc, char** argv) {
   }
   std::printf("\nstep phases (%s, batch %zu, %d thread%s, mean of %zu steps):\n", prec.c_str(), batch, threads,
               threads == 1 ? "" : "s", steps);
-  for (auto& kv : t)
-    std::printf("  %-22s %8.3f ms  %5.1f%%\n", kv.first.c_str(), kv.second / double(steps) * 1e3, 100.0 * kv.second / double(steps) / step);
-  const double amp_share = (t["unscale+check+norm"] + t["scale update"]) / double(steps) / step;
+  const double amp_share = phases.print();
   std::printf("  %-22s %8.3f ms\n", "step", step * 1e3);
   std::printf("\nstep FLOP rate %.1f GFLOP/s | bare matmul rate %.1f GFLOP/s (%.3f ms) | ratio %.3f | AMP bookkeeping %.1f%% of the step\n",
               flops / step / 1e9, flops / bare / 1e9, bare * 1e3, bare / step, 100.0 * amp_share);

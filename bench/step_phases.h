@@ -1,0 +1,90 @@
+// The CPU step benchmarks' shared rig (bench_step: the MLP, bench_gpt_step: the GPT): the training
+// state of a model on one rank, and the phases of its step timed one by one (forward + loss,
+// backward, the unscale pass, the optimizer, the scale update), means over `steps` after a warm-up.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "amp/mixed_precision.h"
+#include "backend/cpu/cpu_backend.h"
+#include "model/model.h"
+
+namespace amp::bench {
+
+inline double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+class StepPhases {
+ public:
+  // The model's parameters initialized (seed 1) into FP32 masters and their working copy in dt.
+  StepPhases(CpuBackend& be, Model& model, DType dt, float init_scale)
+      : be_(be), model_(model), dt_(dt), n_(model.layout().total) {
+    master_ = be.alloc(n_ * 4), lp_ = be.alloc(n_ * dtype_size(dt)), grads_ = be.alloc(n_ * dtype_size(dt));
+    g32_ = be.alloc(n_ * 4), m_ = be.alloc(n_ * 4), v_ = be.alloc(n_ * 4);
+    const std::vector<float> w = model.init_params(1);
+    be.upload(master_.data(), w.data(), n_ * 4);
+    be.cast(master_.data(), DType::F32, lp_.data(), dt, n_);
+    ScalerParams sp;
+    sp.init_scale = init_scale;
+    std::vector<std::string> names;
+    for (const auto& t : model.layout().tensors) names.push_back(t.name);
+    amp_ = std::make_unique<MixedPrecision>(be, be, sp, dt, model.layout().spans(), names, 0, 1);
+  }
+
+  // Runs warmup + steps steps on the staged batch of `rows`; returns the mean step time (s).
+  double run(size_t rows, float inv_count, size_t warmup, size_t steps) {
+    const void* params = dt_ == DType::F32 ? master_.data() : lp_.data();
+    float loss = 0, lr = 1e-4f;
+    int32_t correct = 0;
+    OptimizerParams op;
+    MixedPrecision& amp = *amp_;
+    auto timed = [&](const char* name, auto&& fn) {
+      const double t0 = now();
+      fn();
+      t_[name] += now() - t0;
+    };
+    for (size_t s = 0; s < warmup + steps; ++s) {
+      if (s == warmup) t_.clear();
+      amp.begin_step();
+      timed("forward+loss", [&] { model_.forward_loss(params, rows, amp.scale(), inv_count, true, LossSums{&loss, &correct}); });
+      timed("backward", [&] { model_.backward(params, grads_.data(), rows, [](int) {}); });
+      timed("unscale+check+norm", [&] { amp.unscale_and_check(grads_.data(), g32_.as<float>()); });
+      timed("optimizer (+cast)", [&] {
+        be_.optimizer_step(op, &lr, 0.0f, master_.as<float>(), g32_.as<float>(), m_.as<float>(), v_.as<float>(), n_,
+                           dt_ == DType::F32 ? nullptr : lp_.data(), dt_, amp.flags(), amp.norm_sq(), amp.state());
+      });
+      timed("scale update", [&] { amp.update(); });
+    }
+    steps_ = steps;
+    step_ = 0;
+    for (auto& kv : t_) step_ += kv.second;
+    step_ /= double(steps);
+    return step_;
+  }
+
+  // "  <phase>  <ms>  <share>" lines, and the AMP bookkeeping's share of the step.
+  double print() const {
+    for (auto& kv : t_)
+      std::printf("  %-22s %8.3f ms  %5.1f%%\n", kv.first.c_str(), kv.second / double(steps_) * 1e3,
+                  100.0 * kv.second / double(steps_) / step_);
+    return (t_.at("unscale+check+norm") + t_.at("scale update")) / double(steps_) / step_;
+  }
+
+ private:
+  CpuBackend& be_;
+  Model& model_;
+  DType dt_;
+  size_t n_;
+  Buffer master_, lp_, grads_, g32_, m_, v_;
+  std::unique_ptr<MixedPrecision> amp_;
+  std::map<std::string, double> t_;
+  size_t steps_ = 0;
+  double step_ = 0;
+};
+
+}  // namespace amp::bench
