@@ -69,6 +69,9 @@ bool Gpt::bytes_needed(const GptOptions& o, size_t max_rows, DType compute, size
   per_token = o.n_layer * (16 * C + H * T) + 3 * C + 2 * o.vocab + 10 * C;
   overflow |= __builtin_mul_overflow(n, per_token * lp + 32 * o.n_layer, &t);
   overflow |= __builtin_add_overflow(bytes, t, &bytes);
+  // One head's attention scratch over every row: scores and dP (FP32), dS (compute dtype).
+  overflow |= __builtin_mul_overflow(n, T * (8 + lp), &t);
+  overflow |= __builtin_add_overflow(bytes, t, &bytes);
   *bytes_out = bytes;
   *params_out = L.n_params();
   return !overflow;
@@ -108,9 +111,10 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
   rstdf_ = buf(N, 4);
   logits_ = buf(N * V, e);
   dlogits_ = buf(N * V, e);
-  scores_ = buf(H * T * T, 4);
-  dprobs_ = buf(H * T * T, 4);
-  dscores_ = buf(H * T * T, e);
+  // One head at a time over every row (see forward): rows x T x T each.
+  scores_ = buf(max_rows_ * T * T, 4);
+  dprobs_ = buf(max_rows_ * T * T, 4);
+  dscores_ = buf(max_rows_ * T * T, e);
   dres_ = buf(N * C, e);
   dtmp_ = buf(N * C, e);
   tmp_ = buf(N * C, e);
@@ -208,19 +212,22 @@ void Gpt::forward(const void* params, size_t rows) {
     layernorm(y.res_in.data(), params, layer_param(l, kLn1W), y.ln1.data(), y.mean1, y.rstd1, N);
     ops_.linear_forward(act(y.ln1, N, C), param(params, layer_param(l, kQkvW)), param(params, layer_param(l, kQkvB)),
                         act(y.qkv, N, 3 * C));
-    for (size_t b = 0; b < rows; ++b) {
-      const char* qkv = y.qkv.as<char>() + b * T * 3 * C * e;
-      char* probs = y.probs.as<char>() + b * H * T * T * e;
-      // scores[h] = Q_h K_h^T (FP32); the 1/sqrt(D) is applied inside the softmax.
-      ops_.gemm(gemm_args(compute_, DType::F32, T, T, D, false, true, qkv, 3 * C, D, qkv + C * e, 3 * C, D,
-                          scores_.data(), T, T * T, H));
+    // Attention one head at a time, each GEMM batched over the rows (sequences): the head's Q, K
+    // and V columns of qkv repeat every T x 3C elements; probabilities are stored [H][rows][T][T].
+    const int64_t B = int64_t(rows), qs = int64_t(T * 3 * C), tt = int64_t(T * T);
+    for (size_t h = 0; h < H; ++h) {
+      const char* q = y.qkv.as<char>() + h * D * e;
+      char* probs = y.probs.as<char>() + h * rows * T * T * e;
+      // scores[b] = Q_h K_h^T (FP32); the 1/sqrt(D) is applied inside the softmax.
+      ops_.gemm(gemm_args(compute_, DType::F32, T, T, D, false, true, q, 3 * C, qs, q + C * e, 3 * C, qs,
+                          scores_.data(), T, tt, B));
       CausalSoftmaxArgs sm;
-      sm.batch = int64_t(H), sm.T = int64_t(T), sm.scale = scale_, sm.s = scores_.data(), sm.s_type = DType::F32;
+      sm.batch = B, sm.T = int64_t(T), sm.scale = scale_, sm.s = scores_.data(), sm.s_type = DType::F32;
       sm.p = probs, sm.p_type = compute_;
       ops_.causal_softmax_forward(sm);
-      // att[:, h] = P_h V_h, heads side by side in C columns.
-      ops_.gemm(gemm_args(compute_, compute_, T, D, T, false, false, probs, T, T * T, qkv + 2 * C * e, 3 * C, D,
-                          y.att.as<char>() + b * T * C * e, C, D, H));
+      // att[:, h] = P_h V_h, the heads side by side in C columns.
+      ops_.gemm(gemm_args(compute_, compute_, T, D, T, false, false, probs, T, tt, q + 2 * C * e, 3 * C, qs,
+                          y.att.as<char>() + h * D * e, C, int64_t(T * C), B));
     }
     ops_.linear_forward(act(y.att, N, C), param(params, layer_param(l, kProjW)), param(params, layer_param(l, kProjB)),
                         act(tmp_, N, C));
@@ -282,25 +289,27 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
     done(lp(kProjB));
     done(lp(kProjW));
     ops_.linear_backward_input(act(dres_, N, C), P(lp(kProjW)), act(dtmp_, N, C));  // d(att)
-    for (size_t b = 0; b < rows; ++b) {
-      const char* qkv = y.qkv.as<char>() + b * T * 3 * C * e;
-      const char* probs = y.probs.as<char>() + b * H * T * T * e;
-      const char* datt = dtmp_.as<char>() + b * T * C * e;
-      char* dqkv = dqkv_.as<char>() + b * T * 3 * C * e;
+    // One head at a time, batched over the rows, as the forward pass.
+    const int64_t B = int64_t(rows), qs = int64_t(T * 3 * C), tt = int64_t(T * T), ts = int64_t(T * C);
+    for (size_t h = 0; h < H; ++h) {
+      const char* q = y.qkv.as<char>() + h * D * e;
+      const char* probs = y.probs.as<char>() + h * rows * T * T * e;
+      const char* datt = dtmp_.as<char>() + h * D * e;
+      char* dq = dqkv_.as<char>() + h * D * e;
       // dP_h = dAtt_h V_h^T (FP32); dV_h = P_h^T dAtt_h.
-      ops_.gemm(gemm_args(compute_, DType::F32, T, T, D, false, true, datt, C, D, qkv + 2 * C * e, 3 * C, D,
-                          dprobs_.data(), T, T * T, H));
-      ops_.gemm(gemm_args(compute_, compute_, T, D, T, true, false, probs, T, T * T, datt, C, D, dqkv + 2 * C * e,
-                          3 * C, D, H));
+      ops_.gemm(gemm_args(compute_, DType::F32, T, T, D, false, true, datt, C, ts, q + 2 * C * e, 3 * C, qs,
+                          dprobs_.data(), T, tt, B));
+      ops_.gemm(gemm_args(compute_, compute_, T, D, T, true, false, probs, T, tt, datt, C, ts, dq + 2 * C * e, 3 * C,
+                          qs, B));
       // dS = softmax'(dP) with the 1/sqrt(D) folded in; dQ_h = dS_h K_h, dK_h = dS_h^T Q_h.
       CausalSoftmaxBackwardArgs sb;
-      sb.batch = int64_t(H), sb.T = int64_t(T), sb.scale = scale_, sb.p = probs, sb.p_type = compute_;
+      sb.batch = B, sb.T = int64_t(T), sb.scale = scale_, sb.p = probs, sb.p_type = compute_;
       sb.dp = dprobs_.data(), sb.dp_type = DType::F32, sb.ds = dscores_.data(), sb.ds_type = compute_;
       ops_.causal_softmax_backward(sb);
-      ops_.gemm(gemm_args(compute_, compute_, T, D, T, false, false, dscores_.data(), T, T * T, qkv + C * e, 3 * C, D,
-                          dqkv, 3 * C, D, H));
-      ops_.gemm(gemm_args(compute_, compute_, T, D, T, true, false, dscores_.data(), T, T * T, qkv, 3 * C, D,
-                          dqkv + C * e, 3 * C, D, H));
+      ops_.gemm(gemm_args(compute_, compute_, T, D, T, false, false, dscores_.data(), T, tt, q + C * e, 3 * C, qs, dq,
+                          3 * C, qs, B));
+      ops_.gemm(gemm_args(compute_, compute_, T, D, T, true, false, dscores_.data(), T, tt, q, 3 * C, qs,
+                          dq + C * e, 3 * C, qs, B));
     }
     ops_.linear_backward_weight(act(dqkv_, N, 3 * C), act(y.ln1, N, C), G(lp(kQkvW)), G(lp(kQkvB)));
     done(lp(kQkvB));
