@@ -260,35 +260,37 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
   auto P = [&](int i) { return param(params, i); };
   auto G = [&](int i) { return param(grads, i); };
   auto done = [&](int i) { ready(i); };
+  // A linear layer's weight (index w) and bias (w + 1) gradients, handed on as they complete, then
+  // its input gradient.
+  auto linear_back = [&](const Tensor& dy, const Tensor& x, int w, const Tensor& dx) {
+    ops_.linear_backward_weight(dy, x, G(w), G(w + 1));
+    done(w + 1);
+    done(w);
+    ops_.linear_backward_input(dy, P(w), dx);
+  };
+  // A LayerNorm's backward (gamma at index g, beta at g + 1), its parameters handed on.
+  auto layernorm_back = [&](const void* dy, const void* x, int g, const Buffer& mean, const Buffer& rstd,
+                            bool accumulate) {
+    layernorm_backward(dy, x, params, grads, g, mean, rstd, accumulate, N);
+    done(g + 1);
+    done(g);
+  };
   // LM head: d(lnf) = dlogits wte; d(wte) = dlogits^T lnf (written here, the embedding adds to it).
   ops_.gemm(gemm_args(compute_, compute_, N, C, V, false, false, dlogits_.data(), V, 0, P(kWte).data, C, 0,
                       dtmp_.data(), C, 0, 1));
   ops_.gemm(gemm_args(compute_, compute_, V, C, N, true, false, dlogits_.data(), V, 0, lnf_.data(), C, 0,
                       G(kWte).data, C, 0, 1));
-  layernorm_backward(dtmp_.data(), res_out_.data(), params, grads, lnf_w(), meanf_, rstdf_, false, N);
-  done(lnf_w() + 1);
-  done(lnf_w());
+  layernorm_back(dtmp_.data(), res_out_.data(), lnf_w(), meanf_, rstdf_, false);
   for (size_t li = L; li-- > 0;) {
     Layer& y = layers_[li];
     auto lp = [&](int slot) { return layer_param(li, slot); };
     // MLP: dres is the gradient of the block's output (the residual passes it through).
-    ops_.linear_backward_weight(act(dres_, N, C), act(y.gelu, N, 4 * C), G(lp(kMProjW)), G(lp(kMProjB)));
-    done(lp(kMProjB));
-    done(lp(kMProjW));
-    ops_.linear_backward_input(act(dres_, N, C), P(lp(kMProjW)), act(dfc_, N, 4 * C));
+    linear_back(act(dres_, N, C), act(y.gelu, N, 4 * C), lp(kMProjW), act(dfc_, N, 4 * C));
     ops_.activation_backward(Activation::GeluTanh, act(y.fc, N, 4 * C), act(dfc_, N, 4 * C), act(dfc_, N, 4 * C));
-    ops_.linear_backward_weight(act(dfc_, N, 4 * C), act(y.ln2, N, C), G(lp(kFcW)), G(lp(kFcB)));
-    done(lp(kFcB));
-    done(lp(kFcW));
-    ops_.linear_backward_input(act(dfc_, N, 4 * C), P(lp(kFcW)), act(dtmp_, N, C));
-    layernorm_backward(dtmp_.data(), y.res_mid.data(), params, grads, lp(kLn2W), y.mean2, y.rstd2, true, N);
-    done(lp(kLn2B));
-    done(lp(kLn2W));
+    linear_back(act(dfc_, N, 4 * C), act(y.ln2, N, C), lp(kFcW), act(dtmp_, N, C));
+    layernorm_back(dtmp_.data(), y.res_mid.data(), lp(kLn2W), y.mean2, y.rstd2, true);
     // Attention: dres is now the gradient of the middle residual.
-    ops_.linear_backward_weight(act(dres_, N, C), act(y.att, N, C), G(lp(kProjW)), G(lp(kProjB)));
-    done(lp(kProjB));
-    done(lp(kProjW));
-    ops_.linear_backward_input(act(dres_, N, C), P(lp(kProjW)), act(dtmp_, N, C));  // d(att)
+    linear_back(act(dres_, N, C), act(y.att, N, C), lp(kProjW), act(dtmp_, N, C));  // d(att)
     // One head at a time, batched over the rows, as the forward pass.
     const int64_t B = int64_t(rows), qs = int64_t(T * 3 * C), tt = int64_t(T * T), ts = int64_t(T * C);
     for (size_t h = 0; h < H; ++h) {
@@ -311,13 +313,8 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
       ops_.gemm(gemm_args(compute_, compute_, T, D, T, true, false, dscores_.data(), T, tt, q, 3 * C, qs,
                           dq + C * e, 3 * C, qs, B));
     }
-    ops_.linear_backward_weight(act(dqkv_, N, 3 * C), act(y.ln1, N, C), G(lp(kQkvW)), G(lp(kQkvB)));
-    done(lp(kQkvB));
-    done(lp(kQkvW));
-    ops_.linear_backward_input(act(dqkv_, N, 3 * C), P(lp(kQkvW)), act(dtmp_, N, C));
-    layernorm_backward(dtmp_.data(), y.res_in.data(), params, grads, lp(kLn1W), y.mean1, y.rstd1, true, N);
-    done(lp(kLn1B));
-    done(lp(kLn1W));
+    linear_back(act(dqkv_, N, 3 * C), act(y.ln1, N, C), lp(kQkvW), act(dtmp_, N, C));
+    layernorm_back(dtmp_.data(), y.res_in.data(), lp(kLn1W), y.mean1, y.rstd1, true);
   }
   // Embeddings: d(wpe) written, d(wte) accumulated onto the head's part.
   EmbeddingBackwardArgs eb;
