@@ -1,5 +1,7 @@
-"""Which BLAS a PyTorch peer process actually runs (shared by the peers of the benchmarks)."""
+"""Which BLAS a PyTorch peer process actually runs, and the timing loop and report fields the
+throughput peers share."""
 import ctypes
+import time
 
 
 def blas_in_use():
@@ -25,3 +27,22 @@ def blas_in_use():
         except (OSError, AttributeError):
             pass
     return sorted(libs), config, core
+
+
+def seconds_per_step(step, warmup, steps):
+    """Mean wall time of step() over `steps` calls after `warmup` untimed ones."""
+    for _ in range(warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - t0) / steps
+
+
+def peer_facts():
+    """What the peer ran: torch version, the BLAS it mapped, and whether oneDNN has BF16 here."""
+    import torch
+    libs, config, core = blas_in_use()
+    return {"torch": torch.__version__, "blas": libs, "blas_config": config, "blas_core": core,
+            "mkldnn_bf16": bool(torch.backends.mkldnn.is_available() and
+                                getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())}

@@ -6,12 +6,11 @@ Prints one JSON line: {"precision", "threads", "batch", "tokens_per_second", "st
 "blas", "blas_config", "blas_core", "mkldnn_bf16"}."""
 import argparse
 import json
-import time
 
 import torch
 import torch.nn.functional as F
 
-from blas_info import blas_in_use
+from blas_info import peer_facts, seconds_per_step
 from nanogpt import GPT
 
 p = argparse.ArgumentParser()
@@ -44,15 +43,6 @@ def step():
     opt.step()
 
 
-for _ in range(5):
-    step()
-t0 = time.perf_counter()
-for _ in range(a.steps):
-    step()
-dt = (time.perf_counter() - t0) / a.steps
-libs, config, core = blas_in_use()
+dt = seconds_per_step(step, 5, a.steps)
 print(json.dumps({"precision": a.precision, "threads": a.threads, "batch": a.batch,
-                  "tokens_per_second": a.batch * a.seq / dt, "step_ms": dt * 1e3, "torch": torch.__version__,
-                  "blas": libs, "blas_config": config, "blas_core": core,
-                  "mkldnn_bf16": bool(torch.backends.mkldnn.is_available() and
-                                      getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())}))
+                  "tokens_per_second": a.batch * a.seq / dt, "step_ms": dt * 1e3, **peer_facts()}))

@@ -6,11 +6,10 @@ actually mapped after running its GEMMs (read from /proc/self/maps), "blas_confi
 what OpenBLAS says of itself (its build and the kernel it picked for this CPU)."""
 import argparse
 import json
-import time
 
 import torch
 
-from blas_info import blas_in_use
+from blas_info import peer_facts, seconds_per_step
 
 p = argparse.ArgumentParser()
 p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
@@ -43,17 +42,6 @@ def step():
     opt.step()
 
 
-for _ in range(20):
-    step()
-t0 = time.perf_counter()
-for _ in range(a.steps):
-    step()
-dt = (time.perf_counter() - t0) / a.steps
-
-
-libs, config, core = blas_in_use()
+dt = seconds_per_step(step, 20, a.steps)
 print(json.dumps({"precision": a.precision, "threads": a.threads, "batch": a.batch,
-                  "samples_per_second": a.batch / dt, "step_ms": dt * 1e3, "torch": torch.__version__,
-                  "blas": libs, "blas_config": config, "blas_core": core,
-                  "mkldnn_bf16": bool(torch.backends.mkldnn.is_available() and
-                                      getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())}))
+                  "samples_per_second": a.batch / dt, "step_ms": dt * 1e3, **peer_facts()}))
