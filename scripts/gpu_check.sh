@@ -6,7 +6,7 @@
 # benchmarks the step against PyTorch autocast + GradScaler on the same model and batch, measured in
 # the same run, and prints a summary. Exits non-zero if a build step or a test group failed.
 #
-# Time: everything runs under one budget (AMP_GPU_CHECK_BUDGET seconds, default 480). Every command
+# Time: everything runs under one budget (AMP_GPU_CHECK_BUDGET seconds, default 560). Every command
 # runs under `timeout -k` with the smaller of its own cap and the time left, so a hung command (a
 # stuck collective, a step that never returns: SIGTERM only asks the trainer to stop between steps)
 # is killed GRACE seconds after its TERM, and the script ends within the budget in the worst case.
@@ -20,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 START=$SECONDS
-BUDGET=${AMP_GPU_CHECK_BUDGET:-480}
+BUDGET=${AMP_GPU_CHECK_BUDGET:-560}
 GRACE=5      # seconds between a command's TERM and its KILL
 RESERVE=15   # kept for the summary and the last archive
 JOBS=$(nproc 2>/dev/null || echo 16)
@@ -203,10 +203,10 @@ say "$(bounded 20 -- "$BUILD/amp_ddp" --version 2>&1 | head -1)"
 [ "${AMP_GPU_CHECK_BUILD_ONLY:-0}" = 1 ] && finish
 
 # ---------------------------------------------------------------- GPU tests, one group per process
-# The tests may use the budget up to 150 s before its end: the end-to-end run and the benchmarks
+# The tests may use the budget up to 240 s before its end: the end-to-end runs and the benchmarks
 # keep that much.
 TESTS=$BUILD/tests/gpu/amp_gpu_tests
-TESTS_END=$((BUDGET - 150))
+TESTS_END=$((BUDGET - 240))
 for group in cast gemm ops loss amp optim graph trainer nccl; do
   names=$(bounded 20 "$TESTS_END" -- "$TESTS" --list-test-names-only "[.cuda][$group]" 2>/dev/null || true)
   if [ -z "$names" ]; then
@@ -256,6 +256,36 @@ fi
 BENCH=$LOGS/bench.jsonl
 : > "$BENCH"
 bounded 20 -- python3 -c "import json; [print(json.dumps({'bench': 'amp_ddp', 'samples_per_second': s['samples_per_second'], 'skipped': s['skipped_steps']})) for s in [json.load(open('$E2E/summary.json'))]]" >> "$BENCH" 2>/dev/null
+# GPT-2 124M (configs/gpt2_124m.yaml: bf16, 16 x 1024 tokens per step) on random tokens of an
+# llm.c shard written here (no corpus on this machine): amp_ddp's steady step time and model FLOP
+# utilization (scripts/scaling_model.py --mfu: every GEMM's FLOPs, attention in full T x T, against
+# 989 TFLOP/s), and the PyTorch peer (autocast, attention written out and fused) in the same run.
+GPT2_SHARD=$LOGS/gpt2_random_tokens.bin
+bounded 30 -- python3 - "$GPT2_SHARD" <<'PY'
+import array, random, sys
+n = 1 << 21
+header = array.array("i", [0] * 256)
+header[0], header[1], header[2] = 20240520, 1, n
+rng = random.Random(0)
+tokens = array.array("H", (rng.randrange(50257) for _ in range(n)))
+with open(sys.argv[1], "wb") as f:
+    header.tofile(f)
+    tokens.tofile(f)
+PY
+if run_logged "$LOGS/amp_ddp_gpt2.log" 150 -- "$BUILD/amp_ddp" configs/gpt2_124m.yaml \
+     --set "data.train_tokens=[\"$GPT2_SHARD\"]" --set "data.eval_tokens=[]" --set run.steps=30 \
+     --set run.eval_interval=0 --set run.sample_interval=0 --set sample.tokens=0 --set run.log_interval=10 \
+     --set run.progress=lines --set checkpoint.final=false --set run.out_dir="$LOGS/gpt2"; then
+  bounded 20 -- python3 scripts/scaling_model.py --mfu "$LOGS/gpt2/summary.json" > "$LOGS/gpt2_mfu.txt" 2>&1
+  pass "gpt-2 124m on cuda: $(head -1 "$LOGS/gpt2_mfu.txt")"
+  grep -h '^{' "$LOGS/gpt2_mfu.txt" >> "$BENCH"
+else
+  rc=$?; fail "gpt-2 124m on cuda ($(why $rc))"; show_tail "$LOGS/amp_ddp_gpt2.log" 30
+fi
+if run_logged "$LOGS/torch_gpt2.log" 120 -- env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PATH="$ORIG_PATH" \
+     python3 bench/gpu/torch_gpt_step.py --dtype bf16; then :
+else rc=$?; note "PyTorch GPT-2 peer failed ($(why $rc))"; fi
+grep -h '^{' "$LOGS/torch_gpt2.log" >> "$BENCH"
 MODELS=("784,1024,1024,10:128" "784,4096,4096,4096,4096,10:4096")
 n=0
 for spec in "${MODELS[@]}"; do
@@ -314,6 +344,25 @@ if gem:
         tt = f"{t['torch_tflops']:.1f}" if t else "n/a"
         print(f"| {r['m']} x {r['n']} x {r['k']} | L{r['layer']} {r['op']} | {r['dtype']} | {r['ours_tflops']:.1f} "
               f"| {r['cublas_tflops']:.1f} | {tt} | {r['ours_tflops'] / max(r['cublas_tflops'], 1e-9):.2f} |")
+mfu = [r for r in rows if r.get("bench") == "amp_mfu"]
+tg2 = [r for r in rows if r.get("bench") == "torch_gpt_step"]
+if mfu or tg2:
+    print()
+    print("| GPT-2 124M, bf16, 16 x 1024 tokens | step ms | tokens/s | TFLOP/s | MFU (of 989) | amp_ddp speed-up |")
+    print("|---|---|---|---|---|---|")
+    ours = mfu[0] if mfu else None
+    if ours:
+        tok = ours["samples_per_rank_step"] * 1024
+        print(f"| amp_ddp | {ours['step_ms']:.1f} | {tok / (ours['step_ms'] * 1e-3):,.0f} | {ours['tflops']:.1f} "
+              f"| {ours['mfu']:.1%} | |")
+    for r in tg2:
+        if "error" in r:
+            print(f"| PyTorch ({r['attention']} attention) | {r['error'][:80]} | | | | |")
+            continue
+        flops = ours["tflops"] * ours["step_ms"] / r["step_ms"] if ours else None  # same model FLOPs
+        cells = ["-", "-", "-"] if not ours else [f"{flops:.1f}", f"{flops / 989:.1%}", f"{r['step_ms'] / ours['step_ms']:.2f}x"]
+        print(f"| PyTorch {r['torch']} autocast, {r['attention']} attention, {r['optimizer']} AdamW | {r['step_ms']:.1f} "
+              f"| {r['tokens_per_s']:,.0f} | " + " | ".join(cells) + " |")
 for r in rows:
     if r.get("bench") == "amp_ddp":
         print(f"\namp_ddp end to end (784-1024-1024-10 MLP, synthetic MSE data, fp16, batch 128, CUDA graph): "
