@@ -40,64 +40,133 @@ for small messages and large node counts, so the ring latency term is pessimisti
 import argparse
 import json
 import math
+import os
+import re
+import statistics
 import sys
 from collections import defaultdict
 
 MiB = 1024 * 1024
 
 
-# ---------------------------------------------------------------- models (layers, compute split)
-def mlp_layers(sizes):
-    """[(name, params, gemm_units)] of an MLP, input to output; gemm_units = in*out."""
-    out = []
+# ---------------------------------------------------------------- models (tensors, compute split)
+class Net:
+    """What the step model needs of a network: its gradient tensors in flat-buffer order
+    [(name, params)], the forward FLOPs per sample, and the backward pass as segments in the order
+    they run [(backward FLOPs per sample, [indices of the tensors whose gradients are complete
+    when the segment ends])]. Every tensor is completed by exactly one segment."""
+
+    def __init__(self, name, tensors, fwd_flops, segments):
+        self.name, self.tensors, self.fwd_flops, self.segments = name, tensors, fwd_flops, segments
+        done = sorted(i for _, ts in segments for i in ts)
+        assert done == list(range(len(tensors))), f"{name}: every tensor must be completed once"
+
+    @property
+    def params(self):
+        return sum(p for _, p in self.tensors)
+
+    @property
+    def flops(self):
+        """Forward + backward FLOPs per sample."""
+        return self.fwd_flops + sum(f for f, _ in self.segments)
+
+
+def mlp_net(sizes):
+    """An MLP sizes[0]-...-sizes[-1]: per sample 2 FLOPs per weight forward, 4 backward (input and
+    weight gradients) except the first layer's 2 (no input gradient)."""
+    tensors, units = [], []
     for i in range(len(sizes) - 1):
-        out.append((f"fc{i + 1}", sizes[i] * sizes[i + 1] + sizes[i + 1], sizes[i] * sizes[i + 1]))
-    return out
+        tensors.append((f"fc{i + 1}", sizes[i] * sizes[i + 1] + sizes[i + 1]))
+        units.append(sizes[i] * sizes[i + 1])
+    segs = [((2 if i == 0 else 4) * u, [i]) for i, u in enumerate(units)]
+    return Net(f"mlp {'-'.join(map(str, sizes))}", tensors, 2 * sum(units), list(reversed(segs)))
 
 
-def uniform_layers(n_params, n_layers):
+def gpt_net(n_layer, n_embd, seq_len, vocab):
+    """amp_ddp's GPT (src/model/gpt.cpp): wte (tied LM head), wpe, n_layer pre-LayerNorm blocks,
+    ln_f, in flat-buffer order. FLOPs per token: every GEMM (the attention products in full T x T,
+    as computed), 2 per multiply-add; backward twice the forward. Backward runs the LM head, ln_f,
+    then each block's MLP half and attention half from the last block down, then the embeddings:
+    the tied wte is complete only at the very end (the embedding adds its gradient to the head's)."""
+    C, T, V = n_embd, seq_len, vocab
+    tensors = [("wte.weight", V * C), ("wpe.weight", T * C)]
+    mlp_half, attn_half = [], []
+    for i in range(n_layer):
+        h = f"h.{i}."
+        base = len(tensors)
+        tensors += [(h + "ln_1", 2 * C), (h + "attn.qkv", 3 * C * C + 3 * C), (h + "attn.proj", C * C + C),
+                    (h + "ln_2", 2 * C), (h + "mlp.fc", 4 * C * C + 4 * C), (h + "mlp.proj", 4 * C * C + C)]
+        attn_half.append([base + 2, base + 1, base])      # proj, qkv, ln_1
+        mlp_half.append([base + 5, base + 4, base + 3])   # proj, fc, ln_2
+    tensors.append(("ln_f", 2 * C))
+    attn_fwd = 2 * (4 * C * C) + 4 * T * C   # qkv + proj, then Q K^T and P V over T keys
+    mlp_fwd = 2 * (8 * C * C)
+    head_fwd = 2 * C * V
+    segs = [(2 * head_fwd * T, []), (0, [len(tensors) - 1])]
+    for i in reversed(range(n_layer)):
+        segs.append((2 * mlp_fwd * T, mlp_half[i]))
+        segs.append((2 * attn_fwd * T, attn_half[i]))
+    segs.append((0, [1, 0]))
+    fwd = (n_layer * (attn_fwd + mlp_fwd) + head_fwd) * T
+    return Net(f"gpt {n_layer} layers x {n_embd}, seq {seq_len}, vocab {vocab}", tensors, fwd, segs)
+
+
+def uniform_net(n_params, n_layers):
     per = n_params / n_layers
-    return [(f"layer{i + 1}", per, per) for i in range(n_layers)]
+    segs = [(4 * per, [i]) for i in range(n_layers)]
+    return Net(f"{n_layers} equal layers", [(f"layer{i + 1}", per) for i in range(n_layers)], 2 * n_params,
+               list(reversed(segs)))
 
 
-def compute_split(layers):
-    """(forward share, [(layer, backward share of the step)] in backward order)."""
-    fwd = sum(u for _, _, u in layers)
-    bwd = [(name, (u if i == 0 else 2 * u)) for i, (name, _, u) in enumerate(layers)]
-    total = fwd + sum(b for _, b in bwd)
-    return fwd / total, [(name, b / total) for name, b in reversed(bwd)]
+def net_from_summary(describe):
+    """The Net of amp_ddp's summary.json "model" string (Model::describe())."""
+    m = re.match(r"gpt (\d+) layers x \d+ heads x (\d+), seq (\d+), vocab (\d+)", describe or "")
+    if m:
+        return gpt_net(*map(int, m.groups()))
+    m = re.match(r"mlp ([\d-]+)", describe or "")
+    if m:
+        return mlp_net([int(x) for x in m.group(1).split("-")])
+    return None
 
 
-def buckets(layers, bytes_per_param, first_mb, bucket_mb):
-    """Buckets cut from the end of the flat buffer: [(bytes, index of the layer (backward order)
-    whose completion makes the bucket ready)]."""
-    rev = list(reversed(layers))  # backward order
-    bounds, acc = [], 0.0          # cumulative params from the end at each layer's completion
-    for _, p, _ in rev:
+def backward_times(net, compute_s):
+    """(forward time, {tensor index: time its gradient is complete}) within a step of compute_s."""
+    scale = compute_s / net.flops
+    t = net.fwd_flops * scale
+    t_fwd, ready = t, {}
+    for flops, ts in net.segments:
+        t += flops * scale
+        for i in ts:
+            ready[i] = t
+    return t_fwd, ready
+
+
+def buckets(net, bytes_per_param, first_mb, bucket_mb, compute_s=1.0):
+    """Buckets cut from the end of the flat buffer as amp_ddp cuts them: [(bytes, the time within a
+    step of compute_s when backward has produced all of the bucket)]."""
+    _, ready = backward_times(net, compute_s)
+    bounds, acc = [], 0.0  # (start, end) of each tensor in params
+    for _, p in net.tensors:
+        bounds.append((acc, acc + p))
         acc += p
-        bounds.append(acc)
     total = acc
-    out, start, cap = [], 0.0, first_mb * MiB / bytes_per_param
-    while start < total - 1e-9:
-        end = min(total, start + cap)
-        ready = next(i for i, b in enumerate(bounds) if b >= end - 1e-9)
-        out.append(((end - start) * bytes_per_param, ready))
-        start, cap = end, bucket_mb * MiB / bytes_per_param
+    out, end, cap = [], total, first_mb * MiB / bytes_per_param
+    while end > 1e-9:
+        start = max(0.0, end - cap)
+        t = max(ready[i] for i, (a, b) in enumerate(bounds) if a < end - 1e-9 and b > start + 1e-9)
+        out.append(((end - start) * bytes_per_param, t))
+        end, cap = start, bucket_mb * MiB / bytes_per_param
     return out
 
 
-def step_time(compute_s, layers, bucket_list, allreduce, flag_s):
-    """(step without overlap, step with overlap, total comm) for one step."""
-    fwd_share, bwd = compute_split(layers)
-    t_fwd = compute_s * fwd_share
-    done_at, t = [], t_fwd
-    for _, share in bwd:
-        t += compute_s * share
-        done_at.append(t)
+def step_time(compute_s, net, bucket_list, allreduce, flag_s):
+    """(step without overlap, step with overlap, total comm) for one step; bucket_list from
+    buckets(..., compute_s) (times within this step)."""
+    t_fwd, _ = backward_times(net, compute_s)
     comm_total = sum(allreduce(b) for b, _ in bucket_list)
     engine = t_fwd
     for b, ready in bucket_list:
-        engine = max(engine, done_at[ready]) + allreduce(b)
+        engine = max(engine, ready) + allreduce(b)
     overlapped = max(compute_s, engine) + flag_s
     return compute_s + comm_total + flag_s, overlapped, comm_total + flag_s
 
@@ -209,11 +278,24 @@ def check_measured(path, args):
     tr = [r for r in recs if r["kind"] == "train"]
     if not tr:
         return
-    layers = mlp_layers([784] + args.mlp_hidden + [10])
-    bl = buckets(layers, 2, args.first_bucket_mb, args.bucket_mb)
-    print("\n## Training step across the namespaces: model vs measurement\n")
-    print(f"Default MLP (784-{'-'.join(map(str, args.mlp_hidden))}-10), fp16 gradients "
-          f"{sum(b for b, _ in bl) / 1e6:.2f} MB per step in {len(bl)} buckets, batch 128 per rank, 1 CPU "
+    default_mlp = f"mlp 784-{'-'.join(map(str, args.mlp_hidden))}-10"
+    by_model = defaultdict(list)
+    for r in tr:  # results of older measurements carry no "model": the default MLP was trained
+        by_model[r.get("model") or default_mlp].append(r)
+    for describe, runs in by_model.items():
+        check_training(describe, runs, fits, args)
+
+
+def check_training(describe, tr, fits, args):
+    net = net_from_summary(describe)
+    if net is None:
+        print(f"\n(no step model for {describe!r}: training check skipped)")
+        return
+    bl = buckets(net, 2, args.first_bucket_mb, args.bucket_mb)
+    batch = {r.get("global_batch", 0) // max(1, r["world_size"]) for r in tr} - {0}
+    print(f"\n## Training step across the namespaces: model vs measurement, {describe}\n")
+    print(f"{net.params / 1e6:.2f} M parameters, 16-bit gradients {sum(b for b, _ in bl) / 1e6:.2f} MB per step in "
+          f"{len(bl)} buckets, batch {'/'.join(map(str, sorted(batch))) or '?'} per rank, 1 CPU "
           "thread per rank. Compute per step = measured step - measured exposed comm of the same layout "
           "on the unlimited link; the all-reduce model is the fit of that layout and rate with Open MPI's "
           "own algorithm (1 node: the shared-memory fit). All ranks and their communication threads share "
@@ -237,7 +319,7 @@ def check_measured(path, args):
             continue
         a, b = fits[key]
         f = lambda s, a=a, b=b: a + s / b
-        no, ov, comm = step_time(comp, layers, bl, f, a)
+        no, ov, comm = step_time(comp, net, buckets(net, 2, args.first_bucket_mb, args.bucket_mb, comp), f, a)
         hs = "-" if r["hidden_share"] is None else f"{r['hidden_share']:.2f}"
         print(f"| {fmt_rate(r['rate_bps'])} | {n}x{g} | {comp * 1e3:.2f} | {(r['comm_s'] or 0) * 1e3:.2f} | "
               f"{comm * 1e3:.2f} | {r['step_s'] * 1e3:.2f} | {no * 1e3:.2f} | {ov * 1e3:.2f} | "
@@ -245,13 +327,13 @@ def check_measured(path, args):
 
 
 # ---------------------------------------------------------------- projections
-def project(title, layers, bytes_per_param, compute_s, args, hw, note):
-    bl = buckets(layers, bytes_per_param, args.first_bucket_mb, args.bucket_mb)
+def project(title, net, bytes_per_param, compute_s, args, hw, note):
+    bl = buckets(net, bytes_per_param, args.first_bucket_mb, args.bucket_mb, compute_s)
     total = sum(b for b, _ in bl)
     g = args.gpus_per_node
     print(f"\n### {title}\n")
     print(note + "\n")
-    print(f"Gradients {total / 1e6:,.1f} MB per step in {len(bl)} bucket(s); compute {compute_s * 1e3:g} ms "
+    print(f"Gradients {total / 1e6:,.1f} MB per step in {len(bl)} bucket(s); compute {compute_s * 1e3:.4g} ms "
           f"per step per GPU; {g} GPUs per node; NVLink {hw['bw_nvl'] / 1e9:g} GB/s and InfiniBand "
           f"{hw['bw_ib'] / 1e9:g} GB/s per GPU and direction; alpha {hw['alpha_nvl'] * 1e6:g} us (NVLink), "
           f"{hw['alpha_ib'] * 1e6:g} us (InfiniBand) per ring step.\n")
@@ -263,11 +345,43 @@ def project(title, layers, bytes_per_param, compute_s, args, hw, note):
         inter = sum(hierarchical(n, g, b, hw)[1] for b, _ in bl)
         f = lambda s, n=n: sum(hierarchical(n, g, s, hw))
         flag = f(4 * (2 + n * g))  # the overflow-flag MAX all-reduce: latency only
-        no, ov, _ = step_time(compute_s, layers, bl, f, flag)
+        no, ov, _ = step_time(compute_s, net, bl, f, flag)
         ft = lambda s, n=n: sum(hierarchical(n, g, s, hw, tree=True))
-        _, ovt, _ = step_time(compute_s, layers, bl, ft, ft(4 * (2 + n * g)))
+        _, ovt, _ = step_time(compute_s, net, bl, ft, ft(4 * (2 + n * g)))
         print(f"| {n} | {n * g} | {intra * 1e3:.3f} | {inter * 1e3:.3f} | {no * 1e3:.3f} | "
               f"{compute_s / no:.0%} | {ov * 1e3:.3f} | {compute_s / ov:.0%} | {compute_s / ovt:.0%} |")
+
+
+def print_mfu(path, peak_tflops):
+    """Model FLOP rate of a finished run (its summary.json): FLOPs per sample of its model
+    (summary "model") x samples per step per rank / step time, against the peak of one device.
+    The step time is the median of the logged intervals' step_ms after the first (the steady state:
+    the first interval carries start-up, e.g. CUDA-graph capture) when metrics.jsonl is beside
+    the summary, else train_seconds / steps. Prints a sentence and a JSON line."""
+    with open(path) as f:
+        s = json.load(f)
+    net = net_from_summary(s.get("model"))
+    if net is None:
+        print(f"scaling_model: {path}: no FLOP count for model {s.get('model')!r}", file=sys.stderr)
+        return 1
+    per_rank = s["global_batch"] / max(1, s["world_size"])
+    step_s, how = s["train_seconds"] / max(1, s["steps"]), "train_seconds / steps"
+    metrics = os.path.join(os.path.dirname(path), "metrics.jsonl")
+    if os.path.exists(metrics):
+        with open(metrics) as f:
+            ms = [json.loads(line).get("step_ms") for line in f if line.strip()]
+        ms = [m for m in ms if m]
+        if len(ms) >= 2:
+            step_s, how = statistics.median(ms[1:]) / 1e3, f"median of {len(ms) - 1} logged intervals after the first"
+    rate = net.flops * per_rank / step_s
+    mfu = rate / (peak_tflops * 1e12)
+    print(f"{s['model']}, {s.get('precision')}: {net.flops / 1e9:.3f} GFLOP per sample (forward + backward), "
+          f"{per_rank:g} samples per step per rank, step {step_s * 1e3:.1f} ms ({how}), {rate / 1e12:.2f} TFLOP/s "
+          f"per rank = {mfu:.1%} of {peak_tflops:g} TFLOP/s (model FLOP utilization)")
+    print(json.dumps({"bench": "amp_mfu", "model": s["model"], "precision": s.get("precision"),
+                      "samples_per_rank_step": per_rank, "step_ms": step_s * 1e3, "tflops": rate / 1e12,
+                      "mfu": mfu, "peak_tflops": peak_tflops}))
+    return 0
 
 
 def main():
@@ -293,8 +407,19 @@ def main():
     ap.add_argument("--big-tokens", type=float, default=16384, help="tokens per GPU per step")
     ap.add_argument("--big-mfu", type=float, default=0.40, help="share of the 989 TFLOP/s reached")
     ap.add_argument("--big-compute-ms", type=float, default=None, help="overrides tokens/MFU")
+    ap.add_argument("--gpt2-batch", type=int, default=16,
+                    help="GPT-2 124M sequences of 1024 tokens per GPU per step (configs/gpt2_124m.yaml: 16)")
+    ap.add_argument("--gpt2-mfu", type=float, default=0.40, help="GPT-2 124M: share of the 989 TFLOP/s reached")
+    ap.add_argument("--gpt2-compute-ms", type=float, default=None,
+                    help="GPT-2 124M forward+backward per step per GPU, measured (overrides --gpt2-mfu)")
+    ap.add_argument("--mfu", metavar="SUMMARY_JSON",
+                    help="only print the model FLOP rate of a finished amp_ddp run (its summary.json) and its "
+                         "share of --peak-tflops (model FLOP utilization)")
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="for --mfu (H200 dense BF16/FP16: 989)")
     args = ap.parse_args()
     args.nodes = [int(x) for x in args.nodes.split(",")]
+    if args.mfu:
+        return print_mfu(args.mfu, args.peak_tflops)
     args.mlp_hidden = [int(x) for x in args.mlp_hidden.split(",") if x]
 
     if args.measured:
@@ -306,8 +431,8 @@ def main():
     print(f"\n## Projection: N nodes x {args.gpus_per_node} H200, hierarchical ring all-reduce\n")
     sizes = [784] + args.mlp_hidden + [10]
     project(f"(a) the default MLP ({'-'.join(map(str, sizes))}), fp16 gradients, batch 128 per GPU",
-            mlp_layers(sizes), 2, args.mlp_compute_ms * 1e-3, args, hw,
-            f"Compute per step: {args.mlp_compute_ms:g} ms per GPU (assumed unless given: {6 * sum(p for _, p, _ in mlp_layers(sizes)) * 128 / 1e9:.2f} "
+            mlp_net(sizes), 2, args.mlp_compute_ms * 1e-3, args, hw,
+            f"Compute per step: {args.mlp_compute_ms:g} ms per GPU (assumed unless given: {mlp_net(sizes).flops * 128 / 1e9:.2f} "
             "GFLOP per step is ~2 us of tensor-core time, so the step is bound by ~25 kernel launches "
             "of a few us each).")
     if args.big_compute_ms is not None:
@@ -321,7 +446,24 @@ def main():
                f"{big_s * 1e3:.0f} ms per step per GPU (e.g. 8 sequences of 2048 tokens; 40 % MFU is "
                "typical of well-tuned BF16 training of models this size).")
     project(f"(b) a {args.big_params / 1e9:g}B-parameter model ({args.big_layers} equal layers), bf16 gradients",
-            uniform_layers(args.big_params, args.big_layers), 2, big_s, args, hw, "Compute: " + why)
+            uniform_net(args.big_params, args.big_layers), 2, big_s, args, hw, "Compute: " + why)
+    gpt2 = gpt_net(12, 768, 1024, 50257)
+    tokens = args.gpt2_batch * 1024
+    if args.gpt2_compute_ms is not None:
+        gpt2_s = args.gpt2_compute_ms * 1e-3
+        why = f"{args.gpt2_compute_ms:g} ms per step per GPU (given: measured)."
+    else:
+        gpt2_s = gpt2.flops * args.gpt2_batch / (989e12 * args.gpt2_mfu)
+        why = (f"{gpt2.flops / 1024 / 1e6:,.0f} MFLOP per token forward + backward (every GEMM, attention in full "
+               f"T x T, the tied LM head over 50257 tokens) x {tokens:,} tokens per GPU per step = "
+               f"{gpt2.flops * args.gpt2_batch / 1e12:.1f} TFLOP at {args.gpt2_mfu:.0%} of 989 TFLOP/s = "
+               f"**{gpt2_s * 1e3:.1f} ms per step per GPU, an assumption** (model FLOP utilization not yet "
+               "measured: scripts/gpu_check.sh measures it on a lent H200; pass it with --gpt2-compute-ms).")
+    project(f"(c) GPT-2 124M (12 x 768, seq 1024, vocabulary 50257, tied embedding), bf16 gradients, "
+            f"{args.gpt2_batch} x 1024 tokens per GPU", gpt2, 2, gpt2_s, args, hw,
+            f"{gpt2.params / 1e6:.1f} M parameters. Compute: " + why + " The tied token embedding (38.6 M "
+            "parameters, 77 MB of gradients) is complete only when the embedding's backward ends the "
+            "pass, so its buckets cannot overlap backward.")
     return 0
 
 

@@ -6,9 +6,10 @@
 #     2 nodes x 2 ranks (Open MPI's own algorithm choice, and the ring algorithm forced) and
 #     2 nodes x 1 rank at every rate, and 1 node x 2 / x 4 ranks once (shared memory: the link
 #     plays no part);
-#   - amp_ddp training step time of the default MLP (784-1024-1024-10, fp16, batch 128 per rank)
-#     for 1 node x 1 rank (compute only, once), and 1 node x 2, 2 nodes x 1, 2 nodes x 2 ranks at
-#     every rate: summary.json's train_seconds/steps, comm_seconds_per_step, exposed comm.
+#   - amp_ddp training step time of AMP_MEASURE_CONFIG (default: the MLP 784-1024-1024-10, fp16,
+#     batch 128 per rank; configs/gpt_fortunes_fp16.yaml for the GPT) for 1 node x 1 rank (compute
+#     only, once), and 1 node x 2, 2 nodes x 1, 2 nodes x 2 ranks at every rate: summary.json's
+#     model, train_seconds/steps, comm_seconds_per_step, exposed comm.
 # Then runs scripts/scaling_model.py on the results (fit, predicted vs measured, projections).
 #
 #   scripts/netns/scaling_measure.sh [OUT_DIR]     (default runs/netns_scaling)
@@ -19,7 +20,8 @@
 #   AMP_MEASURE_RATES    link rates (default "none 1gbit 200mbit"; none = unlimited veth)
 #   AMP_MEASURE_SIZES    all-reduce sizes in bytes (default 4 KiB .. 4 MiB, x4 apart)
 #   AMP_MEASURE_BUDGET   seconds per all-reduce size (default 1; at most 50 iterations)
-#   AMP_MEASURE_CONFIG   training config (default configs/fmnist_mlp_fp16.yaml)
+#   AMP_MEASURE_CONFIG   training config (default configs/fmnist_mlp_fp16.yaml; the GPT:
+#                        configs/gpt_fortunes_fp16.yaml)
 #   AMP_MEASURE_STEPS    training steps per run (default 60)
 #   AMP_MEASURE_LAYOUTS  NODESxRANKS layouts trained at every rate (default "1x2 2x1 2x2")
 #   AMP_MEASURE_TCP_MB   MiB sent for the TCP goodput (default 24; x8 unlimited)
@@ -42,6 +44,13 @@ rates=${AMP_MEASURE_RATES:-none 1gbit 200mbit}
 sizes=${AMP_MEASURE_SIZES:-4096 16384 65536 262144 1048576 4194304}
 layouts=${AMP_MEASURE_LAYOUTS:-1x2 2x1 2x2}
 budget=${AMP_MEASURE_BUDGET:-1}
+# No evaluation or text sample: only the training loop is timed (summary.json counts it alone, but
+# the runs finish sooner).
+if grep -Eq '^\s*type:\s*gpt' "$cfg"; then
+  no_eval="--set sample.tokens=0 --set data.eval_fraction=0"
+else
+  no_eval="--set data.eval_images= --set data.eval_labels="
+fi
 
 build=${AMP_NETNS_BUILD:-$root/build/netns}
 mkdir -p "$build"
@@ -100,15 +109,16 @@ train() {  # train RATE NODES PPN
   bps=$(bps_of "$rate")
   dir=$out/train_${rate}_${n}x${g}
   echo "scaling_measure: training ${n}x${g} at ${rate}" >&2
+  # shellcheck disable=SC2086
   AMP_NETNS_NODES=$n AMP_NETNS_PPN=$g "$here/run.sh" "$bin" "$cfg" --set run.steps="$steps" \
     --set run.threads=1 --set run.log_interval=1000 --set run.progress=off --set run.eval_interval=0 \
-    --set data.eval_images= --set data.eval_labels= --set checkpoint.final=false \
+    $no_eval --set checkpoint.final=false \
     --set "run.out_dir=$dir" >"$dir.log" 2>&1 || { echo "scaling_measure: training failed, see $dir.log" >&2; exit 1; }
   python3 - "$dir/summary.json" "$rate" "$bps" "$n" "$g" >>"$results" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
 rate, bps, n, g = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-print(json.dumps({"kind": "train", "rate": rate, "rate_bps": None if bps == "null" else int(bps), "nodes": n, "ppn": g,
+print(json.dumps({"kind": "train", "model": s.get("model"), "rate": rate, "rate_bps": None if bps == "null" else int(bps), "nodes": n, "ppn": g,
                   "world_size": s["world_size"], "params": s.get("params"), "global_batch": s.get("global_batch"),
                   "step_s": s["train_seconds"] / s["steps"], "samples_per_second": s["samples_per_second"],
                   "allreduce_bytes_per_step": s.get("allreduce_bytes_per_step"),

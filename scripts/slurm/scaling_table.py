@@ -4,7 +4,8 @@
 Usage: scaling_table.py STUDY_DIR        (reads STUDY_DIR/jobs.tsv: nodes, tasks/node, job, run dir)
        scaling_table.py RUN_DIR [...]    (any amp_ddp output folders; nodes shown as "?")
 
-Step time = global batch / samples per second (the training loop only). Efficiency is weak-scaling
+Step time = global batch / samples per second (the training loop only; a GPT's sample is one
+window of seq_len tokens). Efficiency is weak-scaling
 efficiency against the run with the fewest ranks: (samples/s per rank) / (the same of that run).
 """
 import json
@@ -48,9 +49,12 @@ def main(argv):
         rows.append(dict(n=n, g=g, job=job, ranks=ranks, gb=gb, sps=sps, step=step,
                          comm=s.get("comm_seconds_per_step"), exposed=s.get("comm_exposed_seconds_per_step"),
                          hidden=s.get("comm_hidden_share"), stopped=s.get("stopped_early", False),
-                         steps=s.get("steps")))
+                         steps=s.get("steps"), model=s.get("model"), precision=s.get("precision")))
     good = [r for r in rows if "missing" not in r and r["sps"] > 0]
     base = min(good, key=lambda r: r["ranks"]) if good else None
+    models = sorted({f"{r['model']}, {r['precision']}" for r in good if r.get("model")})
+    if models:
+        print("model: " + "; ".join(models) + "\n")
     print("| nodes | ranks/node | ranks | global batch | steps | step time (ms) | samples/s | efficiency "
           "| comm/step (ms) | exposed comm/step (ms) | hidden share | job |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")

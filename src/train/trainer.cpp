@@ -304,6 +304,7 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
       {"samples_per_second", sps},
       {"train_seconds", record_.train_seconds},
       {"wall_seconds", wall_seconds},
+      {"model", model_->describe()},
       {"params", model_->layout().n_params()},
       {"params_hash", hex64(params_hash())},
       {"zero", step_->sharded() ? 1 : 0},
