@@ -47,6 +47,7 @@ import sys
 from collections import defaultdict
 
 MiB = 1024 * 1024
+PAD = 32  # src/model: each tensor of the flat buffers starts on a 32-element boundary
 
 
 # ---------------------------------------------------------------- models (tensors, compute split)
@@ -74,11 +75,11 @@ class Net:
 def mlp_net(sizes):
     """An MLP sizes[0]-...-sizes[-1]: per sample 2 FLOPs per weight forward, 4 backward (input and
     weight gradients) except the first layer's 2 (no input gradient)."""
-    tensors, units = [], []
+    tensors, units, segs = [], [], []
     for i in range(len(sizes) - 1):
-        tensors.append((f"fc{i + 1}", sizes[i] * sizes[i + 1] + sizes[i + 1]))
+        segs.append(((2 if i == 0 else 4) * sizes[i] * sizes[i + 1], [len(tensors), len(tensors) + 1]))
+        tensors += [(f"fc{i + 1}.weight", sizes[i] * sizes[i + 1]), (f"fc{i + 1}.bias", sizes[i + 1])]
         units.append(sizes[i] * sizes[i + 1])
-    segs = [((2 if i == 0 else 4) * u, [i]) for i, u in enumerate(units)]
     return Net(f"mlp {'-'.join(map(str, sizes))}", tensors, 2 * sum(units), list(reversed(segs)))
 
 
@@ -94,15 +95,16 @@ def gpt_net(n_layer, n_embd, seq_len, vocab):
     for i in range(n_layer):
         h = f"h.{i}."
         base = len(tensors)
-        tensors += [(h + "ln_1", 2 * C), (h + "attn.qkv", 3 * C * C + 3 * C), (h + "attn.proj", C * C + C),
-                    (h + "ln_2", 2 * C), (h + "mlp.fc", 4 * C * C + 4 * C), (h + "mlp.proj", 4 * C * C + C)]
-        attn_half.append([base + 2, base + 1, base])      # proj, qkv, ln_1
-        mlp_half.append([base + 5, base + 4, base + 3])   # proj, fc, ln_2
-    tensors.append(("ln_f", 2 * C))
+        for name, weight, bias in (("ln_1", C, C), ("attn.qkv", 3 * C * C, 3 * C), ("attn.proj", C * C, C),
+                                   ("ln_2", C, C), ("mlp.fc", 4 * C * C, 4 * C), ("mlp.proj", 4 * C * C, C)):
+            tensors += [(h + name + ".weight", weight), (h + name + ".bias", bias)]
+        attn_half.append(list(range(base, base + 6)))      # ln_1, qkv, proj
+        mlp_half.append(list(range(base + 6, base + 12)))  # ln_2, fc, proj
+    tensors += [("ln_f.weight", C), ("ln_f.bias", C)]
     attn_fwd = 2 * (4 * C * C) + 4 * T * C   # qkv + proj, then Q K^T and P V over T keys
     mlp_fwd = 2 * (8 * C * C)
     head_fwd = 2 * C * V
-    segs = [(2 * head_fwd * T, []), (0, [len(tensors) - 1])]
+    segs = [(2 * head_fwd * T, []), (0, [len(tensors) - 2, len(tensors) - 1])]
     for i in reversed(range(n_layer)):
         segs.append((2 * mlp_fwd * T, mlp_half[i]))
         segs.append((2 * attn_fwd * T, attn_half[i]))
@@ -142,13 +144,13 @@ def backward_times(net, compute_s):
 
 
 def buckets(net, bytes_per_param, first_mb, bucket_mb, compute_s=1.0):
-    """Buckets cut from the end of the flat buffer as amp_ddp cuts them: [(bytes, the time within a
-    step of compute_s when backward has produced all of the bucket)]."""
+    """Buckets cut from the end of the flat buffer (padding included) as amp_ddp cuts them:
+    [(bytes, the time within a step of compute_s when backward has produced all of the bucket)]."""
     _, ready = backward_times(net, compute_s)
-    bounds, acc = [], 0.0  # (start, end) of each tensor in params
+    bounds, acc = [], 0.0  # (start, end) of each tensor in the buffer, in elements
     for _, p in net.tensors:
         bounds.append((acc, acc + p))
-        acc += p
+        acc += -(-p // PAD) * PAD if p == int(p) else p  # every tensor starts on a 32-element boundary
     total = acc
     out, end, cap = [], total, first_mb * MiB / bytes_per_param
     while end > 1e-9:
