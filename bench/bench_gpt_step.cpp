@@ -4,7 +4,10 @@
 // GEMMs, each at its best: the weight GEMMs over all B x T rows, the attention products as one
 // batched GEMM over all B x H heads. Usage:
 //   bench_gpt_step [--layers 4] [--embd 128] [--heads 4] [--seq 64] [--vocab 256] [--batch 16]
-//                  [--precision fp32] [--threads 1] [--steps 20]
+//                  [--precision fp32] [--threads 1] [--steps 20] [--rounds 3]
+// Each round times `steps` steps, then every bare GEMM (median of `steps`), so a ratio compares
+// two measurements a few seconds apart; the rounds' ratios and their median are printed (this is
+// a shared VM: its speed drifts by up to 20% over tens of seconds).
 // FLOPs counted: 2 per multiply-add of every GEMM the step runs (forward, and the two gradient
 // GEMMs of each in backward; the attention products in full T x T, as computed).
 #include <algorithm>
@@ -38,7 +41,7 @@ struct Shape {
 int main(int argc, char** argv) {
   GptOptions o;
   o.n_layer = 4;
-  size_t batch = 16, steps = 20;
+  size_t batch = 16, steps = 20, rounds = 3;
   int threads = 1;
   std::string prec = "fp32";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
     else if (a == "--vocab") o.vocab = v;
     else if (a == "--batch") batch = v;
     else if (a == "--steps") steps = v;
+    else if (a == "--rounds") rounds = std::max<size_t>(1, v);
     else if (a == "--threads") threads = int(v);
     else if (a == "--precision") prec = argv[i + 1];
   }
@@ -63,7 +67,6 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < M; ++i) tok[i] = int32_t(rng.below(V)), tgt[i] = int32_t(rng.below(V));
   model.stage_tokens(tok.data(), tgt.data(), batch);
   bench::StepPhases phases(be, model, dt, dt == DType::F16 ? 65536.0f : 1.0f);
-  const double step = phases.run(batch, 1.0f / float(M), 3, steps);
 
   // The step's GEMMs (per step; L layers): y = x W^T (forward), dx = dy W, dW = dy^T x.
   const int64_t Mi = int64_t(M), Ci = int64_t(C), Ti = int64_t(T), Di = int64_t(D), BH = int64_t(batch * H);
@@ -87,35 +90,43 @@ int main(int argc, char** argv) {
   shapes.push_back({Ti, Di, Ti, BH, true, false, "attn dV", l});
   shapes.push_back({Ti, Di, Ti, BH, false, false, "attn dQ", l});
   shapes.push_back({Ti, Di, Ti, BH, true, false, "attn dK", l});
-  double flops = 0, bare = 0;
-  std::printf("bare GEMMs (%s operands, FP32 accumulation; median of %zu):\n", prec.c_str(), steps);
-  for (const Shape& sh : shapes) {
-    const int64_t ea = sh.m * sh.k * sh.batch, eb = sh.k * sh.n * sh.batch, ec = sh.m * sh.n * sh.batch;
-    Buffer a = be.alloc(size_t(ea) * 4), b = be.alloc(size_t(eb) * 4), c = be.alloc(size_t(ec) * 4);
-    std::vector<float> fill(size_t(std::max(ea, eb)));
-    for (auto& x : fill) x = float(rng.normal());
-    be.cast(fill.data(), DType::F32, a.data(), dt, size_t(ea));
-    be.cast(fill.data(), DType::F32, b.data(), dt, size_t(eb));
-    GemmArgs g;
-    g.m = sh.m, g.n = sh.n, g.k = sh.k, g.batch = sh.batch, g.trans_a = sh.ta, g.trans_b = sh.tb;
-    g.A = a.data(), g.lda = sh.ta ? sh.m : sh.k, g.stride_a = sh.m * sh.k;
-    g.B = b.data(), g.ldb = sh.tb ? sh.k : sh.n, g.stride_b = sh.k * sh.n;
-    g.C = c.data(), g.ldc = sh.n, g.stride_c = sh.m * sh.n;
-    g.ab = dt, g.c = DType::F32;
-    std::vector<double> times;
-    for (size_t r = 0; r < steps + 3; ++r) {
-      const double t0 = now();
-      be.gemm(g);
-      if (r >= 3) times.push_back(now() - t0);
+  std::vector<double> ratios;
+  double flops = 0, bare = 0, step = 0;
+  for (size_t round = 0; round < rounds; ++round) {
+    const bool last = round + 1 == rounds;
+    step = phases.run(batch, 1.0f / float(M), 3, steps);
+    flops = 0, bare = 0;
+    if (last) std::printf("bare GEMMs (%s operands, FP32 accumulation; median of %zu):\n", prec.c_str(), steps);
+    for (const Shape& sh : shapes) {
+      const int64_t ea = sh.m * sh.k * sh.batch, eb = sh.k * sh.n * sh.batch, ec = sh.m * sh.n * sh.batch;
+      Buffer a = be.alloc(size_t(ea) * 4), b = be.alloc(size_t(eb) * 4), c = be.alloc(size_t(ec) * 4);
+      std::vector<float> fill(size_t(std::max(ea, eb)));
+      for (auto& x : fill) x = float(rng.normal());
+      be.cast(fill.data(), DType::F32, a.data(), dt, size_t(ea));
+      be.cast(fill.data(), DType::F32, b.data(), dt, size_t(eb));
+      GemmArgs g;
+      g.m = sh.m, g.n = sh.n, g.k = sh.k, g.batch = sh.batch, g.trans_a = sh.ta, g.trans_b = sh.tb;
+      g.A = a.data(), g.lda = sh.ta ? sh.m : sh.k, g.stride_a = sh.m * sh.k;
+      g.B = b.data(), g.ldb = sh.tb ? sh.k : sh.n, g.stride_b = sh.k * sh.n;
+      g.C = c.data(), g.ldc = sh.n, g.stride_c = sh.m * sh.n;
+      g.ab = dt, g.c = DType::F32;
+      std::vector<double> times;
+      for (size_t r = 0; r < steps + 3; ++r) {
+        const double t0 = now();
+        be.gemm(g);
+        if (r >= 3) times.push_back(now() - t0);
+      }
+      std::sort(times.begin(), times.end());
+      const double med = times[times.size() / 2];
+      const double f = 2.0 * double(sh.m * sh.n * sh.k * sh.batch);
+      flops += f * sh.count;
+      bare += med * sh.count;
+      if (last)
+        std::printf("  %-10s %5lldx%5lldx%5lld x%-4lld %s%s  x%-2d %8.3f ms  %7.1f GFLOP/s\n", sh.what, (long long)sh.m,
+                    (long long)sh.n, (long long)sh.k, (long long)sh.batch, sh.ta ? "T" : "N", sh.tb ? "T" : "N",
+                    sh.count, med * 1e3, f / med / 1e9);
     }
-    std::sort(times.begin(), times.end());
-    const double med = times[times.size() / 2];
-    const double f = 2.0 * double(sh.m * sh.n * sh.k * sh.batch);
-    flops += f * sh.count;
-    bare += med * sh.count;
-    std::printf("  %-10s %5lldx%5lldx%5lld x%-4lld %s%s  x%-2d %8.3f ms  %7.1f GFLOP/s\n", sh.what, (long long)sh.m,
-                (long long)sh.n, (long long)sh.k, (long long)sh.batch, sh.ta ? "T" : "N", sh.tb ? "T" : "N", sh.count,
-                med * 1e3, f / med / 1e9);
+    ratios.push_back(bare / step);
   }
   std::printf("\nstep phases (%s, %zu layers x %zu, %zu heads, T %zu, batch %zu, %d thread%s, mean of %zu steps):\n",
               prec.c_str(), o.n_layer, C, H, T, batch, threads, threads == 1 ? "" : "s", steps);
@@ -123,5 +134,10 @@ int main(int argc, char** argv) {
   std::printf("  %-22s %8.3f ms  (%.0f tokens/s)\n", "step", step * 1e3, double(M) / step);
   std::printf("\nstep FLOP rate %.1f GFLOP/s | bare GEMM rate %.1f GFLOP/s (the GEMMs alone: %.3f ms) | ratio %.3f\n",
               flops / step / 1e9, flops / bare / 1e9, bare * 1e3, bare / step);
+  std::printf("ratio per round:");
+  for (double r : ratios) std::printf(" %.3f", r);
+  std::vector<double> sorted = ratios;
+  std::sort(sorted.begin(), sorted.end());
+  std::printf(" | median %.3f\n", sorted[sorted.size() / 2]);
   return 0;
 }

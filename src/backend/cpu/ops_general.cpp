@@ -243,10 +243,17 @@ void GeneralOps::add(const AddArgs& a) {
   for (int64_t blk = 0; blk < nb; ++blk) {
     alignas(64) float va[kBlock], vb[kBlock];
     const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
-    convert(at(a.a, a.a_type, off), a.a_type, va, DType::F32, size_t(len));
-    convert(at(a.b, a.b_type, off), a.b_type, vb, DType::F32, size_t(len));
-    for (int64_t i = 0; i < len; ++i) va[i] += vb[i];
-    convert(va, DType::F32, at(a.out, a.out_type, off), a.out_type, size_t(len));
+    // FP32 operands and result are used in place (no copies); others convert through va / vb.
+    auto in = [&](const void* p, DType t, float* buf) {
+      if (t == DType::F32) return reinterpret_cast<const float*>(at(p, t, off));
+      convert(at(p, t, off), t, buf, DType::F32, size_t(len));
+      return static_cast<const float*>(buf);
+    };
+    const float* x = in(a.a, a.a_type, va);
+    const float* y = in(a.b, a.b_type, vb);
+    float* out = a.out_type == DType::F32 ? reinterpret_cast<float*>(at(a.out, a.out_type, off)) : va;
+    for (int64_t i = 0; i < len; ++i) out[i] = x[i] + y[i];
+    if (a.out_type != DType::F32) convert(va, DType::F32, at(a.out, a.out_type, off), a.out_type, size_t(len));
   }
 }
 

@@ -136,6 +136,14 @@ float lane_sum(int64_t n, F&& f) {
   return lane_reduce(n, 0.0f, f, add_op);
 }
 
+// A row of n values of type t at element `off` of p, as floats: the data itself when t is FP32
+// (no copy), else converted into buf.
+const float* row_in(const void* p, DType t, int64_t off, int64_t n, float* buf) {
+  if (t == DType::F32) return reinterpret_cast<const float*>(at(p, t, off));
+  load(p, t, off, n, buf);
+  return buf;
+}
+
 std::vector<float> to_floats(const void* p, DType t, int64_t n) {
   std::vector<float> v(size_t(std::max<int64_t>(n, 1)));
   if (n > 0) load(p, t, 0, n, v.data());
@@ -182,16 +190,17 @@ void TransformerOps::layernorm_forward(const LayerNormArgs& a) {
     std::vector<float> v(static_cast<size_t>(C));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < a.rows; ++r) {
-      load(a.x, a.type, r * C, C, v.data());
-      const float mean = lane_sum(C, [&](int64_t j) { return v[size_t(j)]; }) / c_den;
+      const float* x = row_in(a.x, a.type, r * C, C, v.data());
+      const float mean = lane_sum(C, [&](int64_t j) { return x[j]; }) / c_den;
       const float var = lane_sum(C, [&](int64_t j) {
-                          const float d = v[size_t(j)] - mean;
+                          const float d = x[j] - mean;
                           return d * d;
                         }) / c_den;
       const float rstd = tmath::ln_rstd(var, a.eps);
+      float* y = a.type == DType::F32 ? reinterpret_cast<float*>(at(a.y, a.type, r * C)) : v.data();  // x may be y
       for (int64_t j = 0; j < C; ++j)
-        v[size_t(j)] = tmath::ln_out(tmath::ln_norm(v[size_t(j)], mean, rstd), gamma[size_t(j)], beta[size_t(j)]);
-      store(v.data(), a.y, a.type, r * C, C);
+        y[j] = tmath::ln_out(tmath::ln_norm(x[j], mean, rstd), gamma[size_t(j)], beta[size_t(j)]);
+      if (a.type != DType::F32) store(v.data(), a.y, a.type, r * C, C);
       if (a.mean) {
         a.mean[r] = mean;
         a.rstd[r] = rstd;
@@ -217,10 +226,10 @@ void TransformerOps::layernorm_backward(const LayerNormBackwardArgs& a) {
       const int64_t c0 = tile * kTile, len = std::min(kTile, C - c0);
       float* ag = pg.data() + lane * C + c0;
       float* ab = pb.data() + lane * C + c0;
-      alignas(64) float xv[kTile], dv[kTile];
+      alignas(64) float xb[kTile], db[kTile];
       for (int64_t r = lane; r < rows; r += L) {
-        load(a.x, a.type, r * C + c0, len, xv);
-        load(a.dy, a.type, r * C + c0, len, dv);
+        const float* xv = row_in(a.x, a.type, r * C + c0, len, xb);
+        const float* dv = row_in(a.dy, a.type, r * C + c0, len, db);
         const float mean = a.mean[r], rstd = a.rstd[r];
         for (int64_t j = 0; j < len; ++j) {
           ag[j] += tmath::ln_norm(xv[j], mean, rstd) * dv[j];
@@ -256,12 +265,12 @@ void TransformerOps::layernorm_backward(const LayerNormBackwardArgs& a) {
     std::vector<float> xv(static_cast<size_t>(C)), dn(static_cast<size_t>(C)), old(a.accumulate_dx ? size_t(C) : 0);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      load(a.x, a.type, r * C, C, xv.data());
-      load(a.dy, a.type, r * C, C, dn.data());
+      const float* x = row_in(a.x, a.type, r * C, C, xv.data());
+      const float* dy = row_in(a.dy, a.type, r * C, C, dn.data());
       const float mean = a.mean[r], rstd = a.rstd[r];
       for (int64_t j = 0; j < C; ++j) {
-        xv[size_t(j)] = tmath::ln_norm(xv[size_t(j)], mean, rstd);  // n_j
-        dn[size_t(j)] = gamma[size_t(j)] * dn[size_t(j)];           // dn_j
+        xv[size_t(j)] = tmath::ln_norm(x[j], mean, rstd);  // n_j
+        dn[size_t(j)] = gamma[size_t(j)] * dy[j];          // dn_j
       }
       const float ma = lane_sum(C, [&](int64_t j) { return dn[size_t(j)]; }) / c_den;
       const float mb = lane_sum(C, [&](int64_t j) { return dn[size_t(j)] * xv[size_t(j)]; }) / c_den;
@@ -277,25 +286,85 @@ void TransformerOps::layernorm_backward(const LayerNormBackwardArgs& a) {
 
 // ---------------------------------------------------------------- causal softmax
 
+namespace {
+
+// The row reductions over a float array. With AVX2 the 32 lanes are four 8-wide registers, so every
+// lane combines the same operands in the same order as lane_reduce: the same bits.
+#if defined(__AVX2__)
+// fmax(acc, x) on 8 lanes: glibc's fmaxf returns its second operand on ties (maxss) and ignores a
+// NaN; _mm256_max_ps(acc, x) returns x on ties and on a NaN, so a NaN x keeps acc.
+inline __m256 fmax8(__m256 acc, __m256 x) {
+  return _mm256_blendv_ps(_mm256_max_ps(acc, x), acc, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+inline __m256 add8(__m256 acc, __m256 x) { return _mm256_add_ps(acc, x); }
+
+template <typename VOp, typename Op>
+float lane_reduce_rows(const float* v, int64_t n, float init, VOp vop, Op op) {
+  __m256 acc[4];
+  for (__m256& r : acc) r = _mm256_set1_ps(init);
+  int64_t j0 = 0;
+  for (; j0 + kRowLanes <= n; j0 += kRowLanes)
+    for (int r = 0; r < 4; ++r) acc[r] = vop(acc[r], _mm256_loadu_ps(v + j0 + 8 * r));
+  alignas(32) float p[kRowLanes];
+  for (int r = 0; r < 4; ++r) _mm256_store_ps(p + 8 * r, acc[r]);
+  for (int l = 0; j0 + l < n; ++l) p[l] = op(p[l], v[j0 + l]);
+  return tmath::lane_tree(p, op);
+}
+#endif
+
+float row_max(const float* v, int64_t n) {
+#if defined(__AVX2__)
+  return lane_reduce_rows(v, n, -std::numeric_limits<float>::infinity(), fmax8, max_op);
+#else
+  return lane_reduce(n, -std::numeric_limits<float>::infinity(), [&](int64_t j) { return v[j]; }, max_op);
+#endif
+}
+
+float row_sum(const float* v, int64_t n) {
+#if defined(__AVX2__)
+  return lane_reduce_rows(v, n, 0.0f, add8, add_op);
+#else
+  return lane_sum(n, [&](int64_t j) { return v[j]; });
+#endif
+}
+
+}  // namespace
+
 void TransformerOps::causal_softmax_forward(const CausalSoftmaxArgs& a) {
   check_args(a);
   if (a.batch == 0 || a.T == 0) return;
   const int64_t T = a.T, rows = a.batch * T;
 #pragma omp parallel if (rows * T >= 2 * kParallelMin && rows > 1)
   {
-    std::vector<float> v(static_cast<size_t>(T));
+    std::vector<float> in(static_cast<size_t>(T)), out(static_cast<size_t>(T));
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t n = row % T + 1;  // j <= i
-      load(a.s, a.s_type, row * T, n, v.data());
-      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = a.scale * v[size_t(j)];
-      const float m = lane_reduce(n, -std::numeric_limits<float>::infinity(),
-                                  [&](int64_t j) { return v[size_t(j)]; }, max_op);
-      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = tmath::exp_f32(v[size_t(j)] - m);
-      const float sum = lane_sum(n, [&](int64_t j) { return v[size_t(j)]; });
-      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = v[size_t(j)] / sum;
-      std::fill(v.begin() + n, v.end(), 0.0f);
-      store(v.data(), a.p, a.p_type, row * T, T);
+      const float* s = row_in(a.s, a.s_type, row * T, n, in.data());
+      // An FP32 output row is written in place; another type goes through `out`.
+      float* v = a.p_type == DType::F32 ? reinterpret_cast<float*>(at(a.p, a.p_type, row * T)) : out.data();
+      int64_t j = 0;
+#if defined(__AVX2__)
+      const __m256 scale = _mm256_set1_ps(a.scale);
+      for (; j + 8 <= n; j += 8) _mm256_storeu_ps(v + j, _mm256_mul_ps(scale, _mm256_loadu_ps(s + j)));
+#endif
+      for (; j < n; ++j) v[j] = a.scale * s[j];
+      const float m = row_max(v, n);
+      j = 0;
+#if defined(__AVX2__)
+      const __m256 vm = _mm256_set1_ps(m);
+      for (; j + 8 <= n; j += 8) _mm256_storeu_ps(v + j, exp_f32_8(_mm256_sub_ps(_mm256_loadu_ps(v + j), vm)));
+#endif
+      for (; j < n; ++j) v[j] = tmath::exp_f32(v[j] - m);
+      const float sum = row_sum(v, n);
+      j = 0;
+#if defined(__AVX2__)
+      const __m256 vs = _mm256_set1_ps(sum);
+      for (; j + 8 <= n; j += 8) _mm256_storeu_ps(v + j, _mm256_div_ps(_mm256_loadu_ps(v + j), vs));
+#endif
+      for (; j < n; ++j) v[j] = v[j] / sum;
+      std::fill(v + n, v + T, 0.0f);
+      if (a.p_type != DType::F32) store(v, a.p, a.p_type, row * T, T);
     }
   }
 }
@@ -306,16 +375,32 @@ void TransformerOps::causal_softmax_backward(const CausalSoftmaxBackwardArgs& a)
   const int64_t T = a.T, rows = a.batch * T;
 #pragma omp parallel if (rows * T >= 2 * kParallelMin && rows > 1)
   {
-    std::vector<float> p(static_cast<size_t>(T)), dp(static_cast<size_t>(T));
+    std::vector<float> pbuf(static_cast<size_t>(T)), dpbuf(static_cast<size_t>(T)), prod(static_cast<size_t>(T)),
+        out(static_cast<size_t>(T));
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t n = row % T + 1;
-      load(a.p, a.p_type, row * T, n, p.data());
-      load(a.dp, a.dp_type, row * T, n, dp.data());
-      const float dot = lane_sum(n, [&](int64_t j) { return dp[size_t(j)] * p[size_t(j)]; });
-      for (int64_t j = 0; j < n; ++j) dp[size_t(j)] = tmath::softmax_ds(a.scale, p[size_t(j)], dp[size_t(j)], dot);
-      std::fill(dp.begin() + n, dp.end(), 0.0f);
-      store(dp.data(), a.ds, a.ds_type, row * T, T);
+      const float* p = row_in(a.p, a.p_type, row * T, n, pbuf.data());
+      const float* dp = row_in(a.dp, a.dp_type, row * T, n, dpbuf.data());
+      float* ds = a.ds_type == DType::F32 ? reinterpret_cast<float*>(at(a.ds, a.ds_type, row * T)) : out.data();
+      // dot = sum of dp * p (the products rounded, then summed in lanes)
+      int64_t j = 0;
+#if defined(__AVX2__)
+      for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(prod.data() + j, _mm256_mul_ps(_mm256_loadu_ps(dp + j), _mm256_loadu_ps(p + j)));
+#endif
+      for (; j < n; ++j) prod[size_t(j)] = dp[j] * p[j];
+      const float dot = row_sum(prod.data(), n);
+      j = 0;
+#if defined(__AVX2__)
+      const __m256 scale = _mm256_set1_ps(a.scale), vdot = _mm256_set1_ps(dot);
+      for (; j + 8 <= n; j += 8)  // tmath::softmax_ds: scale * p * (dp - dot)
+        _mm256_storeu_ps(ds + j, _mm256_mul_ps(_mm256_mul_ps(scale, _mm256_loadu_ps(p + j)),
+                                               _mm256_sub_ps(_mm256_loadu_ps(dp + j), vdot)));
+#endif
+      for (; j < n; ++j) ds[j] = tmath::softmax_ds(a.scale, p[j], dp[j], dot);
+      std::fill(ds + n, ds + T, 0.0f);
+      if (a.ds_type != DType::F32) store(ds, a.ds, a.ds_type, row * T, T);
     }
   }
 }
@@ -327,15 +412,16 @@ void TransformerOps::gelu_tanh_forward(const GeluArgs& a) {
   const int64_t n = a.n, nb = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t blk = 0; blk < nb; ++blk) {
-    alignas(64) float v[kBlock];
+    alignas(64) float buf[kBlock];
     const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
-    load(a.x, a.type, off, len, v);
+    const float* x = row_in(a.x, a.type, off, len, buf);  // FP32: read and written in place
+    float* y = a.type == DType::F32 ? reinterpret_cast<float*>(at(a.y, a.type, off)) : buf;
     int64_t i = 0;
 #if defined(__AVX2__)
-    for (; i + 8 <= len; i += 8) _mm256_store_ps(v + i, gelu_tanh8(_mm256_load_ps(v + i)));
+    for (; i + 8 <= len; i += 8) _mm256_storeu_ps(y + i, gelu_tanh8(_mm256_loadu_ps(x + i)));
 #endif
-    for (; i < len; ++i) v[i] = tmath::gelu_tanh(v[i]);
-    store(v, a.y, a.type, off, len);
+    for (; i < len; ++i) y[i] = tmath::gelu_tanh(x[i]);
+    if (a.type != DType::F32) store(buf, a.y, a.type, off, len);
   }
 }
 
@@ -344,17 +430,18 @@ void TransformerOps::gelu_tanh_backward(const GeluBackwardArgs& a) {
   const int64_t n = a.n, nb = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t blk = 0; blk < nb; ++blk) {
-    alignas(64) float x[kBlock], g[kBlock];
+    alignas(64) float xbuf[kBlock], gbuf[kBlock];
     const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
-    load(a.x, a.type, off, len, x);
-    load(a.dy, a.type, off, len, g);
+    const float* x = row_in(a.x, a.type, off, len, xbuf);  // FP32: read and written in place
+    const float* dy = row_in(a.dy, a.type, off, len, gbuf);
+    float* dx = a.type == DType::F32 ? reinterpret_cast<float*>(at(a.dx, a.type, off)) : gbuf;
     int64_t i = 0;
 #if defined(__AVX2__)
     for (; i + 8 <= len; i += 8)
-      _mm256_store_ps(g + i, _mm256_mul_ps(_mm256_load_ps(g + i), gelu_tanh_grad8(_mm256_load_ps(x + i))));
+      _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dy + i), gelu_tanh_grad8(_mm256_loadu_ps(x + i))));
 #endif
-    for (; i < len; ++i) g[i] = g[i] * tmath::gelu_tanh_grad(x[i]);
-    store(g, a.dx, a.type, off, len);
+    for (; i < len; ++i) dx[i] = dy[i] * tmath::gelu_tanh_grad(x[i]);
+    if (a.type != DType::F32) store(gbuf, a.dx, a.type, off, len);
   }
 }
 
