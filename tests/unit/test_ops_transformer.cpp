@@ -812,6 +812,64 @@ TEST_CASE("tops gelu_tanh: the kernels' vector path gives the scalar functions' 
   CHECK(wrong_dx == 0);
 }
 
+// The causal softmax of one row as transformer_args.h specifies it, scalar: lanes of kRowLanes in
+// increasing order, the butterfly tree, tmath::exp_f32, no contraction (this file has none either:
+// the products and sums below are separate statements).
+namespace {
+float spec_lane(const std::vector<float>& v, int64_t n, float init, bool max) {
+  float p[kRowLanes];
+  for (float& x : p) x = init;
+  for (int64_t j = 0; j < n; ++j) {
+    float& a = p[j % kRowLanes];
+    a = max ? std::fmax(a, v[size_t(j)]) : a + v[size_t(j)];
+  }
+  return max ? tmath::lane_tree(p, [](float a, float b) { return std::fmax(a, b); })
+             : tmath::lane_tree(p, [](float a, float b) { return a + b; });
+}
+}  // namespace
+
+TEST_CASE("tops causal_softmax: the kernels' vector path gives the scalar specification's bits", "[tops]") {
+  cpu::TransformerOps ops;
+  Rng rng(91);
+  for (int64_t T : {1, 7, 8, 9, 31, 32, 33, 45, 64, 71, 100}) {
+    const int64_t batch = 3, rows = batch * T;
+    std::vector<float> s(size_t(rows * T)), dp(size_t(rows * T));
+    for (auto& x : s) x = float(rng.normal() * 4.0);
+    for (auto& x : dp) x = float(rng.normal());
+    if (T > 5) s[size_t(2 * T + 1)] = -INFINITY, s[size_t(3 * T + 2)] = 1e30f, s[size_t(4 * T)] = -0.0f;
+    const float scale = 0.125f;
+    std::vector<float> p(s.size()), ds(s.size());
+    ops.causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, s.data(), DType::F32, p.data(), DType::F32});
+    ops.causal_softmax_backward(
+        CausalSoftmaxBackwardArgs{batch, T, scale, p.data(), DType::F32, dp.data(), DType::F32, ds.data(), DType::F32});
+    size_t wrong = 0;
+    std::ostringstream first;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t n = r % T + 1;
+      std::vector<float> v(static_cast<size_t>(n)), prod(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = scale * s[size_t(r * T + j)];
+      const float m = spec_lane(v, n, -INFINITY, true);
+      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = tmath::exp_f32(v[size_t(j)] - m);
+      const float sum = spec_lane(v, n, 0.0f, false);
+      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = v[size_t(j)] / sum;
+      for (int64_t j = 0; j < n; ++j) prod[size_t(j)] = dp[size_t(r * T + j)] * p[size_t(r * T + j)];
+      const float dot = spec_lane(prod, n, 0.0f, false);
+      for (int64_t j = 0; j < T; ++j) {
+        const float want_p = j < n ? v[size_t(j)] : 0.0f;
+        const float want_ds = j < n ? tmath::softmax_ds(scale, p[size_t(r * T + j)], dp[size_t(r * T + j)], dot) : 0.0f;
+        const bool bad = f32_bits(want_p) != f32_bits(p[size_t(r * T + j)]) ||
+                         f32_bits(want_ds) != f32_bits(ds[size_t(r * T + j)]);
+        if (bad && wrong == 0)
+          first << "T " << T << " row " << r << " col " << j << ": p " << p[size_t(r * T + j)] << " vs " << want_p
+                << ", ds " << ds[size_t(r * T + j)] << " vs " << want_ds;
+        wrong += bad;
+      }
+    }
+    INFO(first.str());
+    CHECK(wrong == 0);
+  }
+}
+
 // ---------------------------------------------------------------- embedding
 
 TEST_CASE("tops embedding_forward: one FP32 addition and one rounding, invalid tokens give NaN rows", "[tops]") {
