@@ -5,6 +5,8 @@ with backward, checked against the two-namespace measurements and projected to H
     scripts/scaling_model.py                                   # projections only
     scripts/scaling_model.py --measured runs/netns_scaling/results.jsonl   # + fit and check
     scripts/scaling_model.py --ib-gbps 200 --gpus-per-node 4 --mlp-compute-ms 0.06
+    scripts/scaling_model.py --gpt2-compute-ms 30          # GPT-2 124M with a measured step
+    scripts/scaling_model.py --mfu runs/NAME/summary.json  # a finished run's model FLOP utilization
 
 Model
 -----
@@ -14,6 +16,10 @@ Model
 * Hierarchical, N nodes x G GPUs: a ring over the G GPUs of a node on NVLink (reduce-scatter and
   all-gather: 2(G-1)/G * S / B_nvlink), and between the nodes G parallel rings, one per GPU and
   NIC, each over that GPU's 1/G shard: 2(N-1)/N * (S/G) / B_ib. The two levels add up.
+* A network (class Net) is its gradient tensors in flat-buffer order, each padded to 32 elements,
+  and its backward pass as segments in the order they run, each with its FLOPs and the tensors it
+  completes: the MLP, amp_ddp's GPT (the tied token embedding is completed last, by the embedding
+  backward) and a uniform model. A run's network is read from summary.json's "model".
 * The gradients are all-reduced in buckets cut from the end of the flat gradient buffer
   (distributed.first_bucket_mb, then bucket_mb; docs/design.md); a bucket starts when the
   backward pass has produced all of it and the buckets run one after the other. Backward time
