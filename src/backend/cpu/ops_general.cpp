@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/cpu/float_rows.h"
 #include "core/convert.h"
 #include "core/error.h"
 
@@ -32,8 +33,6 @@ memory::data_type dnnl_type(DType t) {
   throw Error(ErrorKind::Internal, strcat("gemm: unsupported dtype ", dtype_name(t)));
 }
 
-const char* at(const void* p, DType t, int64_t i) { return static_cast<const char*>(p) + i * int64_t(dtype_size(t)); }
-char* at(void* p, DType t, int64_t i) { return static_cast<char*>(p) + i * int64_t(dtype_size(t)); }
 
 // Matrices seen by oneDNN: dims {batch, rows, cols} of the LOGICAL operand (op(A) is m x k, op(B)
 // is k x n, C is m x n); a transposed operand is the stored matrix read with swapped strides. A
@@ -244,16 +243,11 @@ void GeneralOps::add(const AddArgs& a) {
     alignas(64) float va[kBlock], vb[kBlock];
     const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
     // FP32 operands and result are used in place (no copies); others convert through va / vb.
-    auto in = [&](const void* p, DType t, float* buf) {
-      if (t == DType::F32) return reinterpret_cast<const float*>(at(p, t, off));
-      convert(at(p, t, off), t, buf, DType::F32, size_t(len));
-      return static_cast<const float*>(buf);
-    };
-    const float* x = in(a.a, a.a_type, va);
-    const float* y = in(a.b, a.b_type, vb);
-    float* out = a.out_type == DType::F32 ? reinterpret_cast<float*>(at(a.out, a.out_type, off)) : va;
+    const float* x = row_in(a.a, a.a_type, off, len, va);
+    const float* y = row_in(a.b, a.b_type, off, len, vb);
+    float* out = row_out(a.out, a.out_type, off, va);
     for (int64_t i = 0; i < len; ++i) out[i] = x[i] + y[i];
-    if (a.out_type != DType::F32) convert(va, DType::F32, at(a.out, a.out_type, off), a.out_type, size_t(len));
+    row_store(va, a.out, a.out_type, off, len);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/cpu/float_rows.h"
 #include "core/convert.h"
 #include "core/error.h"
 
@@ -105,8 +106,6 @@ inline __m256 gelu_tanh_grad8(__m256 x) {
 constexpr int64_t kTile = 256;                // columns per column-tile work item
 constexpr float kQuietNaN = std::numeric_limits<float>::quiet_NaN();
 
-const char* at(const void* p, DType t, int64_t i) { return static_cast<const char*>(p) + i * int64_t(dtype_size(t)); }
-char* at(void* p, DType t, int64_t i) { return static_cast<char*>(p) + i * int64_t(dtype_size(t)); }
 
 void load(const void* p, DType t, int64_t off, int64_t n, float* dst) {
   convert(at(p, t, off), t, dst, DType::F32, size_t(n));
@@ -136,14 +135,6 @@ float lane_reduce(int64_t n, float init, F&& f, Op op) {
 template <typename F>
 float lane_sum(int64_t n, F&& f) {
   return lane_reduce(n, 0.0f, f, add_op);
-}
-
-// A row of n values of type t at element `off` of p, as floats: the data itself when t is FP32
-// (no copy), else converted into buf.
-const float* row_in(const void* p, DType t, int64_t off, int64_t n, float* buf) {
-  if (t == DType::F32) return reinterpret_cast<const float*>(at(p, t, off));
-  load(p, t, off, n, buf);
-  return buf;
 }
 
 std::vector<float> to_floats(const void* p, DType t, int64_t n) {
@@ -199,10 +190,10 @@ void TransformerOps::layernorm_forward(const LayerNormArgs& a) {
                           return d * d;
                         }) / c_den;
       const float rstd = tmath::ln_rstd(var, a.eps);
-      float* y = a.type == DType::F32 ? reinterpret_cast<float*>(at(a.y, a.type, r * C)) : v.data();  // x may be y
+      float* y = row_out(a.y, a.type, r * C, v.data());  // x may be y
       for (int64_t j = 0; j < C; ++j)
         y[j] = tmath::ln_out(tmath::ln_norm(x[j], mean, rstd), gamma[size_t(j)], beta[size_t(j)]);
-      if (a.type != DType::F32) store(v.data(), a.y, a.type, r * C, C);
+      row_store(v.data(), a.y, a.type, r * C, C);
       if (a.mean) {
         a.mean[r] = mean;
         a.rstd[r] = rstd;
@@ -344,7 +335,7 @@ void TransformerOps::causal_softmax_forward(const CausalSoftmaxArgs& a) {
       const int64_t n = row % T + 1;  // j <= i
       const float* s = row_in(a.s, a.s_type, row * T, n, in.data());
       // An FP32 output row is written in place; another type goes through `out`.
-      float* v = a.p_type == DType::F32 ? reinterpret_cast<float*>(at(a.p, a.p_type, row * T)) : out.data();
+      float* v = row_out(a.p, a.p_type, row * T, out.data());
       int64_t j = 0;
 #if defined(__AVX2__)
       const __m256 scale = _mm256_set1_ps(a.scale);
@@ -366,7 +357,7 @@ void TransformerOps::causal_softmax_forward(const CausalSoftmaxArgs& a) {
 #endif
       for (; j < n; ++j) v[j] = v[j] / sum;
       std::fill(v + n, v + T, 0.0f);
-      if (a.p_type != DType::F32) store(v, a.p, a.p_type, row * T, T);
+      row_store(v, a.p, a.p_type, row * T, T);
     }
   }
 }
@@ -384,7 +375,7 @@ void TransformerOps::causal_softmax_backward(const CausalSoftmaxBackwardArgs& a)
       const int64_t n = row % T + 1;
       const float* p = row_in(a.p, a.p_type, row * T, n, pbuf.data());
       const float* dp = row_in(a.dp, a.dp_type, row * T, n, dpbuf.data());
-      float* ds = a.ds_type == DType::F32 ? reinterpret_cast<float*>(at(a.ds, a.ds_type, row * T)) : out.data();
+      float* ds = row_out(a.ds, a.ds_type, row * T, out.data());
       // dot = sum of dp * p (the products rounded, then summed in lanes)
       int64_t j = 0;
 #if defined(__AVX2__)
@@ -402,7 +393,7 @@ void TransformerOps::causal_softmax_backward(const CausalSoftmaxBackwardArgs& a)
 #endif
       for (; j < n; ++j) ds[j] = tmath::softmax_ds(a.scale, p[j], dp[j], dot);
       std::fill(ds + n, ds + T, 0.0f);
-      if (a.ds_type != DType::F32) store(ds, a.ds, a.ds_type, row * T, T);
+      row_store(ds, a.ds, a.ds_type, row * T, T);
     }
   }
 }
@@ -417,13 +408,13 @@ void TransformerOps::gelu_tanh_forward(const GeluArgs& a) {
     alignas(64) float buf[kBlock];
     const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
     const float* x = row_in(a.x, a.type, off, len, buf);  // FP32: read and written in place
-    float* y = a.type == DType::F32 ? reinterpret_cast<float*>(at(a.y, a.type, off)) : buf;
+    float* y = row_out(a.y, a.type, off, buf);
     int64_t i = 0;
 #if defined(__AVX2__)
     for (; i + 8 <= len; i += 8) _mm256_storeu_ps(y + i, gelu_tanh8(_mm256_loadu_ps(x + i)));
 #endif
     for (; i < len; ++i) y[i] = tmath::gelu_tanh(x[i]);
-    if (a.type != DType::F32) store(buf, a.y, a.type, off, len);
+    row_store(buf, a.y, a.type, off, len);
   }
 }
 
@@ -436,14 +427,14 @@ void TransformerOps::gelu_tanh_backward(const GeluBackwardArgs& a) {
     const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
     const float* x = row_in(a.x, a.type, off, len, xbuf);  // FP32: read and written in place
     const float* dy = row_in(a.dy, a.type, off, len, gbuf);
-    float* dx = a.type == DType::F32 ? reinterpret_cast<float*>(at(a.dx, a.type, off)) : gbuf;
+    float* dx = row_out(a.dx, a.type, off, gbuf);
     int64_t i = 0;
 #if defined(__AVX2__)
     for (; i + 8 <= len; i += 8)
       _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dy + i), gelu_tanh_grad8(_mm256_loadu_ps(x + i))));
 #endif
     for (; i < len; ++i) dx[i] = dy[i] * tmath::gelu_tanh_grad(x[i]);
-    if (a.type != DType::F32) store(gbuf, a.dx, a.type, off, len);
+    row_store(gbuf, a.dx, a.type, off, len);
   }
 }
 
