@@ -10,15 +10,10 @@ Usage: torch_gpt_step.py [--layers 12 --embd 768 --heads 12 --seq 1024 --vocab 5
 import argparse
 import json
 import os
-import statistics
 import sys
 
-try:
-    import torch
-    import torch.nn.functional as F
-except Exception as e:  # noqa: BLE001 - any import failure means no peer
-    print(json.dumps({"bench": "torch", "error": f"PyTorch not available: {e}"}))
-    sys.exit(0)
+from cuda_timing import require_cuda, timed_ms, torch
+import torch.nn.functional as F  # noqa: E402 - after cuda_timing, which reports a missing PyTorch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peers"))
 from nanogpt import GPT, gpt2_init  # noqa: E402
 
@@ -32,16 +27,12 @@ p.add_argument("--batch", type=int, default=16)
 p.add_argument("--dtype", choices=["f16", "bf16"], default="bf16")
 p.add_argument("--iters", type=int, default=10)
 a = p.parse_args()
-if not torch.cuda.is_available():
-    print(json.dumps({"bench": "torch", "error": "PyTorch sees no CUDA device"}))
-    sys.exit(0)
-dev = torch.device("cuda")
+dev = require_cuda()
 dt = torch.float16 if a.dtype == "f16" else torch.bfloat16
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.manual_seed(0)
 idx = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device=dev)
 x, y = idx[:, :-1], idx[:, 1:]
-
 
 
 def adamw(params):
@@ -51,12 +42,12 @@ def adamw(params):
         return torch.optim.AdamW(params, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1), "foreach"
 
 
-for variant in ("explicit", "sdpa"):
-    model = opt = None
-    if variant == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
-        print(json.dumps({"bench": "torch_gpt_step", "attention": variant,
-                          "error": f"PyTorch {torch.__version__} has no scaled_dot_product_attention"}))
-        continue
+def measure(variant):
+    """One variant's JSON record; the model and optimizer are freed when it returns."""
+    model = GPT(a.vocab, a.seq, a.layers, a.heads, a.embd, sdpa=variant == "sdpa").to(dev)
+    gpt2_init(model, a.layers)
+    opt, opt_kind = adamw(model.parameters())
+    scaler = torch.amp.GradScaler("cuda", enabled=a.dtype == "f16")
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -66,29 +57,20 @@ for variant in ("explicit", "sdpa"):
         scaler.step(opt)
         scaler.update()
 
-    try:
-        model = GPT(a.vocab, a.seq, a.layers, a.heads, a.embd, sdpa=variant == "sdpa").to(dev)
-        gpt2_init(model, a.layers)
-        opt, opt_kind = adamw(model.parameters())
-        scaler = torch.amp.GradScaler("cuda", enabled=a.dtype == "f16")
-        for _ in range(3):
-            step()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(3):
-            t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0.record()
-            for _ in range(a.iters):
-                step()
-            t1.record()
-            t1.synchronize()
-            times.append(t0.elapsed_time(t1) / a.iters)
-        ms = statistics.median(times)
-        print(json.dumps({"bench": "torch_gpt_step", "attention": variant, "layers": a.layers, "embd": a.embd,
-                          "seq": a.seq, "vocab": a.vocab, "batch": a.batch, "dtype": a.dtype, "step_ms": ms,
-                          "tokens_per_s": a.batch * a.seq / (ms * 1e-3), "optimizer": opt_kind,
-                          "torch": torch.__version__}), flush=True)
-    except Exception as e:  # noqa: BLE001 - report and go on to the other variant
-        print(json.dumps({"bench": "torch_gpt_step", "attention": variant, "error": str(e)[:300]}), flush=True)
-    del model, opt
+    ms = timed_ms(step, a.iters, samples=3, warmup=3)
+    return {"bench": "torch_gpt_step", "attention": variant, "layers": a.layers, "embd": a.embd, "seq": a.seq,
+            "vocab": a.vocab, "batch": a.batch, "dtype": a.dtype, "step_ms": ms,
+            "tokens_per_s": a.batch * a.seq / (ms * 1e-3), "optimizer": opt_kind, "torch": torch.__version__}
+
+
+for variant in ("explicit", "sdpa"):
+    if variant == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
+        record = {"bench": "torch_gpt_step", "attention": variant,
+                  "error": f"PyTorch {torch.__version__} has no scaled_dot_product_attention"}
+    else:
+        try:
+            record = measure(variant)
+        except Exception as e:  # noqa: BLE001 - report and go on to the other variant
+            record = {"bench": "torch_gpt_step", "attention": variant, "error": str(e)[:300]}
+    print(json.dumps(record), flush=True)
     torch.cuda.empty_cache()

@@ -5,14 +5,8 @@ with CUDA events, warm-up excluded, median of repeats. One JSON line per measure
 Usage: torch_step.py --dims 784,1024,1024,10 --batch 128 --dtype f16|bf16 [--gemm] [--iters 50]"""
 import argparse
 import json
-import statistics
-import sys
 
-try:
-    import torch
-except Exception as e:  # noqa: BLE001 - any import failure means no peer
-    print(json.dumps({"bench": "torch", "error": f"PyTorch not available: {e}"}))
-    sys.exit(0)
+from cuda_timing import require_cuda, timed_ms, torch
 
 p = argparse.ArgumentParser()
 p.add_argument("--dims", default="784,1024,1024,10")
@@ -22,31 +16,11 @@ p.add_argument("--iters", type=int, default=50)
 p.add_argument("--gemm", action="store_true", help="also time torch.matmul on the step's GEMM shapes")
 a = p.parse_args()
 
-if not torch.cuda.is_available():
-    print(json.dumps({"bench": "torch", "error": "PyTorch sees no CUDA device"}))
-    sys.exit(0)
-
-dev = torch.device("cuda")
+dev = require_cuda()
 dt = torch.float16 if a.dtype == "f16" else torch.bfloat16
 dims = [int(d) for d in a.dims.split(",")]
 torch.manual_seed(0)
 torch.backends.cuda.matmul.allow_tf32 = False
-
-
-def timed_ms(fn, iters, samples=5, warmup=10):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(samples):
-        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0.record()
-        for _ in range(iters):
-            fn()
-        t1.record()
-        t1.synchronize()
-        out.append(t0.elapsed_time(t1) / iters)
-    return statistics.median(out)
 
 
 layers = []
