@@ -81,12 +81,12 @@ class Net:
 def mlp_net(sizes):
     """An MLP sizes[0]-...-sizes[-1]: per sample 2 FLOPs per weight forward, 4 backward (input and
     weight gradients) except the first layer's 2 (no input gradient)."""
-    tensors, units, segs = [], [], []
-    for i in range(len(sizes) - 1):
-        segs.append(((2 if i == 0 else 4) * sizes[i] * sizes[i + 1], [len(tensors), len(tensors) + 1]))
-        tensors += [(f"fc{i + 1}.weight", sizes[i] * sizes[i + 1]), (f"fc{i + 1}.bias", sizes[i + 1])]
-        units.append(sizes[i] * sizes[i + 1])
-    return Net(f"mlp {'-'.join(map(str, sizes))}", tensors, 2 * sum(units), list(reversed(segs)))
+    tensors, segs = [], []
+    for i, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
+        segs.append(((2 if i == 0 else 4) * fan_in * fan_out, [len(tensors), len(tensors) + 1]))
+        tensors += [(f"fc{i + 1}.weight", fan_in * fan_out), (f"fc{i + 1}.bias", fan_out)]
+    fwd = 2 * sum(a * b for a, b in zip(sizes, sizes[1:]))
+    return Net(f"mlp {'-'.join(map(str, sizes))}", tensors, fwd, list(reversed(segs)))
 
 
 def gpt_net(n_layer, n_embd, seq_len, vocab):
@@ -149,10 +149,10 @@ def backward_times(net, compute_s):
     return t_fwd, ready
 
 
-def buckets(net, bytes_per_param, first_mb, bucket_mb, compute_s=1.0):
+def buckets(net, bytes_per_param, first_mb, bucket_mb):
     """Buckets cut from the end of the flat buffer (padding included) as amp_ddp cuts them:
-    [(bytes, the time within a step of compute_s when backward has produced all of the bucket)]."""
-    _, ready = backward_times(net, compute_s)
+    [(bytes, the share of the step's compute after which backward has produced all of the bucket)]."""
+    _, ready = backward_times(net, 1.0)
     bounds, acc = [], 0.0  # (start, end) of each tensor in the buffer, in elements
     for _, p in net.tensors:
         bounds.append((acc, acc + p))
@@ -168,13 +168,13 @@ def buckets(net, bytes_per_param, first_mb, bucket_mb, compute_s=1.0):
 
 
 def step_time(compute_s, net, bucket_list, allreduce, flag_s):
-    """(step without overlap, step with overlap, total comm) for one step; bucket_list from
-    buckets(..., compute_s) (times within this step)."""
+    """(step without overlap, step with overlap, total comm) for one step of compute_s; bucket_list
+    from buckets()."""
     t_fwd, _ = backward_times(net, compute_s)
     comm_total = sum(allreduce(b) for b, _ in bucket_list)
     engine = t_fwd
     for b, ready in bucket_list:
-        engine = max(engine, ready) + allreduce(b)
+        engine = max(engine, ready * compute_s) + allreduce(b)
     overlapped = max(compute_s, engine) + flag_s
     return compute_s + comm_total + flag_s, overlapped, comm_total + flag_s
 
@@ -327,7 +327,7 @@ def check_training(describe, tr, fits, args):
             continue
         a, b = fits[key]
         f = lambda s, a=a, b=b: a + s / b
-        no, ov, comm = step_time(comp, net, buckets(net, 2, args.first_bucket_mb, args.bucket_mb, comp), f, a)
+        no, ov, comm = step_time(comp, net, bl, f, a)
         hs = "-" if r["hidden_share"] is None else f"{r['hidden_share']:.2f}"
         print(f"| {fmt_rate(r['rate_bps'])} | {n}x{g} | {comp * 1e3:.2f} | {(r['comm_s'] or 0) * 1e3:.2f} | "
               f"{comm * 1e3:.2f} | {r['step_s'] * 1e3:.2f} | {no * 1e3:.2f} | {ov * 1e3:.2f} | "
@@ -336,7 +336,7 @@ def check_training(describe, tr, fits, args):
 
 # ---------------------------------------------------------------- projections
 def project(title, net, bytes_per_param, compute_s, args, hw, note):
-    bl = buckets(net, bytes_per_param, args.first_bucket_mb, args.bucket_mb, compute_s)
+    bl = buckets(net, bytes_per_param, args.first_bucket_mb, args.bucket_mb)
     total = sum(b for b, _ in bl)
     g = args.gpus_per_node
     print(f"\n### {title}\n")
@@ -456,6 +456,7 @@ def main():
     project(f"(b) a {args.big_params / 1e9:g}B-parameter model ({args.big_layers} equal layers), bf16 gradients",
             uniform_net(args.big_params, args.big_layers), 2, big_s, args, hw, "Compute: " + why)
     gpt2 = gpt_net(12, 768, 1024, 50257)
+    wte = gpt2.tensors[0][1]
     tokens = args.gpt2_batch * 1024
     if args.gpt2_compute_ms is not None:
         gpt2_s = args.gpt2_compute_ms * 1e-3
@@ -469,9 +470,9 @@ def main():
                "measured: scripts/gpu_check.sh measures it on a lent H200; pass it with --gpt2-compute-ms).")
     project(f"(c) GPT-2 124M (12 x 768, seq 1024, vocabulary 50257, tied embedding), bf16 gradients, "
             f"{args.gpt2_batch} x 1024 tokens per GPU", gpt2, 2, gpt2_s, args, hw,
-            f"{gpt2.params / 1e6:.1f} M parameters. Compute: " + why + " The tied token embedding (38.6 M "
-            "parameters, 77 MB of gradients) is complete only when the embedding's backward ends the "
-            "pass, so its buckets cannot overlap backward.")
+            f"{gpt2.params / 1e6:.1f} M parameters. Compute: " + why + f" The tied token embedding "
+            f"({wte / 1e6:.1f} M parameters, {2 * wte / 1e6:.0f} MB of gradients) is complete only when the "
+            "embedding's backward ends the pass, so its buckets cannot overlap backward.")
     return 0
 
 
