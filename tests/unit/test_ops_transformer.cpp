@@ -870,6 +870,80 @@ TEST_CASE("tops causal_softmax: the kernels' vector path gives the scalar specif
   }
 }
 
+// LayerNorm forward and backward (FP32, accumulating and not) against transformer_args.h's
+// specification computed here in scalar code: the kernels' vector path must give its bits.
+TEST_CASE("tops layernorm: the kernels' vector path gives the scalar specification's bits", "[tops]") {
+  cpu::TransformerOps ops;
+  Rng rng(93);
+  for (int64_t C : {1, 7, 8, 31, 32, 33, 64, 100, 128, 257}) {
+    const int64_t rows = 37;
+    INFO("C " << C);
+    std::vector<float> x(static_cast<size_t>(rows * C)), dy(x.size()), gamma(static_cast<size_t>(C)), beta(gamma.size());
+    for (auto& v : x) v = float(1.5 + 3.0 * rng.normal());
+    for (auto& v : dy) v = float(rng.normal());
+    for (auto& v : gamma) v = float(1.0 + 0.3 * rng.normal());
+    for (auto& v : beta) v = float(0.2 * rng.normal());
+    std::vector<float> y(x.size()), mean(static_cast<size_t>(rows)), rstd(mean.size());
+    LayerNormArgs f;
+    f.rows = rows, f.C = C, f.type = DType::F32, f.x = x.data(), f.gamma = gamma.data(), f.beta = beta.data();
+    f.y = y.data(), f.mean = mean.data(), f.rstd = rstd.data();
+    ops.layernorm_forward(f);
+    for (bool acc : {false, true}) {
+      std::vector<float> dx(x.size()), dg(gamma.size()), db(gamma.size());
+      for (auto& v : dx) v = float(rng.normal());
+      for (auto& v : dg) v = float(rng.normal());
+      for (auto& v : db) v = float(rng.normal());
+      const std::vector<float> dx0 = dx, dg0 = dg, db0 = db;
+      LayerNormBackwardArgs b;
+      b.rows = rows, b.C = C, b.type = DType::F32, b.x = x.data(), b.dy = dy.data(), b.gamma = gamma.data();
+      b.mean = mean.data(), b.rstd = rstd.data(), b.dx = dx.data(), b.accumulate_dx = acc;
+      b.dgamma = dg.data(), b.dbeta = db.data(), b.accumulate_dparams = acc;
+      ops.layernorm_backward(b);
+      size_t wrong = 0;
+      std::ostringstream first;
+      auto expect = [&](const char* what, int64_t r, int64_t j, float got, float want) {
+        if (f32_bits(got) != f32_bits(want) && wrong++ == 0)
+          first << what << " row " << r << " col " << j << ": " << got << " vs " << want;
+      };
+      std::vector<float> pg(size_t(kRowSumLanes * C), 0.0f), pb(pg.size(), 0.0f);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> xr(x.begin() + r * C, x.begin() + (r + 1) * C), d2(gamma.size());
+        const float m = spec_lane(xr, C, 0.0f, false) / float(C);
+        for (int64_t j = 0; j < C; ++j) {
+          const float d = xr[size_t(j)] - m;
+          d2[size_t(j)] = d * d;
+        }
+        const float var = spec_lane(d2, C, 0.0f, false) / float(C);
+        const float rs = tmath::ln_rstd(var, kLayerNormEps);
+        if (!acc) expect("mean", r, 0, mean[size_t(r)], m), expect("rstd", r, 0, rstd[size_t(r)], rs);
+        std::vector<float> n(gamma.size()), dn(gamma.size()), dnn(gamma.size());
+        for (int64_t j = 0; j < C; ++j) {
+          n[size_t(j)] = tmath::ln_norm(xr[size_t(j)], m, rs);
+          if (!acc) expect("y", r, j, y[size_t(r * C + j)], tmath::ln_out(n[size_t(j)], gamma[size_t(j)], beta[size_t(j)]));
+          dn[size_t(j)] = gamma[size_t(j)] * dy[size_t(r * C + j)];
+          dnn[size_t(j)] = dn[size_t(j)] * n[size_t(j)];
+          const float prod = n[size_t(j)] * dy[size_t(r * C + j)];
+          pg[size_t((r % kRowSumLanes) * C + j)] += prod;
+          pb[size_t((r % kRowSumLanes) * C + j)] += dy[size_t(r * C + j)];
+        }
+        const float a = spec_lane(dn, C, 0.0f, false) / float(C), bb = spec_lane(dnn, C, 0.0f, false) / float(C);
+        for (int64_t j = 0; j < C; ++j) {
+          const float v = tmath::ln_dx(dn[size_t(j)], a, n[size_t(j)], bb, rs);
+          expect("dx", r, j, dx[size_t(r * C + j)], acc ? dx0[size_t(r * C + j)] + v : v);
+        }
+      }
+      for (int64_t j = 0; j < C; ++j) {
+        float g = 0.0f, bs = 0.0f;
+        for (int64_t l = 0; l < kRowSumLanes; ++l) g += pg[size_t(l * C + j)], bs += pb[size_t(l * C + j)];
+        expect("dgamma", -1, j, dg[size_t(j)], acc ? dg0[size_t(j)] + g : g);
+        expect("dbeta", -1, j, db[size_t(j)], acc ? db0[size_t(j)] + bs : bs);
+      }
+      INFO("accumulate " << acc << ": " << first.str());
+      CHECK(wrong == 0);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- embedding
 
 TEST_CASE("tops embedding_forward: one FP32 addition and one rounding, invalid tokens give NaN rows", "[tops]") {

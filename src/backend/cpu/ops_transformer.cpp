@@ -170,6 +170,52 @@ void TransformerOps::reserve(int64_t max_tokens, int64_t vocab) {
   s.present.reserve(size_t(std::min(s.max_tokens, s.vocab)));
 }
 
+// ---------------------------------------------------------------- row reductions
+
+namespace {
+
+// The row reductions over a float array. With AVX2 the 32 lanes are four 8-wide registers, so every
+// lane combines the same operands in the same order as lane_reduce: the same bits.
+#if defined(__AVX2__)
+// fmax(acc, x) on 8 lanes: glibc's fmaxf returns its second operand on ties (maxss) and ignores a
+// NaN; _mm256_max_ps(acc, x) returns x on ties and on a NaN, so a NaN x keeps acc.
+inline __m256 fmax8(__m256 acc, __m256 x) {
+  return _mm256_blendv_ps(_mm256_max_ps(acc, x), acc, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+inline __m256 add8(__m256 acc, __m256 x) { return _mm256_add_ps(acc, x); }
+
+template <typename VOp, typename Op>
+float lane_reduce_rows(const float* v, int64_t n, float init, VOp vop, Op op) {
+  __m256 acc[4];
+  for (__m256& r : acc) r = _mm256_set1_ps(init);
+  int64_t j0 = 0;
+  for (; j0 + kRowLanes <= n; j0 += kRowLanes)
+    for (int r = 0; r < 4; ++r) acc[r] = vop(acc[r], _mm256_loadu_ps(v + j0 + 8 * r));
+  alignas(32) float p[kRowLanes];
+  for (int r = 0; r < 4; ++r) _mm256_store_ps(p + 8 * r, acc[r]);
+  for (int l = 0; j0 + l < n; ++l) p[l] = op(p[l], v[j0 + l]);
+  return tmath::lane_tree(p, op);
+}
+#endif
+
+float row_max(const float* v, int64_t n) {
+#if defined(__AVX2__)
+  return lane_reduce_rows(v, n, -std::numeric_limits<float>::infinity(), fmax8, max_op);
+#else
+  return lane_reduce(n, -std::numeric_limits<float>::infinity(), [&](int64_t j) { return v[j]; }, max_op);
+#endif
+}
+
+float row_sum(const float* v, int64_t n) {
+#if defined(__AVX2__)
+  return lane_reduce_rows(v, n, 0.0f, add8, add_op);
+#else
+  return lane_sum(n, [&](int64_t j) { return v[j]; });
+#endif
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- layer norm
 
 void TransformerOps::layernorm_forward(const LayerNormArgs& a) {
@@ -180,19 +226,24 @@ void TransformerOps::layernorm_forward(const LayerNormArgs& a) {
   const float c_den = float(C);
 #pragma omp parallel if (a.rows * C >= kParallelMin && a.rows > 1)
   {
-    std::vector<float> v(static_cast<size_t>(C));
+    // The elementwise loops below vectorize (no contraction in this file: each lane rounds as the
+    // scalar specification); the sums are row_sum's 8-wide lanes.
+    std::vector<float> v(static_cast<size_t>(C)), sq(static_cast<size_t>(C));
+    const float* g = gamma.data();
+    const float* be = beta.data();
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < a.rows; ++r) {
       const float* x = row_in(a.x, a.type, r * C, C, v.data());
-      const float mean = lane_sum(C, [&](int64_t j) { return x[j]; }) / c_den;
-      const float var = lane_sum(C, [&](int64_t j) {
-                          const float d = x[j] - mean;
-                          return d * d;
-                        }) / c_den;
+      const float mean = row_sum(x, C) / c_den;
+      float* d2 = sq.data();
+      for (int64_t j = 0; j < C; ++j) {
+        const float d = x[j] - mean;
+        d2[j] = d * d;
+      }
+      const float var = row_sum(d2, C) / c_den;
       const float rstd = tmath::ln_rstd(var, a.eps);
-      float* y = row_out(a.y, a.type, r * C, v.data());  // x may be y
-      for (int64_t j = 0; j < C; ++j)
-        y[j] = tmath::ln_out(tmath::ln_norm(x[j], mean, rstd), gamma[size_t(j)], beta[size_t(j)]);
+      float* y = row_out(a.y, a.type, r * C, v.data());  // x may be y: each element is read before it is written
+      for (int64_t j = 0; j < C; ++j) y[j] = tmath::ln_out(tmath::ln_norm(x[j], mean, rstd), g[j], be[j]);
       row_store(v.data(), a.y, a.type, r * C, C);
       if (a.mean) {
         a.mean[r] = mean;
@@ -255,73 +306,38 @@ void TransformerOps::layernorm_backward(const LayerNormBackwardArgs& a) {
   const std::vector<float> gamma = to_floats(a.gamma, a.type, C);
 #pragma omp parallel if (rows * C >= kParallelMin && rows > 1)
   {
-    std::vector<float> xv(static_cast<size_t>(C)), dn(static_cast<size_t>(C)), old(a.accumulate_dx ? size_t(C) : 0);
+    // As the forward: vectorizing elementwise loops, row_sum's lanes; FP32 dx in place.
+    const size_t c = static_cast<size_t>(C);
+    std::vector<float> xin(c), dyin(c), nrm(c), dnv(c), prod(c), out(c), oldin(a.accumulate_dx ? c : 0);
+    const float* g = gamma.data();
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      const float* x = row_in(a.x, a.type, r * C, C, xv.data());
-      const float* dy = row_in(a.dy, a.type, r * C, C, dn.data());
+      const float* x = row_in(a.x, a.type, r * C, C, xin.data());
+      const float* dy = row_in(a.dy, a.type, r * C, C, dyin.data());
       const float mean = a.mean[r], rstd = a.rstd[r];
+      float* n = nrm.data();
+      float* dn = dnv.data();
+      float* p = prod.data();
       for (int64_t j = 0; j < C; ++j) {
-        xv[size_t(j)] = tmath::ln_norm(x[j], mean, rstd);  // n_j
-        dn[size_t(j)] = gamma[size_t(j)] * dy[j];          // dn_j
+        n[j] = tmath::ln_norm(x[j], mean, rstd);
+        dn[j] = g[j] * dy[j];
+        p[j] = dn[j] * n[j];
       }
-      const float ma = lane_sum(C, [&](int64_t j) { return dn[size_t(j)]; }) / c_den;
-      const float mb = lane_sum(C, [&](int64_t j) { return dn[size_t(j)] * xv[size_t(j)]; }) / c_den;
-      for (int64_t j = 0; j < C; ++j) dn[size_t(j)] = tmath::ln_dx(dn[size_t(j)], ma, xv[size_t(j)], mb, rstd);
-      if (a.accumulate_dx) {
-        load(a.dx, a.type, r * C, C, old.data());
-        for (int64_t j = 0; j < C; ++j) dn[size_t(j)] = old[size_t(j)] + dn[size_t(j)];
+      const float ma = row_sum(dn, C) / c_den;
+      const float mb = row_sum(p, C) / c_den;
+      const float* old = a.accumulate_dx ? row_in(a.dx, a.type, r * C, C, oldin.data()) : nullptr;
+      float* dx = row_out(a.dx, a.type, r * C, out.data());  // FP32: old[j] is read before dx[j] is written
+      if (old) {
+        for (int64_t j = 0; j < C; ++j) dx[j] = old[j] + tmath::ln_dx(dn[j], ma, n[j], mb, rstd);
+      } else {
+        for (int64_t j = 0; j < C; ++j) dx[j] = tmath::ln_dx(dn[j], ma, n[j], mb, rstd);
       }
-      store(dn.data(), a.dx, a.type, r * C, C);
+      row_store(out.data(), a.dx, a.type, r * C, C);
     }
   }
 }
 
 // ---------------------------------------------------------------- causal softmax
-
-namespace {
-
-// The row reductions over a float array. With AVX2 the 32 lanes are four 8-wide registers, so every
-// lane combines the same operands in the same order as lane_reduce: the same bits.
-#if defined(__AVX2__)
-// fmax(acc, x) on 8 lanes: glibc's fmaxf returns its second operand on ties (maxss) and ignores a
-// NaN; _mm256_max_ps(acc, x) returns x on ties and on a NaN, so a NaN x keeps acc.
-inline __m256 fmax8(__m256 acc, __m256 x) {
-  return _mm256_blendv_ps(_mm256_max_ps(acc, x), acc, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
-inline __m256 add8(__m256 acc, __m256 x) { return _mm256_add_ps(acc, x); }
-
-template <typename VOp, typename Op>
-float lane_reduce_rows(const float* v, int64_t n, float init, VOp vop, Op op) {
-  __m256 acc[4];
-  for (__m256& r : acc) r = _mm256_set1_ps(init);
-  int64_t j0 = 0;
-  for (; j0 + kRowLanes <= n; j0 += kRowLanes)
-    for (int r = 0; r < 4; ++r) acc[r] = vop(acc[r], _mm256_loadu_ps(v + j0 + 8 * r));
-  alignas(32) float p[kRowLanes];
-  for (int r = 0; r < 4; ++r) _mm256_store_ps(p + 8 * r, acc[r]);
-  for (int l = 0; j0 + l < n; ++l) p[l] = op(p[l], v[j0 + l]);
-  return tmath::lane_tree(p, op);
-}
-#endif
-
-float row_max(const float* v, int64_t n) {
-#if defined(__AVX2__)
-  return lane_reduce_rows(v, n, -std::numeric_limits<float>::infinity(), fmax8, max_op);
-#else
-  return lane_reduce(n, -std::numeric_limits<float>::infinity(), [&](int64_t j) { return v[j]; }, max_op);
-#endif
-}
-
-float row_sum(const float* v, int64_t n) {
-#if defined(__AVX2__)
-  return lane_reduce_rows(v, n, 0.0f, add8, add_op);
-#else
-  return lane_sum(n, [&](int64_t j) { return v[j]; });
-#endif
-}
-
-}  // namespace
 
 void TransformerOps::causal_softmax_forward(const CausalSoftmaxArgs& a) {
   check_args(a);
