@@ -10,6 +10,8 @@
 // a shared VM: its speed drifts by up to 20% over tens of seconds).
 // FLOPs counted: 2 per multiply-add of every GEMM the step runs (forward, and the two gradient
 // GEMMs of each in backward; the attention products in full T x T, as computed).
+// The model's ops are timed one by one (bench/timed_ops.h): the last round's step splits into its
+// GEMMs (compared with their bare time) and the other kernels.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "step_phases.h"
+#include "timed_ops.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
 #include "model/gpt.h"
@@ -33,7 +36,8 @@ struct Shape {
   int64_t m, n, k, batch;
   bool ta, tb;
   const char* what;
-  int count;  // times per step
+  int count;         // times per step
+  const char* kind;  // the model op that runs it (TimedOps' kind)
 };
 
 }  // namespace
@@ -60,7 +64,8 @@ int main(int argc, char** argv) {
   }
   const DType dt = prec == "fp32" ? DType::F32 : prec == "fp16" ? DType::F16 : DType::BF16;
   CpuBackend be(threads);
-  Gpt model(be, be, o, dt, batch);
+  bench::TimedOps timed(be);
+  Gpt model(be, timed, o, dt, batch);
   const size_t T = o.seq_len, C = o.n_embd, H = o.n_head, D = C / H, V = o.vocab, M = batch * T;
   Rng rng(2);
   std::vector<int32_t> tok(M), tgt(M);
@@ -72,30 +77,35 @@ int main(int argc, char** argv) {
   const int64_t Mi = int64_t(M), Ci = int64_t(C), Ti = int64_t(T), Di = int64_t(D), BH = int64_t(batch * H);
   const int l = int(o.n_layer);
   std::vector<Shape> shapes;
-  auto linear = [&](int64_t out, int64_t in, const char* what, int times) {
-    shapes.push_back({Mi, out, in, 1, false, true, what, times});   // forward
-    shapes.push_back({Mi, in, out, 1, false, false, what, times});  // dx
-    shapes.push_back({out, in, Mi, 1, true, false, what, times});   // dW
+  // (the GPT runs its tied LM head through the general gemm, the blocks' layers as linear ops)
+  auto linear = [&](int64_t out, int64_t in, const char* what, int times, bool general = false) {
+    shapes.push_back({Mi, out, in, 1, false, true, what, times, general ? "gemm" : "linear_forward"});
+    shapes.push_back({Mi, in, out, 1, false, false, what, times, general ? "gemm" : "linear_backward_input"});
+    shapes.push_back({out, in, Mi, 1, true, false, what, times, general ? "gemm" : "linear_backward_weight"});
   };
   linear(3 * Ci, Ci, "attn.qkv", l);
   linear(Ci, Ci, "attn.proj", l);
   linear(4 * Ci, Ci, "mlp.fc", l);
   linear(Ci, 4 * Ci, "mlp.proj", l);
-  linear(int64_t(V), Ci, "lm head", 1);
+  linear(int64_t(V), Ci, "lm head", 1, true);
   // Attention per head: S = Q K^T (T x T x D), Y = P V (T x D x T); backward dP = dY V^T, dV = P^T dY,
   // dQ = dS K, dK = dS^T Q.
-  shapes.push_back({Ti, Ti, Di, BH, false, true, "attn QK^T", l});
-  shapes.push_back({Ti, Di, Ti, BH, false, false, "attn PV", l});
-  shapes.push_back({Ti, Ti, Di, BH, false, true, "attn dP", l});
-  shapes.push_back({Ti, Di, Ti, BH, true, false, "attn dV", l});
-  shapes.push_back({Ti, Di, Ti, BH, false, false, "attn dQ", l});
-  shapes.push_back({Ti, Di, Ti, BH, true, false, "attn dK", l});
+  shapes.push_back({Ti, Ti, Di, BH, false, true, "attn QK^T", l, "gemm_batched"});
+  shapes.push_back({Ti, Di, Ti, BH, false, false, "attn PV", l, "gemm_batched"});
+  shapes.push_back({Ti, Ti, Di, BH, false, true, "attn dP", l, "gemm_batched"});
+  shapes.push_back({Ti, Di, Ti, BH, true, false, "attn dV", l, "gemm_batched"});
+  shapes.push_back({Ti, Di, Ti, BH, false, false, "attn dQ", l, "gemm_batched"});
+  shapes.push_back({Ti, Di, Ti, BH, true, false, "attn dK", l, "gemm_batched"});
   std::vector<double> ratios;
   double flops = 0, bare = 0, step = 0;
+  std::map<std::string, double> bare_of;  // bare time per model op kind
+  const size_t warmup = 3;
   for (size_t round = 0; round < rounds; ++round) {
     const bool last = round + 1 == rounds;
-    step = phases.run(batch, 1.0f / float(M), 3, steps);
+    timed.reset();
+    step = phases.run(batch, 1.0f / float(M), warmup, steps);
     flops = 0, bare = 0;
+    bare_of.clear();
     if (last) std::printf("bare GEMMs (%s operands, FP32 accumulation; median of %zu):\n", prec.c_str(), steps);
     for (const Shape& sh : shapes) {
       const int64_t ea = sh.m * sh.k * sh.batch, eb = sh.k * sh.n * sh.batch, ec = sh.m * sh.n * sh.batch;
@@ -121,6 +131,7 @@ int main(int argc, char** argv) {
       const double f = 2.0 * double(sh.m * sh.n * sh.k * sh.batch);
       flops += f * sh.count;
       bare += med * sh.count;
+      bare_of[sh.kind] += med * sh.count;
       if (last)
         std::printf("  %-10s %5lldx%5lldx%5lld x%-4lld %s%s  x%-2d %8.3f ms  %7.1f GFLOP/s\n", sh.what, (long long)sh.m,
                     (long long)sh.n, (long long)sh.k, (long long)sh.batch, sh.ta ? "T" : "N", sh.tb ? "T" : "N",
@@ -132,6 +143,19 @@ int main(int argc, char** argv) {
               prec.c_str(), o.n_layer, C, H, T, batch, threads, threads == 1 ? "" : "s", steps);
   phases.print();
   std::printf("  %-22s %8.3f ms  (%.0f tokens/s)\n", "step", step * 1e3, double(M) / step);
+  // The model's ops (forward, loss and backward; warm-up steps included, all warm by the last round).
+  const double per = 1.0 / double(warmup + steps);
+  double gemm_s = 0, other_s = 0;
+  std::printf("\nthe model's ops per step (mean over the last round's %zu steps):\n", warmup + steps);
+  for (const auto& [kind, t] : timed.totals()) {
+    std::printf("  %-24s %8.3f ms  %5.1f%%  %5zu calls", kind.c_str(), t.seconds * per * 1e3,
+                100.0 * t.seconds * per / step, size_t(double(t.calls) * per + 0.5));
+    if (bare_of.count(kind)) std::printf("  (%.2fx their bare GEMMs' %.3f ms)", t.seconds * per / bare_of[kind], bare_of[kind] * 1e3);
+    std::printf("\n");
+    (bench::TimedOps::is_gemm(kind) ? gemm_s : other_s) += t.seconds * per;
+  }
+  std::printf("  GEMMs %.3f ms (%.2fx their bare %.3f ms), other ops %.3f ms, outside the model's ops %.3f ms\n",
+              gemm_s * 1e3, gemm_s / bare, bare * 1e3, other_s * 1e3, (step - gemm_s - other_s) * 1e3);
   std::printf("\nstep FLOP rate %.1f GFLOP/s | bare GEMM rate %.1f GFLOP/s (the GEMMs alone: %.3f ms) | ratio %.3f\n",
               flops / step / 1e9, flops / bare / 1e9, bare * 1e3, bare / step);
   std::printf("ratio per round:");

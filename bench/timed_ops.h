@@ -1,0 +1,98 @@
+// A ComputeOps that times every call of the ops it forwards to, by kind (the GEMMs apart from the
+// elementwise and normalization kernels), for the step benchmarks' "where the time goes" tables.
+// Each call is timed from entry to return: the CPU backend's ops are synchronous. The overhead is
+// two clock reads per call (a few hundred calls per step).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "backend/compute_ops.h"
+
+namespace amp::bench {
+
+class TimedOps final : public ComputeOps {
+ public:
+  explicit TimedOps(ComputeOps& inner) : in_(inner) {}
+
+  struct Total {
+    double seconds = 0;
+    size_t calls = 0;
+  };
+  // Per op kind ("gemm", "gemm_batched", "linear_forward", "layernorm_backward", ...): time and calls since reset().
+  const std::map<std::string, Total>& totals() const { return t_; }
+  void reset() { t_.clear(); }
+  // True for the kinds that are GEMMs (their time is the step's GEMM time).
+  static bool is_gemm(const std::string& kind) { return kind == "gemm" || kind.rfind("linear_", 0) == 0; }
+
+  void cast(const void* src, DType st, void* dst, DType dt, size_t n) override {
+    timed("cast", [&] { in_.cast(src, st, dst, dt, n); });
+  }
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override {
+    timed("linear_forward", [&] { in_.linear_forward(x, w, b, y); });
+  }
+  void linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) override {
+    timed("linear_backward_input", [&] { in_.linear_backward_input(dy, w, dx); });
+  }
+  void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override {
+    timed("linear_backward_weight", [&] { in_.linear_backward_weight(dy, x, dw, db); });
+  }
+  void gemm(const GemmArgs& g) override {  // batched (attention) apart from single products
+    timed(g.batch > 1 ? "gemm_batched" : "gemm", [&] { in_.gemm(g); });
+  }
+  void add(const AddArgs& a) override {
+    timed("add", [&] { in_.add(a); });
+  }
+  void row_sum(const RowSumArgs& r) override {
+    timed("row_sum", [&] { in_.row_sum(r); });
+  }
+  void layernorm_forward(const LayerNormArgs& a) override {
+    timed("layernorm_forward", [&] { in_.layernorm_forward(a); });
+  }
+  void layernorm_backward(const LayerNormBackwardArgs& a) override {
+    timed("layernorm_backward", [&] { in_.layernorm_backward(a); });
+  }
+  void causal_softmax_forward(const CausalSoftmaxArgs& a) override {
+    timed("causal_softmax_forward", [&] { in_.causal_softmax_forward(a); });
+  }
+  void causal_softmax_backward(const CausalSoftmaxBackwardArgs& a) override {
+    timed("causal_softmax_backward", [&] { in_.causal_softmax_backward(a); });
+  }
+  void embedding_forward(const EmbeddingArgs& a) override {
+    timed("embedding_forward", [&] { in_.embedding_forward(a); });
+  }
+  void embedding_backward(const EmbeddingBackwardArgs& a) override {
+    timed("embedding_backward", [&] { in_.embedding_backward(a); });
+  }
+  void reserve_embedding(int64_t max_tokens, int64_t vocab) override { in_.reserve_embedding(max_tokens, vocab); }
+  void activation_forward(Activation a, const Tensor& z, const Tensor& y) override {
+    timed("activation_forward", [&] { in_.activation_forward(a, z, y); });
+  }
+  void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) override {
+    timed("activation_backward", [&] { in_.activation_backward(a, z, dy, dz); });
+  }
+  void softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
+                    const Tensor& dlogits, float* loss_sum, int32_t* correct) override {
+    timed("softmax_xent", [&] { in_.softmax_xent(logits, labels, scale, inv_count, dlogits, loss_sum, correct); });
+  }
+  void mse(const Tensor& pred, const Tensor& target, const float* scale, float inv_count, const Tensor& dpred,
+           float* loss_sum) override {
+    timed("mse", [&] { in_.mse(pred, target, scale, inv_count, dpred, loss_sum); });
+  }
+
+ private:
+  template <typename F>
+  void timed(const char* kind, F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    Total& t = t_[kind];
+    t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++t.calls;
+  }
+
+  ComputeOps& in_;
+  std::map<std::string, Total> t_;
+};
+
+}  // namespace amp::bench
