@@ -24,7 +24,7 @@ class TimedOps final : public ComputeOps {
   const std::map<std::string, Total>& totals() const { return t_; }
   void reset() { t_.clear(); }
   // True for the kinds that are GEMMs (their time is the step's GEMM time).
-  static bool is_gemm(const std::string& kind) { return kind == "gemm" || kind.rfind("linear_", 0) == 0; }
+  static bool is_gemm(const std::string& kind) { return kind.rfind("gemm", 0) == 0 || kind.rfind("linear_", 0) == 0; }
 
   void cast(const void* src, DType st, void* dst, DType dt, size_t n) override {
     timed("cast", [&] { in_.cast(src, st, dst, dt, n); });

@@ -153,16 +153,23 @@ void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const 
 void bias_grad(const Tensor& dy, const Tensor& db) {
   const size_t rows = dy.rows, cols = dy.cols;
   AMP_CHECK(db.numel() == cols, "bias_grad: size mismatch");
-  const size_t nb = n_blocks(cols);
-  // Parallel over column blocks; each sums its columns over all rows in row order.
+  // Each column summed over all rows in row order; parallel over column strips narrow enough that
+  // even a few hundred columns keep every thread busy (the order, and so the bits, do not depend on
+  // the strips). FP32 rows are read in place.
+  constexpr size_t kStrip = 64;
+  const size_t nb = (cols + kStrip - 1) / kStrip;
 #pragma omp parallel for schedule(static) if (rows * cols >= 4 * kBlock && nb > 1)
   for (size_t blk = 0; blk < nb; ++blk) {
-    alignas(64) float acc[kBlock], v[kBlock];
-    const size_t c0 = blk * kBlock, len = std::min(kBlock, cols - c0);
+    alignas(64) float acc[kStrip], v[kStrip];
+    const size_t c0 = blk * kStrip, len = std::min(kStrip, cols - c0);
     std::fill(acc, acc + len, 0.0f);
     for (size_t r = 0; r < rows; ++r) {
-      load(dy.data, dy.dtype, r * cols + c0, len, v);
-      for (size_t i = 0; i < len; ++i) acc[i] += v[i];
+      const float* x = v;
+      if (dy.dtype == DType::F32)
+        x = dy.as<float>() + r * cols + c0;
+      else
+        load(dy.data, dy.dtype, r * cols + c0, len, v);
+      for (size_t i = 0; i < len; ++i) acc[i] += x[i];
     }
     store(acc, db.data, db.dtype, c0, len);
   }
