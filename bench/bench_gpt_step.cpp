@@ -102,8 +102,7 @@ int main(int argc, char** argv) {
   const size_t warmup = 3;
   for (size_t round = 0; round < rounds; ++round) {
     const bool last = round + 1 == rounds;
-    timed.reset();
-    step = phases.run(batch, 1.0f / float(M), warmup, steps);
+    step = phases.run(batch, 1.0f / float(M), warmup, steps, [&] { timed.reset(); });
     flops = 0, bare = 0;
     bare_of.clear();
     if (last) std::printf("bare GEMMs (%s operands, FP32 accumulation; median of %zu):\n", prec.c_str(), steps);
@@ -143,10 +142,10 @@ int main(int argc, char** argv) {
               prec.c_str(), o.n_layer, C, H, T, batch, threads, threads == 1 ? "" : "s", steps);
   phases.print();
   std::printf("  %-22s %8.3f ms  (%.0f tokens/s)\n", "step", step * 1e3, double(M) / step);
-  // The model's ops (forward, loss and backward; warm-up steps included, all warm by the last round).
-  const double per = 1.0 / double(warmup + steps);
+  // The model's ops (forward, loss and backward) over the last round's timed steps.
+  const double per = 1.0 / double(steps);
   double gemm_s = 0, other_s = 0;
-  std::printf("\nthe model's ops per step (mean over the last round's %zu steps):\n", warmup + steps);
+  std::printf("\nthe model's ops per step (mean over the last round's %zu steps):\n", steps);
   for (const auto& [kind, t] : timed.totals()) {
     std::printf("  %-24s %8.3f ms  %5.1f%%  %5zu calls", kind.c_str(), t.seconds * per * 1e3,
                 100.0 * t.seconds * per / step, size_t(double(t.calls) * per + 0.5));

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -37,7 +38,9 @@ class StepPhases {
   }
 
   // Runs warmup + steps steps on the staged batch of `rows`; returns the mean step time (s).
-  double run(size_t rows, float inv_count, size_t warmup, size_t steps) {
+  // measure_start (if any) is called where the timed steps begin (after the warm-up).
+  double run(size_t rows, float inv_count, size_t warmup, size_t steps,
+             const std::function<void()>& measure_start = {}) {
     const void* params = dt_ == DType::F32 ? master_.data() : lp_.data();
     float loss = 0, lr = 1e-4f;
     int32_t correct = 0;
@@ -49,7 +52,10 @@ class StepPhases {
       t_[name] += now() - t0;
     };
     for (size_t s = 0; s < warmup + steps; ++s) {
-      if (s == warmup) t_.clear();
+      if (s == warmup) {
+        t_.clear();
+        if (measure_start) measure_start();
+      }
       amp.begin_step();
       timed("forward+loss", [&] { model_.forward_loss(params, rows, amp.scale(), inv_count, true, LossSums{&loss, &correct}); });
       timed("backward", [&] { model_.backward(params, grads_.data(), rows, [](int) {}); });
