@@ -252,6 +252,26 @@ else
   rc=$?; fail "gpt on cuda ($(why $rc))"; show_tail "$LOGS/amp_ddp_gpt.log" 30
 fi
 
+# Gradient accumulation on the device: FP32, 8 sequences x 2 micro-batches against 16 in one, same
+# samples per step: every logged loss within 1e-4 relative (cuBLAS sums in other orders per shape).
+GA_OK=1
+for ga in "16 1" "8 2"; do
+  read -r bs acc <<< "$ga"
+  run_logged "$LOGS/amp_ddp_ga_$acc.log" 60 -- "$BUILD/amp_ddp" configs/gpt_fortunes_fp32.yaml --set run.device=cuda \
+    --set "data.text_files=[\"$GPT_TEXT\"]" --set run.steps=20 --set run.eval_interval=0 --set run.sample_interval=0 \
+    --set sample.tokens=0 --set run.log_interval=5 --set run.progress=off --set checkpoint.final=false \
+    --set data.batch_size=$bs --set data.grad_accum_steps=$acc --set run.out_dir="$LOGS/ga_$acc" || GA_OK=0
+done
+if [ $GA_OK = 1 ] && bounded 20 -- python3 -c "
+import json, sys
+l = [[m['loss'] for m in map(json.loads, open(f'$LOGS/ga_{a}/metrics.jsonl')) if 'loss' in m] for a in (1, 2)]
+w = max(abs(x - y) / abs(x) for x, y in zip(*l)) if len(l[0]) == len(l[1]) == 4 else 1.0
+print(f'max relative loss difference {w:.3g}'); sys.exit(0 if w < 1e-4 else 1)" > "$LOGS/ga_compare.txt" 2>&1; then
+  pass "gradient accumulation on cuda: 8 x 2 micro-batches == 16, $(cat "$LOGS/ga_compare.txt")"
+else
+  fail "gradient accumulation on cuda: $(cat "$LOGS/ga_compare.txt" 2>/dev/null)"; show_tail "$LOGS/amp_ddp_ga_2.log" 20
+fi
+
 # ---------------------------------------------------------------- benchmarks (not tests)
 BENCH=$LOGS/bench.jsonl
 : > "$BENCH"

@@ -73,6 +73,7 @@ struct Config {
     bool csv_header = true, shuffle = true;
     double eval_fraction = 0;
     int64_t n_classes = 0, batch_size = 0, eval_batch_size = 0;
+    int64_t grad_accum_steps = 1;  // micro-batches of batch_size accumulated into one optimizer step
     Synthetic synthetic;
     // Paths or glob patterns: text files (format text), llm.c token shards (format tokens).
     std::vector<std::string> text_files, train_tokens, eval_tokens;

@@ -50,6 +50,7 @@ constexpr double kFloatMax = std::numeric_limits<float>::max();
 constexpr double kMaxWidth = double(1 << 24);  // a layer width, classes, features, outputs
 constexpr double kMaxLayers = 256;             // hidden layers
 constexpr double kMaxBatch = double(1 << 24);  // samples per rank per batch
+constexpr double kMaxAccum = double(1 << 16);  // micro-batches per optimizer step
 constexpr double kMaxSamples = 1e9;            // synthetic data set sizes
 constexpr double kMaxThreads = 1024;           // CPU threads per rank
 constexpr double kMaxRank = 1 << 20;           // a rank number in fault drills

@@ -14,7 +14,8 @@ ShardedSampler::ShardedSampler(size_t n_samples, size_t per_rank_batch, int rank
   if (steps_per_epoch_ == 0)
     throw Error(ErrorKind::Config,
                 strcat("config error: data.batch_size: a global batch of ", global_batch_, " (", per_rank_batch,
-                       " per rank x ", world, " ranks) is larger than the ", n_samples, " training samples"));
+                       " per rank x ", world, " ranks) is larger than the ", n_samples,
+                       " training samples (per rank: data.batch_size x data.grad_accum_steps)"));
   out_.resize(batch_);
 }
 

@@ -10,8 +10,10 @@
 
 namespace amp {
 
-TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute, size_t batch, int rank, int world)
-    : cfg_(cfg), be_(be), model_(model), compute_(compute), batch_(batch), rank_(rank), world_(world) {
+TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute, size_t batch, size_t accum, int rank,
+                     int world)
+    : cfg_(cfg), be_(be), model_(model), compute_(compute), batch_(batch), accum_(accum), rank_(rank), world_(world) {
+  AMP_CHECK(accum_ >= 1, "TrainStep: accum must be at least 1");
   const ParamLayout& L = model_.layout();
   const size_t n = L.total, es = dtype_size(compute_);
   const bool f32 = compute_ == DType::F32;
@@ -39,7 +41,8 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   bytes_.masters = master_count_ * sizeof(float);
   bytes_.moments = ((state1_.data() ? 1 : 0) + (state2_.data() ? 1 : 0)) * held * sizeof(float);
   bytes_.working = f32 ? 0 : flat * es;
-  bytes_.gradients = flat * es + (shards_ ? held * es : 0) + held * sizeof(float);
+  if (accum_ > 1) acc32_ = be_.alloc(n * sizeof(float));
+  bytes_.gradients = flat * es + (shards_ ? held * es : 0) + held * sizeof(float) + (accum_ > 1 ? n * sizeof(float) : 0);
 
   std::vector<std::string> names;
   for (const ParamInfo& t : L.tensors) names.push_back(t.name);
@@ -48,7 +51,8 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   if (shards_) amp_->shard(std::move(shard_spans));
   // The backward seed's 1/N: the mean over the global batch, so the all-reduce is a plain sum of
   // pre-divided gradients (it cannot overflow where the mean would not).
-  inv_count_ = float(cfg_.model.loss_weight / double(batch_ * size_t(world_) * model_.loss_terms_per_sample()));
+  inv_count_ =
+      float(cfg_.model.loss_weight / double(batch_ * accum_ * size_t(world_) * model_.loss_terms_per_sample()));
 }
 
 TrainStep::~TrainStep() { be_.release_capture(); }
@@ -169,7 +173,7 @@ void TrainStep::run(int64_t step, int64_t first_step, const Dataset& train, cons
   // Capture after the warm-up steps of this process (first-use allocations and library set-up
   // stay outside), so a resumed run is captured too.
   const bool capture = use_graph_ && step == first_step + kWarmupStepsBeforeCapture && be_.begin_capture();
-  device_step(step);
+  device_step(step, train, idx.data());
   if (capture) {
     be_.end_capture();
     be_.replay();
@@ -178,16 +182,32 @@ void TrainStep::run(int64_t step, int64_t first_step, const Dataset& train, cons
 }
 
 // The step protocol (docs/design.md), every call enqueued on the backend: nothing here waits for
-// the device, so the whole function can be captured into a CUDA graph.
-void TrainStep::device_step(int64_t step) {
+// the device, so with one micro-batch the whole function can be captured into a CUDA graph.
+void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* idx) {
   MixedPrecision& amp = *amp_;
   amp.begin_step();  // flags cleared
   const void* params = working_params();
-  // Forward and loss; the output gradient is seeded with loss x S x 1/N.
+  const size_t n = model_.layout().total;
+  // Gradient accumulation: micro-batches 0 .. accum - 2 run forward and backward, their scaled
+  // 16-bit gradients summed into acc32 (FP32); the last one's join them tensor by tensor below.
+  for (size_t i = 0; i + 1 < accum_; ++i) {
+    if (i > 0) model_.stage(train, idx + i * batch_, 0, batch_);
+    model_.forward_loss(params, batch_, amp.scale(), inv_count_, true,
+                        LossSums{&sums_dev_->loss_sum, &sums_dev_->correct});
+    model_.backward(params, grads_.data(), batch_, [](int) {});
+    if (i == 0)
+      be_.cast(grads_.data(), compute_, acc32_.data(), DType::F32, n);
+    else
+      be_.add(AddArgs{acc32_.data(), DType::F32, grads_.data(), compute_, acc32_.data(), DType::F32, int64_t(n)});
+  }
+  if (accum_ > 1) model_.stage(train, idx + (accum_ - 1) * batch_, 0, batch_);
+  // Forward and loss; the output gradient is seeded with loss x S x 1/N (N: the global batch of
+  // every micro-batch).
   model_.forward_loss(params, batch_, amp.scale(), inv_count_, true, LossSums{&sums_dev_->loss_sum, &sums_dev_->correct});
   // Backward; each bucket is checked into this rank's flag slot, then summed while backward goes on.
   if (reducer_) reducer_->begin_step();
   model_.backward(params, grads_.data(), batch_, [&](int t) {
+    if (accum_ > 1) fold_accumulated(t);
     if (hook_) hook_(step, t);
     if (reducer_) reducer_->tensor_ready(t);
   });
@@ -204,6 +224,16 @@ void TrainStep::device_step(int64_t step) {
   optimizer_update();
   // The one shared scale moves (identically on every rank: same flags, same state).
   amp.update();
+}
+
+// grads[t] = round(acc32[t] + float(grads[t])): the step's gradient of tensor t, summed over its
+// micro-batches in FP32 and rounded once to the compute dtype (an overflow there is an overflow of
+// the step, found by the checks that follow).
+void TrainStep::fold_accumulated(int tensor) {
+  const TensorSpan s = model_.layout().tensors[size_t(tensor)].span;
+  const size_t es = dtype_size(compute_);
+  void* g = static_cast<char*>(grads_.data()) + s.offset * es;
+  be_.add(AddArgs{acc32_.as<float>() + s.offset, DType::F32, g, compute_, g, compute_, int64_t(s.count)});
 }
 
 void TrainStep::optimizer_update() {

@@ -46,8 +46,11 @@ struct StateBytes {
 
 class TrainStep {
  public:
-  // batch: samples per rank per step; rank/world: this rank's place among the data-parallel ranks.
-  TrainStep(const Config& cfg, Backend& be, Model& model, DType compute, size_t batch, int rank, int world);
+  // batch: samples per rank per micro-batch; accum: micro-batches per step, their gradients summed
+  // in FP32 and folded into the 16-bit gradients as backward completes each tensor of the last one,
+  // so one all-reduce carries the step; rank/world: this rank's place among the data-parallel ranks.
+  TrainStep(const Config& cfg, Backend& be, Model& model, DType compute, size_t batch, size_t accum, int rank,
+            int world);
   ~TrainStep();  // drops the captured graph first
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
@@ -60,8 +63,9 @@ class TrainStep {
   // Called with (step, tensor) as backward completes each tensor, before its bucket may launch
   // (fault drills plant non-finite gradients here); set before the first step.
   void set_gradient_hook(std::function<void(int64_t step, int tensor)> hook) { hook_ = std::move(hook); }
-  // false: never capture (faults planted from the host in the middle of a step).
-  void allow_capture(bool allow) { use_graph_ = allow; }
+  // false: never capture (faults planted from the host in the middle of a step). Steps of several
+  // micro-batches stage each from the host mid-step and are never captured either.
+  void allow_capture(bool allow) { use_graph_ = allow && accum_ == 1; }
 
   // FP32 masters from the host (every rank the same, whole tensors: this rank keeps its shard), and
   // the working copy cast from them.
@@ -87,6 +91,7 @@ class TrainStep {
 
   // One step: the host part (batch, learning rate), then the device part, captured into a graph
   // at step first_step + kWarmupStepsBeforeCapture and replayed from then on where the backend can.
+  // idx: this rank's batch x accum samples, micro-batch after micro-batch.
   void run(int64_t step, int64_t first_step, const Dataset& train, const std::vector<uint32_t>& idx, float lr);
 
   MixedPrecision& amp() { return *amp_; }
@@ -107,7 +112,10 @@ class TrainStep {
   bool reducing() const { return reducer_ != nullptr; }
 
  private:
-  void device_step(int64_t step);  // everything after the uploads: capturable
+  // Everything after the uploads: capturable when there is one micro-batch (train and idx stage
+  // micro-batches 1, 2, ... otherwise).
+  void device_step(int64_t step, const Dataset& train, const uint32_t* idx);
+  void fold_accumulated(int tensor);  // the last micro-batch's gradient of `tensor` += the FP32 sum
   void optimizer_update();         // the optimizer over the masters this rank holds
   std::vector<float> gather(const Buffer& shard) const;  // sharded: every rank's shard, whole tensors
 
@@ -115,7 +123,7 @@ class TrainStep {
   Backend& be_;
   Model& model_;
   DType compute_;
-  size_t batch_;
+  size_t batch_, accum_;
   int rank_, world_;
   float inv_count_ = 0;  // loss weight / (global batch x loss terms per sample)
   bool use_graph_ = false, graph_ready_ = false;
@@ -131,6 +139,7 @@ class TrainStep {
   size_t master_count_ = 0;
   StateBytes bytes_;
   Buffer master_, lp_, grads_, gshard_, g32_, state1_, state2_, sums_;
+  Buffer acc32_;  // accum > 1: the earlier micro-batches' (scaled) gradients summed in FP32
   StepSums* sums_dev_ = nullptr;
   std::unique_ptr<MixedPrecision> amp_;
   std::unique_ptr<Communicator> device_comm_;

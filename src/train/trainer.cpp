@@ -81,6 +81,7 @@ void Trainer::setup() {
     reporter_.message(strcat("amp_ddp ", AMP_VERSION, " | ", nranks_, " rank(s) x ", be_->name(), " | ",
                              precision_name(compute_), " compute, loss scale ", scale_mode_name(cfg_.precision.scaler.mode),
                              " | ", model_->layout().n_params(), " parameters | global batch ", sampler_->global_batch(),
+                             accum_ > 1 ? strcat(" (", batch_, " x ", accum_, " micro-batches x ", nranks_, " ranks)") : "",
                              " | ", total_steps_, " steps (", sampler_->steps_per_epoch(), " per epoch) | out ",
                              cfg_.resolved_out_dir()));
     const StateBytes& b = step_->state_bytes();
@@ -102,7 +103,9 @@ void Trainer::setup_local() {
   data_ = load_datasets(cfg_);
   data_digest_ = dataset_digest(data_.train, dataset_digest(data_.eval, 0));
   batch_ = size_t(cfg_.data.batch_size);
-  sampler_ = std::make_unique<ShardedSampler>(data_.train.n, batch_, rank_, nranks_, uint64_t(cfg_.run.seed),
+  accum_ = size_t(cfg_.data.grad_accum_steps);
+  // The sampler hands each rank all its micro-batches of a step at once (batch x accum samples).
+  sampler_ = std::make_unique<ShardedSampler>(data_.train.n, batch_ * accum_, rank_, nranks_, uint64_t(cfg_.run.seed),
                                               cfg_.data.shuffle);
   const int64_t spe = int64_t(sampler_->steps_per_epoch());
   total_steps_ = cfg_.run.steps;
@@ -124,7 +127,7 @@ void Trainer::setup_local() {
   guards_ = std::make_unique<Guards>(cfg_, world_, *be_);
   guards_->bind(L);
 
-  step_ = std::make_unique<TrainStep>(cfg_, *be_, *model_, compute_, batch_, rank_, nranks_);
+  step_ = std::make_unique<TrainStep>(cfg_, *be_, *model_, compute_, batch_, accum_, rank_, nranks_);
   // Faults are planted from the host in the middle of a step: such runs are not captured.
   step_->allow_capture(cfg_.run.cuda_graph && cfg_.faults.inject_nonfinite.empty());
   if (drills_.plants_gradients())
@@ -190,7 +193,7 @@ Trainer::Stop Trainer::stop_requested(int64_t step) {
 // after step 1 (the interval sums hold only that step then).
 void Trainer::record_first_loss() {
   const StepSums now = step_->read_sums();
-  float sums[2] = {now.loss_sum, float(int64_t(batch_) * int64_t(model_->loss_terms_per_sample()))};
+  float sums[2] = {now.loss_sum, float(int64_t(batch_ * accum_) * int64_t(model_->loss_terms_per_sample()))};
   if (nranks_ > 1) world_.allreduce(view_of(sums, 2), ReduceOp::Sum);
   record_.first_loss = double(sums[0]) / double(sums[1]);
 }
@@ -230,7 +233,7 @@ void Trainer::log_interval(int64_t step, const AmpScalars& now) {
   // Mean training loss over the interval, over every rank's samples.
   const StepSums s = step_->read_sums();
   float sums[2] = {s.loss_sum,
-                   float(record_.interval_steps * int64_t(batch_) * int64_t(model_->loss_terms_per_sample()))};
+                   float(record_.interval_steps * int64_t(batch_ * accum_) * int64_t(model_->loss_terms_per_sample()))};
   if (nranks_ > 1) world_.allreduce(view_of(sums, 2), ReduceOp::Sum);
   step_->clear_sums();
   const double loss = sums[1] > 0 ? double(sums[0]) / double(sums[1]) : 0.0;

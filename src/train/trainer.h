@@ -74,7 +74,8 @@ class Trainer {
   Communicator& world_;
   int rank_ = 0, nranks_ = 1;
   DType compute_ = DType::F16;
-  size_t batch_ = 0;
+  size_t batch_ = 0;   // samples per rank per micro-batch
+  size_t accum_ = 1;   // micro-batches per step
   int64_t total_steps_ = 0;
   LrSchedule schedule_;
   DataSets data_;

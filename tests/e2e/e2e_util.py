@@ -68,6 +68,32 @@ def tmpdir():
     return d
 
 
+def tiny_gpt_config(base):
+    """A tiny GPT (2 layers x 32, 2 heads, 16 tokens) on a small English-like text file written into
+    base (byte-level tokens): FP32, batch 8, 30 steps logged every step. Returns the config's path."""
+    text = os.path.join(base, "corpus.txt")
+    with open(text, "w") as f:  # varied English-like text, deterministic
+        words = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing "
+                 "matches near old towers and rivers of gold sing").split()
+        lines = []
+        for i in range(1500):
+            lines.append(" ".join(words[(i * 7 + k * 3) % len(words)] for k in range(3 + i % 9)) + ".")
+        f.write("\n".join(lines) + "\n")
+
+    cfg = os.path.join(base, "gpt.yaml")
+    with open(cfg, "w") as f:
+        f.write("\n".join([
+            'run: {steps: 30, log_interval: 1, eval_interval: 30, progress: "off", threads: 1}',
+            "model: {type: gpt, n_layer: 2, n_head: 2, n_embd: 32, seq_len: 16}",
+            f'data: {{format: text, text_files: ["{text}"], eval_fraction: 0.05, batch_size: 8, eval_batch_size: 16}}',
+            "precision: {compute: fp32}",
+            "optimizer: {type: adamw, lr: 0.003, weight_decay: 0.0}",
+            "checkpoint: {final: false}",
+            'sample: {tokens: 40, prompt: "the "}',
+        ]) + "\n")
+    return cfg
+
+
 failures = []
 
 

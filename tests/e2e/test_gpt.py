@@ -4,28 +4,10 @@ a non-finite gradient planted in an attention tensor on one rank is skipped on e
 named in the skip line; a run stopped by SIGTERM and resumed is bit-exact on 1 and 2 ranks; a text
 sample is printed; gradient buckets smaller than the tied embedding work with overlap on and off."""
 import os
-from e2e_util import check, done, losses, metrics, run, summary, tmpdir
+from e2e_util import check, done, losses, metrics, run, summary, tiny_gpt_config, tmpdir
 
 base = tmpdir()
-text = os.path.join(base, "corpus.txt")
-with open(text, "w") as f:  # varied English-like text, deterministic
-    words = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing "
-             "matches near old towers and rivers of gold sing").split()
-    lines = []
-    for i in range(1500):
-        lines.append(" ".join(words[(i * 7 + k * 3) % len(words)] for k in range(3 + i % 9)) + ".")
-    f.write("\n".join(lines) + "\n")
-
-cfg = os.path.join(base, "gpt.yaml")
-with open(cfg, "w") as f:
-    f.write(f"""run: {{steps: 30, log_interval: 1, eval_interval: 30, progress: "off", threads: 1}}
-model: {{type: gpt, n_layer: 2, n_head: 2, n_embd: 32, seq_len: 16}}
-data: {{format: text, text_files: ["{text}"], eval_fraction: 0.05, batch_size: 8, eval_batch_size: 16}}
-precision: {{compute: fp32}}
-optimizer: {{type: adamw, lr: 0.003, weight_decay: 0.0}}
-checkpoint: {{final: false}}
-sample: {{tokens: 40, prompt: "the "}}
-""")
+cfg = tiny_gpt_config(base)
 
 # 2 ranks x 4 == 1 rank x 8, FP32.
 one, two = os.path.join(base, "one"), os.path.join(base, "two")
