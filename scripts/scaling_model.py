@@ -6,6 +6,7 @@ with backward, checked against the two-namespace measurements and projected to H
     scripts/scaling_model.py --measured runs/netns_scaling/results.jsonl   # + fit and check
     scripts/scaling_model.py --ib-gbps 200 --gpus-per-node 4 --mlp-compute-ms 0.06
     scripts/scaling_model.py --gpt2-compute-ms 30          # GPT-2 124M with a measured step
+    scripts/scaling_model.py --gpt2-accum 8                # (d): 8 micro-batches per step
     scripts/scaling_model.py --mfu runs/NAME/summary.json  # a finished run's model FLOP utilization
 
 Model
@@ -335,14 +336,17 @@ def check_training(describe, tr, fits, args):
 
 
 # ---------------------------------------------------------------- projections
-def project(title, net, bytes_per_param, compute_s, args, hw, note):
+def project(title, net, bytes_per_param, compute_s, args, hw, note, accum=1):
+    """compute_s: one micro-batch's forward + backward; accum micro-batches per step (gradient
+    accumulation: the buckets are all-reduced once, overlapping only the last backward)."""
     bl = buckets(net, bytes_per_param, args.first_bucket_mb, args.bucket_mb)
     total = sum(b for b, _ in bl)
     g = args.gpus_per_node
     print(f"\n### {title}\n")
     print(note + "\n")
+    per = f"per micro-batch x {accum} micro-batches " if accum > 1 else ""
     print(f"Gradients {total / 1e6:,.1f} MB per step in {len(bl)} bucket(s); compute {compute_s * 1e3:.4g} ms "
-          f"per step per GPU; {g} GPUs per node; NVLink {hw['bw_nvl'] / 1e9:g} GB/s and InfiniBand "
+          f"{per}per step per GPU; {g} GPUs per node; NVLink {hw['bw_nvl'] / 1e9:g} GB/s and InfiniBand "
           f"{hw['bw_ib'] / 1e9:g} GB/s per GPU and direction; alpha {hw['alpha_nvl'] * 1e6:g} us (NVLink), "
           f"{hw['alpha_ib'] * 1e6:g} us (InfiniBand) per ring step.\n")
     print("| nodes | GPUs | comm in node (ms) | comm between nodes (ms) | step, no overlap (ms) | efficiency "
@@ -353,11 +357,13 @@ def project(title, net, bytes_per_param, compute_s, args, hw, note):
         inter = sum(hierarchical(n, g, b, hw)[1] for b, _ in bl)
         f = lambda s, n=n: sum(hierarchical(n, g, s, hw))
         flag = f(4 * (2 + n * g))  # the overflow-flag MAX all-reduce: latency only
+        early = (accum - 1) * compute_s  # the micro-batches before the last: no communication
         no, ov, _ = step_time(compute_s, net, bl, f, flag)
         ft = lambda s, n=n: sum(hierarchical(n, g, s, hw, tree=True))
         _, ovt, _ = step_time(compute_s, net, bl, ft, ft(4 * (2 + n * g)))
+        no, ov, ovt, c = no + early, ov + early, ovt + early, accum * compute_s
         print(f"| {n} | {n * g} | {intra * 1e3:.3f} | {inter * 1e3:.3f} | {no * 1e3:.3f} | "
-              f"{compute_s / no:.0%} | {ov * 1e3:.3f} | {compute_s / ov:.0%} | {compute_s / ovt:.0%} |")
+              f"{c / no:.0%} | {ov * 1e3:.3f} | {c / ov:.0%} | {c / ovt:.0%} |")
 
 
 def print_mfu(path, peak_tflops):
@@ -418,6 +424,8 @@ def main():
     ap.add_argument("--gpt2-batch", type=int, default=16,
                     help="GPT-2 124M sequences of 1024 tokens per GPU per step (configs/gpt2_124m.yaml: 16)")
     ap.add_argument("--gpt2-mfu", type=float, default=0.40, help="GPT-2 124M: share of the 989 TFLOP/s reached")
+    ap.add_argument("--gpt2-accum", type=int, default=4,
+                    help="GPT-2 124M: micro-batches per step of the accumulation projection (d)")
     ap.add_argument("--gpt2-compute-ms", type=float, default=None,
                     help="GPT-2 124M forward+backward per step per GPU, measured (overrides --gpt2-mfu)")
     ap.add_argument("--mfu", metavar="SUMMARY_JSON",
@@ -473,6 +481,13 @@ def main():
             f"{gpt2.params / 1e6:.1f} M parameters. Compute: " + why + f" The tied token embedding "
             f"({wte / 1e6:.1f} M parameters, {2 * wte / 1e6:.0f} MB of gradients) is complete only when the "
             "embedding's backward ends the pass, so its buckets cannot overlap backward.")
+    a = args.gpt2_accum
+    project(f"(d) GPT-2 124M as (c), {a} micro-batches of {args.gpt2_batch} x 1024 tokens per GPU per step "
+            f"(data.grad_accum_steps {a})", gpt2, 2, gpt2_s, args, hw,
+            f"Gradient accumulation: {a} forward + backward passes per step, the gradients all-reduced once, "
+            "overlapping the last backward only (the earlier micro-batches have nothing to send). "
+            f"{a * tokens:,} tokens per GPU per step ({8 * a * tokens:,} on one node of 8: llm.c's GPT-2 step "
+            "is 524,288).", accum=a)
     return 0
 
 
