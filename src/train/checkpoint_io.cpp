@@ -272,7 +272,7 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
                              sampler_.global_batch(), "): masters and optimizer state load whole; the data continues at "
                              "sample ", pos.offset, " of epoch ", pos.epoch, " (", samples, " samples consumed)",
                              batch_then != int64_t(sampler_.global_batch())
-                                 ? "; the global batch changed (adjust data.batch_size to keep it)"
+                                 ? "; the global batch changed (adjust data.batch_size or data.grad_accum_steps to keep it)"
                                  : ""));
 
   // A changed loss-scale mode applies from here on: the new mode starts from its initial state; the

@@ -5,7 +5,8 @@
 - FP16 with dynamic scaling on 2 ranks x 2 x 2: a non-finite gradient planted in the last micro-batch
   on rank 1 is skipped on every rank; small buckets with overlap on and off, and ZeRO stage 1, give the
   same parameters bit for bit;
-- a run stopped by SIGTERM and resumed is bit-exact (2 ranks x 2 x 2, BF16);
+- a run stopped by SIGTERM and resumed is bit-exact (2 ranks x 2 x 2, BF16); stopped on 2 ranks x 2 x 2
+  and resumed on 1 rank x 2 x 4 (the same global batch) it follows the uninterrupted run (FP32, 1e-5);
 - the banner and summary.json report the global batch; grad_accum_steps 0 is a config error."""
 import os
 from e2e_util import check, done, losses, metrics, run, summary, tiny_gpt_config, tmpdir
@@ -68,6 +69,23 @@ check(rc_b == 0 and "stopped after step 12" in out_b and rc_c == 0 and "at step 
 if full and rc_c == 0:
     check(summary(part)["params_hash"] == summary(full)["params_hash"] and losses(part) == losses(full),
           "bf16 x 2 micro-batches: the resumed run equals the uninterrupted one bit for bit")
+
+# Elastic: stopped on 2 ranks x 2 x 2 micro-batches, resumed on 1 rank x 2 x 4 (the same global
+# batch of 8): the rest of the run follows the uninterrupted 2 x 2 x 2 run (FP32, 1e-5).
+el = os.path.join(base, "elastic")
+two = os.path.join(base, "2x2x2")
+rc_b, out_b, err_b = run(cfg, ["data.batch_size=2", "data.grad_accum_steps=2", f"run.out_dir={el}", "sample.tokens=0",
+                               "faults.raise_signal=[{step: 12, rank: 0, signal: TERM}]"], np=2)
+rc_c, out_c, err_c = run(cfg, ["data.batch_size=2", "data.grad_accum_steps=4", f"run.out_dir={el}", "sample.tokens=0",
+                               "checkpoint.resume=auto"])
+check(rc_b == 0 and rc_c == 0 and "at step 12" in out_c and "elastic resume" in out_c and
+      "the global batch changed" not in out_c,
+      f"elastic: stopped on 2 ranks x 2 x 2, resumed on 1 rank x 2 x 4 with the same global batch ({err_b[-200:]} {err_c[-200:]})")
+if rc_c == 0 and os.path.exists(os.path.join(two, "metrics.jsonl")):
+    a, b = dict(losses(two)), dict(losses(el))
+    worst = max((abs(a[k] - b[k]) / abs(a[k]) for k in range(13, 31) if k in a and k in b), default=float("inf"))
+    check(len([k for k in range(13, 31) if k in b]) == 18 and worst < 1e-5,
+          f"elastic: steps 13-30 follow the uninterrupted run (max relative loss difference {worst:.3g} < 1e-5)")
 
 rc, _, err = run(cfg, ["data.grad_accum_steps=0", f"run.out_dir={os.path.join(base, 'bad')}"])
 check(rc != 0 and "data.grad_accum_steps" in err, f"grad_accum_steps 0 is refused, naming the key ({rc}: {err.strip()[-200:]})")
