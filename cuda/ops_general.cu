@@ -15,7 +15,8 @@ constexpr unsigned kLanes = unsigned(kRowSumLanes);
 static_assert(kLanes * 32 <= 1024, "row_sum block size");
 
 template <typename A, typename B, typename O>
-__global__ void __launch_bounds__(kThreads) add_kernel(const A* a, const B* b, O* out, size_t n, bool vec) {
+__global__ void __launch_bounds__(kThreads) add_kernel(const A* a, const B* b, O* out, size_t n, bool vec,
+                                                       float scale) {
   const size_t stride = size_t(gridDim.x) * blockDim.x * kVec;
   for (size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec; i < n; i += stride) {
     float va[kVec], vb[kVec];
@@ -23,6 +24,10 @@ __global__ void __launch_bounds__(kThreads) add_kernel(const A* a, const B* b, O
     load_floats<kVec>(b, i, n, vec, vb);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) va[k] += vb[k];
+    if (scale != 1.0f) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) va[k] *= scale;
+    }
     store_floats<kVec>(out, i, n, vec, va);
   }
 }
@@ -74,7 +79,7 @@ void GeneralOps::add(const AddArgs& a, cudaStream_t stream) {
         const bool vec = aligned_to(a.a, sizeof(A) * kVec) && aligned_to(a.b, sizeof(B) * kVec) &&
                          aligned_to(a.out, sizeof(O) * kVec);
         add_kernel<A, B, O><<<blocks_for((n + kVec - 1) / kVec, kThreads, l), kThreads, 0, stream>>>(
-            static_cast<const A*>(a.a), static_cast<const B*>(a.b), static_cast<O*>(a.out), n, vec);
+            static_cast<const A*>(a.a), static_cast<const B*>(a.b), static_cast<O*>(a.out), n, vec, a.scale);
         AMP_CHECK_LAUNCH("add_kernel");
       });
     });

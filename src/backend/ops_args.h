@@ -41,7 +41,8 @@
 //
 // add    out[i] = round(float(a[i]) + float(b[i])) for i in [0, n): each of a, b, out is F32, F16
 //        or BF16 on its own; one FP32 addition and one rounding to out's dtype, bit-identical on
-//        both twins (up to NaN payloads). out may be a or b itself (same pointer and dtype), no
+//        both twins (up to NaN payloads). With scale != 1: round((float(a[i]) + float(b[i])) *
+//        scale), the FP32 product of the sum (gradient accumulation's mean over micro-batches). out may be a or b itself (same pointer and dtype), no
 //        other overlap.
 //
 // row_sum out[j] = sum over i in [0, rows) of x[i * ldx + j] for j in [0, cols): FP32
@@ -104,7 +105,8 @@ struct AddArgs {
   DType b_type = DType::F32;
   void* out = nullptr;
   DType out_type = DType::F32;
-  int64_t n = 0;  // elements
+  int64_t n = 0;        // elements
+  float scale = 1.0f;   // the sum's multiplier (1: none)
 };
 
 // out[cols] = column sums of x[rows, cols] (see the header comment).
@@ -142,6 +144,7 @@ inline void check_args(const GemmArgs& g) {
 
 inline void check_args(const AddArgs& a) {
   AMP_CHECK(a.n >= 0, "add: negative n ", a.n);
+  AMP_CHECK(std::isfinite(a.scale), "add: scale not finite");
   AMP_CHECK(is_gemm_float(a.a_type) && is_gemm_float(a.b_type) && is_gemm_float(a.out_type),
             "add: unsupported dtypes");
   if (a.n == 0) return;

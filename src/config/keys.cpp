@@ -23,7 +23,7 @@ const std::vector<Key>& keys() {
       {"run.out_dir", "\"\"", "output folder (\"\": runs/<run.name>)", F(run.out_dir)},
       {"run.threads", "0", "CPU threads per rank (0: cores / ranks on this node)", F(run.threads), count_upto(kMaxThreads)},
       {"run.device", "\"auto\"", "compute device (auto: CUDA when a GPU is visible)", F(run.device), {}, {"auto", "cpu", "cuda"}},
-      {"run.cuda_graph", "true", "CUDA: capture the step into a graph after warm-up and replay it", F(run.cuda_graph)},
+      {"run.cuda_graph", "true", "CUDA: capture the step into a graph after warm-up and replay it (not with fault drills or data.grad_accum_steps > 1)", F(run.cuda_graph)},
       {"run.max_loss_ratio", "10000", "stop as diverged (exit 5) when a log interval's mean training loss exceeds this multiple of step 1's (0: off)", F(run.max_loss_ratio), at_least(0)},
       {"run.progress", "\"auto\"", "progress output (auto: bar on a terminal, lines otherwise)", F(run.progress), {}, {"auto", "bar", "lines", "off"}},
       {"run.sample_interval", "0", "gpt: steps between text samples (0: only at the end of the run)", F(run.sample_interval), count_upto(kMaxSteps)},

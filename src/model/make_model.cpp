@@ -19,6 +19,13 @@ namespace {
                      "; make the model or data.batch_size / data.eval_batch_size smaller"));
 }
 
+// Gradient accumulation's FP32 sum of the gradients (TrainStep): 4 more bytes per parameter.
+bool add_accumulation(const Config& cfg, size_t params, size_t* bytes) {
+  if (cfg.data.grad_accum_steps <= 1) return true;
+  size_t extra = 0;
+  return !__builtin_mul_overflow(params, size_t(4), &extra) && !__builtin_add_overflow(*bytes, extra, bytes);
+}
+
 std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceMemory& mem, ComputeOps& ops,
                                 DType compute, size_t max_rows, size_t bytes_available) {
   if (train.task != Task::LanguageModel)
@@ -31,7 +38,7 @@ std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceM
   o.n_head = size_t(cfg.model.n_head);
   o.n_embd = size_t(cfg.model.n_embd);
   size_t bytes = 0, params = 0;
-  const bool fits = Gpt::bytes_needed(o, max_rows, compute, &bytes, &params);
+  const bool fits = Gpt::bytes_needed(o, max_rows, compute, &bytes, &params) && add_accumulation(cfg, params, &bytes);
   if (!fits || (bytes_available > 0 && bytes > bytes_available))
     too_large(cfg, "model.n_embd", strcat(o.n_layer, " layers x ", o.n_embd, " x vocab ", o.vocab), fits, params, bytes,
               max_rows, bytes_available);
@@ -56,7 +63,8 @@ std::unique_ptr<Model> make_model(const Config& cfg, const Dataset& train, Devic
   opt.task = train.task;
 
   size_t bytes = 0, params = 0;
-  const bool fits = Mlp::bytes_needed(opt.dims, max_rows, compute, &bytes, &params);
+  const bool fits =
+      Mlp::bytes_needed(opt.dims, max_rows, compute, &bytes, &params) && add_accumulation(cfg, params, &bytes);
   if (!fits || (bytes_available > 0 && bytes > bytes_available))
     too_large(cfg, "model.hidden", strcat("layer widths ", opt.dims.front(), "-...-", opt.dims.back()), fits, params,
               bytes, max_rows, bytes_available);

@@ -265,7 +265,8 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
   const int64_t samples = header_field<int64_t>(ck, "samples_consumed", step * batch_then);
   if (samples < 0) bad(strcat("header field \"samples_consumed\" is ", samples));
   const int64_t zero_then = header_field<int64_t>(ck, "zero", 0);
-  if (world_.rank() == 0 && (world_then != world_.size() || zero_then != cfg_.distributed.zero))
+  if (world_.rank() == 0 && (world_then != world_.size() || zero_then != cfg_.distributed.zero ||
+                             batch_then != int64_t(sampler_.global_batch())))
     reporter_.message(strcat("elastic resume: the checkpoint was written by ", world_then, " rank(s) with distributed.zero ",
                              zero_then, " (global batch ", batch_then, "); this run has ", world_.size(),
                              " rank(s) with distributed.zero ", cfg_.distributed.zero, " (global batch ",

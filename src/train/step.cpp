@@ -49,10 +49,11 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   amp_ = std::make_unique<MixedPrecision>(be_, be_, cfg_.precision.scaler, compute_, L.spans(), std::move(names), rank_,
                                           world_);
   if (shards_) amp_->shard(std::move(shard_spans));
-  // The backward seed's 1/N: the mean over the global batch, so the all-reduce is a plain sum of
-  // pre-divided gradients (it cannot overflow where the mean would not).
-  inv_count_ =
-      float(cfg_.model.loss_weight / double(batch_ * accum_ * size_t(world_) * model_.loss_terms_per_sample()));
+  // The backward seed's 1/N: the mean over the global batch of one micro-batch (batch x world), so
+  // the all-reduce is a plain sum of pre-divided gradients (it cannot overflow where the mean would
+  // not). With accumulation each micro-batch's gradient is such a mean, as large as without it (the
+  // loss scale keeps its headroom against underflow), and the fold divides their sum by accum.
+  inv_count_ = float(cfg_.model.loss_weight / double(batch_ * size_t(world_) * model_.loss_terms_per_sample()));
 }
 
 TrainStep::~TrainStep() { be_.release_capture(); }
@@ -201,8 +202,7 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
       be_.add(AddArgs{acc32_.data(), DType::F32, grads_.data(), compute_, acc32_.data(), DType::F32, int64_t(n)});
   }
   if (accum_ > 1) model_.stage(train, idx + (accum_ - 1) * batch_, 0, batch_);
-  // Forward and loss; the output gradient is seeded with loss x S x 1/N (N: the global batch of
-  // every micro-batch).
+  // Forward and loss; the output gradient is seeded with loss x S x 1/N.
   model_.forward_loss(params, batch_, amp.scale(), inv_count_, true, LossSums{&sums_dev_->loss_sum, &sums_dev_->correct});
   // Backward; each bucket is checked into this rank's flag slot, then summed while backward goes on.
   if (reducer_) reducer_->begin_step();
@@ -226,14 +226,15 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
   amp.update();
 }
 
-// grads[t] = round(acc32[t] + float(grads[t])): the step's gradient of tensor t, summed over its
-// micro-batches in FP32 and rounded once to the compute dtype (an overflow there is an overflow of
-// the step, found by the checks that follow).
+// grads[t] = round((acc32[t] + float(grads[t])) / accum): the step's gradient of tensor t, the mean
+// of its micro-batches' gradients, summed in FP32 and rounded once more to the compute dtype (a
+// non-finite micro-batch gradient reaches it, and the checks that follow skip the step).
 void TrainStep::fold_accumulated(int tensor) {
   const TensorSpan s = model_.layout().tensors[size_t(tensor)].span;
   const size_t es = dtype_size(compute_);
   void* g = static_cast<char*>(grads_.data()) + s.offset * es;
-  be_.add(AddArgs{acc32_.as<float>() + s.offset, DType::F32, g, compute_, g, compute_, int64_t(s.count)});
+  be_.add(AddArgs{acc32_.as<float>() + s.offset, DType::F32, g, compute_, g, compute_, int64_t(s.count),
+                  float(1.0 / double(accum_))});
 }
 
 void TrainStep::optimizer_update() {

@@ -40,7 +40,8 @@ struct StateBytes {
   size_t masters = 0;      // FP32 master weights (in FP32 compute they are the working weights too)
   size_t moments = 0;      // optimizer state (momentum / AdamW m and v)
   size_t working = 0;      // the 16-bit working copy (0 in FP32 compute)
-  size_t gradients = 0;    // compute-type gradients, this rank's reduced shard, FP32 unscaled gradients
+  size_t gradients = 0;    // compute-type gradients, this rank's reduced shard, FP32 unscaled gradients,
+                           // the FP32 sum of accumulated micro-batches (every rank, not sharded)
   size_t total() const { return masters + moments + working + gradients; }
 };
 
@@ -125,7 +126,7 @@ class TrainStep {
   DType compute_;
   size_t batch_, accum_;
   int rank_, world_;
-  float inv_count_ = 0;  // loss weight / (global batch x loss terms per sample)
+  float inv_count_ = 0;  // loss weight / (batch x world x loss terms per sample): one micro-batch's mean
   bool use_graph_ = false, graph_ready_ = false;
   Communicator* world_comm_ = nullptr;
   Communicator* grad_comm_ = nullptr;

@@ -91,6 +91,9 @@ void Trainer::setup() {
                              step_->sharded() ? strcat("; optimizer state sharded over ", nranks_, " ranks (distributed.zero 1)")
                              : cfg_.distributed.zero == 1 ? std::string("; distributed.zero 1 has nothing to shard on one rank")
                                                           : std::string("")));
+    if (cfg_.run.cuda_graph && accum_ > 1 && !be_->host_accessible())
+      reporter_.message(strcat("note: steps of ", accum_, " micro-batches (data.grad_accum_steps) stage each one from "
+                               "the host mid-step, so they run without a CUDA graph"));
   }
 }
 

@@ -7,9 +7,10 @@
   same parameters bit for bit;
 - a run stopped by SIGTERM and resumed is bit-exact (2 ranks x 2 x 2, BF16); stopped on 2 ranks x 2 x 2
   and resumed on 1 rank x 2 x 4 (the same global batch) it follows the uninterrupted run (FP32, 1e-5);
+- the MLP: 4 x 4 micro-batches == 16 (FP32, 1e-5);
 - the banner and summary.json report the global batch; grad_accum_steps 0 is a config error."""
 import os
-from e2e_util import check, done, losses, metrics, run, summary, tiny_gpt_config, tmpdir
+from e2e_util import check, done, losses, metrics, run, source, summary, tiny_gpt_config, tmpdir
 
 base = tmpdir()
 cfg = tiny_gpt_config(base)
@@ -86,6 +87,19 @@ if rc_c == 0 and os.path.exists(os.path.join(two, "metrics.jsonl")):
     worst = max((abs(a[k] - b[k]) / abs(a[k]) for k in range(13, 31) if k in a and k in b), default=float("inf"))
     check(len([k for k in range(13, 31) if k in b]) == 18 and worst < 1e-5,
           f"elastic: steps 13-30 follow the uninterrupted run (max relative loss difference {worst:.3g} < 1e-5)")
+
+# The MLP (the seed lecture's Linear(10, 1) on synthetic regression, MSE), FP32: 4 x 4 == 16.
+seed = source("configs", "seed_dynamic.yaml")
+mlp = {}
+for tag, sets in (("mlp16", ["data.batch_size=16"]), ("mlp4x4", ["data.batch_size=4", "data.grad_accum_steps=4"])):
+    d = os.path.join(base, tag)
+    rc, _, err = run(seed, sets + ["precision.compute=fp32", "run.steps=30", "run.log_interval=1", f"run.out_dir={d}"])
+    check(rc == 0, f"{tag}: exit 0 ({err.strip()[-300:]})")
+    mlp[tag] = losses(d) if rc == 0 else []
+if all(mlp.values()):
+    a, b = mlp["mlp16"], mlp["mlp4x4"]
+    worst = max(abs(x[1] - y[1]) / abs(x[1]) for x, y in zip(a, b)) if len(a) == len(b) == 30 else float("inf")
+    check(worst < 1e-5, f"MLP: 4 x 4 micro-batches == 16 in FP32 (max relative loss difference {worst:.3g} < 1e-5)")
 
 rc, _, err = run(cfg, ["data.grad_accum_steps=0", f"run.out_dir={os.path.join(base, 'bad')}"])
 check(rc != 0 and "data.grad_accum_steps" in err, f"grad_accum_steps 0 is refused, naming the key ({rc}: {err.strip()[-200:]})")

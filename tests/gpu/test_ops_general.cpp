@@ -247,9 +247,10 @@ TEST_CASE("cuda add: every dtype combination bit-identical to the CPU twin, in p
     for (DType ta : kFloatTypes)
       for (DType tb : kFloatTypes)
         for (DType to : kFloatTypes)
-          for (int offset : {0, 1}) {  // offset 1: the unvectorized path
+          for (int offset : {0, 1})  // offset 1: the unvectorized path
+            for (float scale : {1.0f, 1.0f / 3.0f}) {
             INFO("n " << n << " " << dtype_name(ta) << " + " << dtype_name(tb) << " -> " << dtype_name(to) << " offset "
-                      << offset);
+                      << offset << " scale " << scale);
             Raw a(ta, size_t(n + offset)), b(tb, size_t(n + offset)), out(to, size_t(n + offset) + 1);
             ops_ref::fill_random(a, ++seed, 3.0);
             ops_ref::fill_random(b, ++seed, 3.0);
@@ -257,9 +258,10 @@ TEST_CASE("cuda add: every dtype combination bit-identical to the CPU twin, in p
             out.fill_bits(ops_ref::sentinel_bits(to));
             Raw cpu_out = out;
             const auto off = [&](void* p, DType t) { return static_cast<char*>(p) + offset * dtype_size(t); };
-            cpu_ops.add(AddArgs{off(a.data(), ta), ta, off(b.data(), tb), tb, off(cpu_out.data(), to), to, n});
+            cpu_ops.add(AddArgs{off(a.data(), ta), ta, off(b.data(), tb), tb, off(cpu_out.data(), to), to, n, scale});
             Dev da(a), db(b), dout(out);
-            ops.add(AddArgs{off(da.get(), ta), ta, off(db.get(), tb), tb, off(dout.get(), to), to, n}, stream.get());
+            ops.add(AddArgs{off(da.get(), ta), ta, off(db.get(), tb), tb, off(dout.get(), to), to, n, scale},
+                    stream.get());
             AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
             const Raw got = dout.read(to);
             for (size_t i = 0; i < got.size(); ++i) {

@@ -237,10 +237,14 @@ inline bool same_value(const Raw& x, size_t i, const Raw& y, size_t j) {
   return x.bits(i) == y.bits(j);
 }
 
-// add's specification: one FP32 addition, one rounding to out's dtype.
-inline Raw add_spec(const Raw& a, const Raw& b, DType out_type) {
+// add's specification: one FP32 addition (times scale, an FP32 product, when it is not 1), one
+// rounding to out's dtype.
+inline Raw add_spec(const Raw& a, const Raw& b, DType out_type, float scale = 1.0f) {
   Raw out(out_type, a.size());
-  for (size_t i = 0; i < a.size(); ++i) out.set(i, a.get(i) + b.get(i));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float sum = a.get(i) + b.get(i);
+    out.set(i, scale == 1.0f ? sum : sum * scale);
+  }
   return out;
 }
 

@@ -225,25 +225,27 @@ TEST_CASE("add: every dtype combination against the FP32 specification and a dou
   for (int64_t n : {0, 1, 7, 2053, 20000})
     for (DType ta : kFloatTypes)
       for (DType tb : kFloatTypes)
-        for (DType to : kFloatTypes) {
-          INFO("n " << n << " " << dtype_name(ta) << " + " << dtype_name(tb) << " -> " << dtype_name(to));
-          Raw a(ta, size_t(n)), b(tb, size_t(n)), out(to, size_t(n) + 1);
-          ops_ref::fill_random(a, ++seed, 3.0);
-          ops_ref::fill_random(b, ++seed, 3.0);
-          out.fill_bits(ops_ref::sentinel_bits(to));
-          AddArgs args{a.data(), ta, b.data(), tb, out.data(), to, n};
-          ops.add(args);
-          const Raw spec = ops_ref::add_spec(a, b, to);
-          const double u = ops_ref::unit_roundoff(to);
-          for (size_t i = 0; i < size_t(n); ++i) {
-            INFO("element " << i << ": " << a.get(i) << " + " << b.get(i) << " = " << out.get(i));
-            REQUIRE(ops_ref::same_value(out, i, spec, i));
-            const double ref = double(a.get(i)) + double(b.get(i));
-            const double tol = 0x1p-24 * std::fabs(ref) * (1 + u) + u * std::fabs(ref) + ops_ref::tiny_of(to);
-            REQUIRE(std::fabs(double(out.get(i)) - ref) <= tol);
+        for (DType to : kFloatTypes)
+          for (float scale : {1.0f, 0.25f, 1.0f / 3.0f}) {
+            INFO("n " << n << " " << dtype_name(ta) << " + " << dtype_name(tb) << " -> " << dtype_name(to) << " scale "
+                      << scale);
+            Raw a(ta, size_t(n)), b(tb, size_t(n)), out(to, size_t(n) + 1);
+            ops_ref::fill_random(a, ++seed, 3.0);
+            ops_ref::fill_random(b, ++seed, 3.0);
+            out.fill_bits(ops_ref::sentinel_bits(to));
+            AddArgs args{a.data(), ta, b.data(), tb, out.data(), to, n, scale};
+            ops.add(args);
+            const Raw spec = ops_ref::add_spec(a, b, to, scale);
+            const double u = ops_ref::unit_roundoff(to);
+            for (size_t i = 0; i < size_t(n); ++i) {
+              INFO("element " << i << ": " << a.get(i) << " + " << b.get(i) << " = " << out.get(i));
+              REQUIRE(ops_ref::same_value(out, i, spec, i));
+              const double ref = (double(a.get(i)) + double(b.get(i))) * double(scale);
+              const double tol = 0x1p-23 * std::fabs(ref) * (1 + u) + u * std::fabs(ref) + ops_ref::tiny_of(to);
+              REQUIRE(std::fabs(double(out.get(i)) - ref) <= tol);
+            }
+            REQUIRE(out.bits(size_t(n)) == ops_ref::sentinel_bits(to));  // nothing past n
           }
-          REQUIRE(out.bits(size_t(n)) == ops_ref::sentinel_bits(to));  // nothing past n
-        }
 }
 
 TEST_CASE("add: in place, and overflow, infinities and NaN as one FP32 addition and one rounding", "[ops]") {

@@ -246,7 +246,11 @@ void GeneralOps::add(const AddArgs& a) {
     const float* x = row_in(a.a, a.a_type, off, len, va);
     const float* y = row_in(a.b, a.b_type, off, len, vb);
     float* out = row_out(a.out, a.out_type, off, va);
-    for (int64_t i = 0; i < len; ++i) out[i] = x[i] + y[i];
+    if (a.scale == 1.0f) {
+      for (int64_t i = 0; i < len; ++i) out[i] = x[i] + y[i];
+    } else {
+      for (int64_t i = 0; i < len; ++i) out[i] = (x[i] + y[i]) * a.scale;
+    }
     row_store(va, a.out, a.out_type, off, len);
   }
 }
