@@ -42,8 +42,8 @@
 // add    out[i] = round(float(a[i]) + float(b[i])) for i in [0, n): each of a, b, out is F32, F16
 //        or BF16 on its own; one FP32 addition and one rounding to out's dtype, bit-identical on
 //        both twins (up to NaN payloads). With scale != 1: round((float(a[i]) + float(b[i])) *
-//        scale), the FP32 product of the sum (gradient accumulation's mean over micro-batches). out may be a or b itself (same pointer and dtype), no
-//        other overlap.
+//        scale), the FP32 product of the sum (gradient accumulation's mean over micro-batches).
+//        out may be a or b itself (same pointer and dtype), no other overlap.
 //
 // row_sum out[j] = sum over i in [0, rows) of x[i * ldx + j] for j in [0, cols): FP32
 //        accumulation in a FIXED order, the same on both twins (bit-identical results, no
