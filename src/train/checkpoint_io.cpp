@@ -1,6 +1,8 @@
 #include "train/checkpoint_io.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -294,6 +296,14 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
     sc.overflow_at_min = 0;
   } else if (now.mode == ScaleMode::Dynamic) {  // new clamps apply to the scale carried over
     sc.scale = std::min(std::max(sc.scale, now.min_scale), now.max_scale);
+  }
+
+  // The half-finished log interval's sums count the writer's samples per step: with another global
+  // batch they are rescaled to this run's, so the interval's logged mean weighs each step alike.
+  if (batch_then != int64_t(sampler_.global_batch())) {
+    const double r = double(sampler_.global_batch()) / double(batch_then);
+    mine.loss_sum = float(double(mine.loss_sum) * r);
+    mine.correct = int32_t(std::min<double>(std::llround(double(mine.correct) * r), INT32_MAX));
   }
 
   // Everything checked: load.

@@ -7,6 +7,7 @@
   same parameters bit for bit;
 - a run stopped by SIGTERM and resumed is bit-exact (2 ranks x 2 x 2, BF16); stopped on 2 ranks x 2 x 2
   and resumed on 1 rank x 2 x 4 (the same global batch) it follows the uninterrupted run (FP32, 1e-5);
+- resumed with another global batch, the half-finished log interval's loss is rescaled, not inflated;
 - the MLP: 4 x 4 micro-batches == 16 (FP32, 1e-5);
 - the banner and summary.json report the global batch; grad_accum_steps 0 is a config error."""
 import os
@@ -87,6 +88,25 @@ if rc_c == 0 and os.path.exists(os.path.join(two, "metrics.jsonl")):
     worst = max((abs(a[k] - b[k]) / abs(a[k]) for k in range(13, 31) if k in a and k in b), default=float("inf"))
     check(len([k for k in range(13, 31) if k in b]) == 18 and worst < 1e-5,
           f"elastic: steps 13-30 follow the uninterrupted run (max relative loss difference {worst:.3g} < 1e-5)")
+
+# Resumed with another global batch (2 x 4 micro-batches stopped after step 6 inside a log
+# interval of 4, resumed with 2 x 2): the interval's carried sums are rescaled to the new batch, so
+# the loss logged at step 8 stays near the uninterrupted run's (unscaled, steps 5-6 would count
+# twice: about 1.5x).
+li = ["run.log_interval=4", "sample.tokens=0"]
+u, h = os.path.join(base, "li_full"), os.path.join(base, "li_half")
+rc_a, _, err_a = run(cfg, li + ["data.batch_size=2", "data.grad_accum_steps=4", f"run.out_dir={u}"])
+rc_b, _, err_b = run(cfg, li + ["data.batch_size=2", "data.grad_accum_steps=4", f"run.out_dir={h}",
+                                "faults.raise_signal=[{step: 6, rank: 0, signal: TERM}]"])
+rc_c, out_c, err_c = run(cfg, li + ["data.batch_size=2", "data.grad_accum_steps=2", f"run.out_dir={h}",
+                                    "checkpoint.resume=auto"])
+check(rc_a == 0 and rc_b == 0 and rc_c == 0 and "the global batch changed" in out_c,
+      f"another global batch on resume is named ({err_a[-200:]} {err_b[-200:]} {err_c[-200:]})")
+if rc_a == 0 and rc_c == 0:
+    la, lc = dict(losses(u)), dict(losses(h))
+    ratio = lc.get(8, float("inf")) / la.get(8, 1.0)
+    check(0.85 < ratio < 1.15, f"the loss logged at step 8 after the resume is {ratio:.3f}x the uninterrupted run's "
+                               "(steps 5-6 weighed like 7-8)")
 
 # The MLP (the seed lecture's Linear(10, 1) on synthetic regression, MSE), FP32: 4 x 4 == 16.
 seed = source("configs", "seed_dynamic.yaml")
