@@ -267,16 +267,16 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
   const int64_t samples = header_field<int64_t>(ck, "samples_consumed", step * batch_then);
   if (samples < 0) bad(strcat("header field \"samples_consumed\" is ", samples));
   const int64_t zero_then = header_field<int64_t>(ck, "zero", 0);
-  if (world_.rank() == 0 && (world_then != world_.size() || zero_then != cfg_.distributed.zero ||
-                             batch_then != int64_t(sampler_.global_batch())))
+  const bool batch_changed = batch_then != int64_t(sampler_.global_batch());
+  if (world_.rank() == 0 && (world_then != world_.size() || zero_then != cfg_.distributed.zero || batch_changed))
     reporter_.message(strcat("elastic resume: the checkpoint was written by ", world_then, " rank(s) with distributed.zero ",
                              zero_then, " (global batch ", batch_then, "); this run has ", world_.size(),
                              " rank(s) with distributed.zero ", cfg_.distributed.zero, " (global batch ",
                              sampler_.global_batch(), "): masters and optimizer state load whole; the data continues at "
                              "sample ", pos.offset, " of epoch ", pos.epoch, " (", samples, " samples consumed)",
-                             batch_then != int64_t(sampler_.global_batch())
-                                 ? "; the global batch changed (adjust data.batch_size or data.grad_accum_steps to keep it)"
-                                 : ""));
+                             batch_changed ? "; the global batch changed (adjust data.batch_size or "
+                                             "data.grad_accum_steps to keep it)"
+                                           : ""));
 
   // A changed loss-scale mode applies from here on: the new mode starts from its initial state; the
   // step counters (AdamW's bias correction counts applied steps) carry on.
@@ -300,7 +300,7 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
 
   // The half-finished log interval's sums count the writer's samples per step: with another global
   // batch they are rescaled to this run's, so the interval's logged mean weighs each step alike.
-  if (batch_then != int64_t(sampler_.global_batch())) {
+  if (batch_changed) {
     const double r = double(sampler_.global_batch()) / double(batch_then);
     mine.loss_sum = float(double(mine.loss_sum) * r);
     mine.correct = int32_t(std::min<double>(std::llround(double(mine.correct) * r), INT32_MAX));

@@ -189,22 +189,24 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
   amp.begin_step();  // flags cleared
   const void* params = working_params();
   const size_t n = model_.layout().total;
-  // Gradient accumulation: micro-batches 0 .. accum - 2 run forward and backward, their scaled
-  // 16-bit gradients summed into acc32 (FP32); the last one's join them tensor by tensor below.
-  for (size_t i = 0; i + 1 < accum_; ++i) {
+  // Micro-batch 0 was staged by run(); with gradient accumulation the ones before the last have
+  // their scaled 16-bit gradients summed into acc32 (FP32), and the last one's join them tensor by
+  // tensor as its backward completes them.
+  for (size_t i = 0; i < accum_; ++i) {
     if (i > 0) model_.stage(train, idx + i * batch_, 0, batch_);
+    // Forward and loss; the output gradient is seeded with loss x S x 1/N.
     model_.forward_loss(params, batch_, amp.scale(), inv_count_, true,
                         LossSums{&sums_dev_->loss_sum, &sums_dev_->correct});
-    model_.backward(params, grads_.data(), batch_, [](int) {});
-    if (i == 0)
-      be_.cast(grads_.data(), compute_, acc32_.data(), DType::F32, n);
-    else
-      be_.add(AddArgs{acc32_.data(), DType::F32, grads_.data(), compute_, acc32_.data(), DType::F32, int64_t(n)});
+    if (i + 1 < accum_) {
+      model_.backward(params, grads_.data(), batch_, [](int) {});
+      if (i == 0)
+        be_.cast(grads_.data(), compute_, acc32_.data(), DType::F32, n);
+      else
+        be_.add(AddArgs{acc32_.data(), DType::F32, grads_.data(), compute_, acc32_.data(), DType::F32, int64_t(n)});
+    }
   }
-  if (accum_ > 1) model_.stage(train, idx + (accum_ - 1) * batch_, 0, batch_);
-  // Forward and loss; the output gradient is seeded with loss x S x 1/N.
-  model_.forward_loss(params, batch_, amp.scale(), inv_count_, true, LossSums{&sums_dev_->loss_sum, &sums_dev_->correct});
-  // Backward; each bucket is checked into this rank's flag slot, then summed while backward goes on.
+  // The last backward; each bucket is checked into this rank's flag slot, then summed while
+  // backward goes on.
   if (reducer_) reducer_->begin_step();
   model_.backward(params, grads_.data(), batch_, [&](int t) {
     if (accum_ > 1) fold_accumulated(t);

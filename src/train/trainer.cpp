@@ -196,7 +196,7 @@ Trainer::Stop Trainer::stop_requested(int64_t step) {
 // after step 1 (the interval sums hold only that step then).
 void Trainer::record_first_loss() {
   const StepSums now = step_->read_sums();
-  float sums[2] = {now.loss_sum, float(int64_t(batch_ * accum_) * int64_t(model_->loss_terms_per_sample()))};
+  float sums[2] = {now.loss_sum, float(loss_terms_per_step())};
   if (nranks_ > 1) world_.allreduce(view_of(sums, 2), ReduceOp::Sum);
   record_.first_loss = double(sums[0]) / double(sums[1]);
 }
@@ -236,7 +236,7 @@ void Trainer::log_interval(int64_t step, const AmpScalars& now) {
   // Mean training loss over the interval, over every rank's samples.
   const StepSums s = step_->read_sums();
   float sums[2] = {s.loss_sum,
-                   float(record_.interval_steps * int64_t(batch_ * accum_) * int64_t(model_->loss_terms_per_sample()))};
+                   float(record_.interval_steps * loss_terms_per_step())};
   if (nranks_ > 1) world_.allreduce(view_of(sums, 2), ReduceOp::Sum);
   step_->clear_sums();
   const double loss = sums[1] > 0 ? double(sums[0]) / double(sums[1]) : 0.0;

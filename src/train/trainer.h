@@ -60,6 +60,10 @@ class Trainer {
   void observe(int64_t step);
   void log_interval(int64_t step, const AmpScalars& now);
   void record_first_loss();
+  // Loss terms this rank sums per step: batch x micro-batches x the model's terms per sample.
+  int64_t loss_terms_per_step() const {
+    return int64_t(batch_ * accum_) * int64_t(model_->loss_terms_per_sample());
+  }
   void evaluate_now(int64_t step);
   void write_sample(int64_t step);
   std::string save(int64_t step);  // guards the weights, then CheckpointIO::save
