@@ -158,11 +158,12 @@ void MpiCommunicator::worker_loop() {
 }
 
 void MpiCommunicator::run_allreduce(void* comm_handle, BufView buf, ReduceOp op) {
+  // The arguments are checked on any number of ranks (as NCCL does), before the shortcuts.
+  AMP_CHECK(!(op == ReduceOp::Avg && (buf.dtype == DType::I32 || buf.dtype == DType::U8)),
+            "average of integers is not defined");
   if (buf.count == 0 || size_ == 1) {
     return;  // a sum or max over one rank is the input itself
   }
-  AMP_CHECK(!(op == ReduceOp::Avg && (buf.dtype == DType::I32 || buf.dtype == DType::U8)),
-            "average of integers is not defined");
   Watchdog::Wait wait(watchdog_.get(), "all-reduce", detail_of(buf, reduce_op_name(op)));
   const MPI_Comm comm = as_comm(comm_handle);
   const MPI_Datatype type = mpi_type(buf.dtype);
@@ -205,14 +206,14 @@ std::unique_ptr<Request> MpiCommunicator::iallreduce(BufView buf, ReduceOp op) {
 }
 
 void MpiCommunicator::run_reduce_scatter(void* comm_handle, const void* send, BufView recv, ReduceOp op) {
-  if (recv.count == 0) return;
   AMP_CHECK(!(op == ReduceOp::Avg && (recv.dtype == DType::I32 || recv.dtype == DType::U8)),
             "average of integers is not defined");
+  AMP_CHECK(op != ReduceOp::Max, "reduce-scatter: max is not implemented");
+  if (recv.count == 0) return;
   if (size_ == 1) {
     std::memcpy(recv.data, send, recv.bytes());
     return;
   }
-  AMP_CHECK(op != ReduceOp::Max, "reduce-scatter: max is not implemented");
   Watchdog::Wait wait(watchdog_.get(), "reduce-scatter", detail_of(recv, reduce_op_name(op)));
   // A ring of MPI_Sendrecv with the 16-bit adds: 1.2-2.7x faster than Open MPI's
   // MPI_Reduce_scatter_block with the same user ops on 1-16 MiB (docs/benchmarks.md).

@@ -37,6 +37,8 @@ class CudaBackend final : public Backend, public DeviceStream {
   bool host_accessible() const override { return false; }
   void* stream_handle() override { return stream_->get(); }
   int device() const { return device_; }
+  GeneralOps& general() { return *general_; }  // tests and benchmarks: GEMM paths and planning
+  TransformerOps& transformer() { return *tops_; }  // tests: the embedding scratch
 
   Buffer alloc(size_t bytes) override;
   void upload(void* dst, const void* host_src, size_t bytes) override;

@@ -1,7 +1,7 @@
 // cast on the device against the CPU conversions, bit for bit: every 16-bit pattern, millions of
 // random float bit patterns (NaN payloads, subnormals, infinities, rounding ties), aligned
 // (vector path) and misaligned (scalar path) pointers, odd lengths.
-#include "gpu_env.h"
+#include "device_env.h"
 
 using namespace amp;
 using namespace gpu_test;
@@ -69,7 +69,7 @@ std::vector<unsigned char> random_float_bits(size_t n, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("cast: every 16-bit pattern to f32 and to the other 16-bit format, bit-exact", "[.cuda][cast]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   const auto pats = all_16bit_patterns();
   for (DType s : {DType::F16, DType::BF16})
     for (DType d : {DType::F32, DType::F16, DType::BF16})
@@ -77,7 +77,7 @@ TEST_CASE("cast: every 16-bit pattern to f32 and to the other 16-bit format, bit
 }
 
 TEST_CASE("cast: millions of float bit patterns to f16 and bf16, bit-exact", "[.cuda][cast]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   const size_t n = size_t(1) << 22;
   const auto bits = random_float_bits(n, 42);
   for (DType d : {DType::F16, DType::BF16}) {
@@ -93,7 +93,7 @@ TEST_CASE("cast: millions of float bit patterns to f16 and bf16, bit-exact", "[.
 }
 
 TEST_CASE("cast: same dtype copies, f32 round trips", "[.cuda][cast]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   const auto bits = random_float_bits(1000, 7);
   check_cast(*gpu, bits, DType::F32, DType::F32, 1000, 0);
   const auto pats = all_16bit_patterns();

@@ -4,7 +4,7 @@
 // overflow sequence.
 #include <limits>
 
-#include "gpu_env.h"
+#include "device_env.h"
 #include "model/param_layout.h"
 
 using namespace amp;
@@ -31,7 +31,7 @@ std::vector<TensorSpan> spans_of(const ParamLayout& l) { return l.spans(); }
 }  // namespace
 
 TEST_CASE("activations forward and backward match the CPU", "[.cuda][ops]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   CpuBackend cpu(2);
   const size_t rows = 37, cols = 129, n = rows * cols;
   std::vector<float> z = randn(n, 11, 3.0), dy = randn(n, 12);
@@ -58,7 +58,7 @@ TEST_CASE("activations forward and backward match the CPU", "[.cuda][ops]") {
 }
 
 TEST_CASE("softmax cross-entropy matches the CPU: loss, hits, scaled gradient", "[.cuda][loss]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   CpuBackend cpu(2);
   struct Acc {
     float loss_sum;
@@ -97,7 +97,7 @@ TEST_CASE("softmax cross-entropy matches the CPU: loss, hits, scaled gradient", 
 }
 
 TEST_CASE("softmax cross-entropy: NaN logits give the CPU's arg-max and NaN gradients", "[.cuda][loss]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   CpuBackend cpu(2);
   const size_t rows = 8, c = 10;
   std::vector<float> logits = randn(rows * c, 3, 2.0);
@@ -121,7 +121,7 @@ TEST_CASE("softmax cross-entropy: NaN logits give the CPU's arg-max and NaN grad
 }
 
 TEST_CASE("mse matches the CPU", "[.cuda][loss]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   CpuBackend cpu(2);
   for (size_t rows : {size_t(37), size_t(300000)}) {
     for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
@@ -147,7 +147,7 @@ TEST_CASE("mse matches the CPU", "[.cuda][loss]") {
 }
 
 TEST_CASE("find_nonfinite: first bad tensor within a range, smallest flag kept", "[.cuda][amp]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   CpuBackend cpu(1);
   const ParamLayout layout = mlp_layout({13, 37, 3000, 5});  // padding between tensors; fc2.weight spans chunks
   const auto spans = spans_of(layout);
@@ -173,7 +173,7 @@ TEST_CASE("find_nonfinite: first bad tensor within a range, smallest flag kept",
 }
 
 TEST_CASE("unscale_check: unscaled values bit-exact, flags and squared norm as the CPU", "[.cuda][amp]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   CpuBackend cpu(2);
   const ParamLayout layout = mlp_layout({29, 300, 1000, 10});
   const auto spans = spans_of(layout);
@@ -227,7 +227,7 @@ TEST_CASE("unscale_check: unscaled values bit-exact, flags and squared norm as t
 }
 
 TEST_CASE("grad_stats: zero and subnormal fractions and max magnitude as the CPU", "[.cuda][amp]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   CpuBackend cpu(1);
   const ParamLayout layout = mlp_layout({100, 77, 5000, 3});
   const auto spans = spans_of(layout);
@@ -254,7 +254,7 @@ TEST_CASE("grad_stats: zero and subnormal fractions and max magnitude as the CPU
 
 TEST_CASE("optimizer_step: SGD and AdamW as the CPU, with clipping and the working copy; skip on the flag",
           "[.cuda][optim]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   CpuBackend cpu(2);
   const size_t n = 100003;
   const std::vector<float> w = randn(n, 71), g = randn(n, 72, 0.1), m = randn(n, 73, 0.01);
@@ -327,7 +327,7 @@ TEST_CASE("optimizer_step: SGD and AdamW as the CPU, with clipping and the worki
 
 TEST_CASE("update_scale: the device state machine follows the host's on a scripted overflow sequence",
           "[.cuda][amp]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   const int world = 3;
   ScalerParams dyn;
   dyn.mode = ScaleMode::Dynamic;
@@ -369,7 +369,7 @@ TEST_CASE("update_scale: the device state machine follows the host's on a script
 TEST_CASE("check_norm + optimizer_step: clipping by a non-finite norm skips and marks kNormOverflow as the CPU does; an "
           "overflow step keeps its attribution",
           "[.cuda][optim]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   CpuBackend cpu(2);
   const size_t n = 50021;
   const std::vector<float> w = randn(n, 81), g = randn(n, 82, 0.1), m = randn(n, 83, 0.01);
@@ -445,7 +445,7 @@ TEST_CASE("check_norm + optimizer_step: clipping by a non-finite norm skips and 
 
 TEST_CASE("sharded norm: partials in the flag slots, the sharded unscale pass and their sum match the CPU",
           "[.cuda][amp]") {
-  auto gpu = make_cuda();
+  auto gpu = make_device();
   CpuBackend cpu(2);
   const int world = 5;
   const size_t n = 3000;

@@ -1,65 +1,28 @@
-// The transformer ops on the GPU (amp::cuda::TransformerOps) against their CPU twins
-// (amp::cpu::TransformerOps), which tests/unit/test_ops_transformer.cpp checks against double
-// references. The twins share every per-element function and reduction order
-// (backend/transformer_args.h), so the comparison asks for the same bits (NaN payloads aside),
-// after a tolerance check that says how far apart differing results are (FP32: 4 ulp, 16-bit: one
-// ulp of the output). Also: repeated and invalid tokens and a GPT-2 vocabulary for the embedding's
-// sort, the reserve contract, two runs giving the same bits, and a graph capture of every op
-// replaying the eager bits.
-#include <catch2/catch.hpp>
-
-#include <cuda_runtime.h>
-
+// The transformer ops on the device against their CPU twins (amp::cpu::TransformerOps), which
+// tests/unit/test_ops_transformer.cpp checks against double references. The twins share every
+// per-element function and reduction order (backend/transformer_args.h), so the comparison asks
+// for the same bits (NaN payloads aside), after a tolerance check that says how far apart differing
+// results are (FP32: 4 ulp, 16-bit: one ulp of the output). Also: repeated and invalid tokens and a
+// GPT-2 vocabulary for the embedding's sort, the reserve contract, two runs giving the same bits,
+// and a captured step of every op replaying the eager bits.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstringop-overflow"
-#include "../unit/ops_general_ref.h"
-#pragma GCC diagnostic pop
 #include "backend/cpu/ops_transformer.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "cuda/ops_transformer.h"
-#include "cudart/device_buffer.h"
+#include "device_raw.h"
 
 using namespace amp;
+using namespace gpu_test;
 using ops_ref::Raw;
 
 namespace {
 
 const DType kTypes[] = {DType::F32, DType::F16, DType::BF16};
-
-void require_device() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  INFO("cudaGetDeviceCount: " << cudaGetErrorString(e) << ", " << n << " devices");
-  REQUIRE((e == cudaSuccess && n > 0));
-}
-
-// Host bytes mirrored in device memory.
-struct Dev {
-  cuda::DeviceBuffer<unsigned char> buf;
-  size_t bytes = 0;
-  Dev(const void* p, size_t n) : buf(std::max<size_t>(n, 1)), bytes(n) {
-    if (n) AMP_CUDA_CHECK(cudaMemcpy(buf.get(), p, n, cudaMemcpyHostToDevice));
-  }
-  explicit Dev(const Raw& r) : Dev(r.bytes.data(), r.bytes.size()) {}
-  void* get() const { return buf.get(); }
-  template <typename T>
-  T* as() const {
-    return reinterpret_cast<T*>(buf.get());
-  }
-  Raw read(DType t) const {
-    Raw r(t, bytes / dtype_size(t));
-    if (bytes) AMP_CUDA_CHECK(cudaMemcpy(r.bytes.data(), buf.get(), bytes, cudaMemcpyDeviceToHost));
-    return r;
-  }
-};
 
 Raw random_raw(DType t, size_t n, uint64_t seed, double scale = 1.0, double offset = 0.0) {
   Raw r(t, n);
@@ -78,52 +41,6 @@ Raw sentinel(DType t, size_t n) {
   return r;
 }
 
-Raw floats_raw(const std::vector<float>& v) {
-  Raw r(DType::F32, v.size());
-  std::memcpy(r.data(), v.data(), v.size() * sizeof(float));
-  return r;
-}
-
-// GPU against CPU: differing bits are counted; a difference beyond 4 FP32 ulp or one 16-bit ulp
-// (of the CPU's value) is counted as out of tolerance too.
-struct TwinCheck {
-  size_t checked = 0, differ = 0, out_of_tol = 0;
-  std::string first;
-};
-
-TwinCheck compare_twins(const Raw& gpu, const Raw& cpu) {
-  TwinCheck r;
-  REQUIRE(gpu.size() == cpu.size());
-  REQUIRE(gpu.t == cpu.t);
-  const double rel = gpu.t == DType::F32 ? 8 * ops_ref::unit_roundoff(gpu.t) : 2 * ops_ref::unit_roundoff(gpu.t);
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    ++r.checked;
-    if (ops_ref::same_value(gpu, i, cpu, i)) continue;
-    ++r.differ;
-    const double g = gpu.get(i), c = cpu.get(i);
-    const bool close = std::isfinite(g) && std::isfinite(c) &&
-                       std::fabs(g - c) <= rel * std::fabs(c) + 2 * ops_ref::tiny_of(gpu.t);
-    if (!close) ++r.out_of_tol;
-    if (r.differ == 1) {
-      std::ostringstream os;
-      os << "first difference at " << i << ": gpu " << g << " (bits " << std::hex << gpu.bits(i) << ") cpu " << c
-         << " (bits " << cpu.bits(i) << ")";
-      r.first = os.str();
-    }
-  }
-  return r;
-}
-
-#define TWINS_REQUIRE_SAME(gpu_raw, cpu_raw, what)                                                          \
-  do {                                                                                                      \
-    const TwinCheck twin_ = compare_twins((gpu_raw), (cpu_raw));                                            \
-    INFO(what << ": " << twin_.differ << " of " << twin_.checked << " differ, " << twin_.out_of_tol          \
-              << " beyond tolerance; " << twin_.first);                                                     \
-    REQUIRE(twin_.checked > 0);                                                                             \
-    REQUIRE(twin_.out_of_tol == 0);                                                                         \
-    REQUIRE(twin_.differ == 0);                                                                             \
-  } while (0)
-
 // Tokens: a frequent token at about half the positions, the rest uniform over the vocabulary.
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed, int32_t frequent) {
   Rng rng(seed);
@@ -135,10 +52,8 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed, int3
 }  // namespace
 
 TEST_CASE("cuda tops layernorm forward and backward: bit-identical to the CPU twin", "[.cuda][tops]") {
-  require_device();
-  cuda::TransformerOps ops;
+  auto dev = make_device();
   cpu::TransformerOps cpu_ops;
-  cuda::Stream stream(0);
   struct Shape {
     int64_t rows, C;
   };
@@ -171,38 +86,34 @@ TEST_CASE("cuda tops layernorm forward and backward: bit-identical to the CPU tw
         bw.accumulate_dparams = acc_dp;
         cpu_ops.layernorm_backward(bw);
         // GPU, from the same inputs (its own statistics)
-        Dev gx(x), gg(g), gb(b), gy(sentinel(t, size_t(rows * C))), gdy(dy), gdx(dx0), gdg(dg0), gdb(db0);
-        Dev gmean(Raw(DType::F32, size_t(rows))), grstd(Raw(DType::F32, size_t(rows)));
+        Dev gx(*dev, x), gg(*dev, g), gb(*dev, b), gy(*dev, sentinel(t, size_t(rows * C))), gdy(*dev, dy), gdx(*dev, dx0), gdg(*dev, dg0), gdb(*dev, db0);
+        Dev gmean(*dev, Raw(DType::F32, size_t(rows))), grstd(*dev, Raw(DType::F32, size_t(rows)));
         LayerNormArgs df = f;
         df.x = gx.get(), df.gamma = gg.get(), df.beta = gb.get(), df.y = gy.get();
         df.mean = gmean.as<float>(), df.rstd = grstd.as<float>();
-        ops.layernorm_forward(df, stream.get());
+        dev->layernorm_forward(df);
         LayerNormBackwardArgs db_ = bw;
         db_.dy = gdy.get(), db_.x = gx.get(), db_.gamma = gg.get(), db_.mean = gmean.as<float>();
         db_.rstd = grstd.as<float>(), db_.dx = gdx.get(), db_.dgamma = gdg.get(), db_.dbeta = gdb.get();
-        ops.layernorm_backward(db_, stream.get());
-        AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        dev->layernorm_backward(db_);
         TWINS_REQUIRE_SAME(gy.read(t), y, "y");
         TWINS_REQUIRE_SAME(gmean.read(DType::F32), mean, "mean");
         TWINS_REQUIRE_SAME(grstd.read(DType::F32), rstd, "rstd");
         TWINS_REQUIRE_SAME(gdx.read(t), dx, "dx");
         TWINS_REQUIRE_SAME(gdg.read(t), dg, "dgamma");
         TWINS_REQUIRE_SAME(gdb.read(t), db, "dbeta");
-        // In place on the GPU: y over x.
-        Dev gxi(x);
+        // In place on the device: y over x.
+        Dev gxi(*dev, x);
         LayerNormArgs di = df;
         di.x = gxi.get(), di.y = gxi.get(), di.mean = nullptr, di.rstd = nullptr;
-        ops.layernorm_forward(di, stream.get());
-        AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        dev->layernorm_forward(di);
         TWINS_REQUIRE_SAME(gxi.read(t), y, "y in place");
       }
 }
 
 TEST_CASE("cuda tops causal softmax forward and backward: bit-identical to the CPU twin", "[.cuda][tops]") {
-  require_device();
-  cuda::TransformerOps ops;
+  auto dev = make_device();
   cpu::TransformerOps cpu_ops;
-  cuda::Stream stream(0);
   uint64_t seed = 200;
   for (int64_t T : {1, 31, 64, 200})
     for (DType st : kTypes)
@@ -223,20 +134,17 @@ TEST_CASE("cuda tops causal softmax forward and backward: bit-identical to the C
           cpu_ops.causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, s.data(), st, p.data(), pt});
           cpu_ops.causal_softmax_backward(
               CausalSoftmaxBackwardArgs{batch, T, scale, p.data(), pt, dp.data(), dpt, ds.data(), dst});
-          Dev gs(s), gp(sentinel(pt, n)), gdp(dp), gds(sentinel(dst, n));
-          ops.causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, gs.get(), st, gp.get(), pt}, stream.get());
-          ops.causal_softmax_backward(
-              CausalSoftmaxBackwardArgs{batch, T, scale, gp.get(), pt, gdp.get(), dpt, gds.get(), dst}, stream.get());
-          AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+          Dev gs(*dev, s), gp(*dev, sentinel(pt, n)), gdp(*dev, dp), gds(*dev, sentinel(dst, n));
+          dev->causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, gs.get(), st, gp.get(), pt});
+          dev->causal_softmax_backward(
+              CausalSoftmaxBackwardArgs{batch, T, scale, gp.get(), pt, gdp.get(), dpt, gds.get(), dst});
           TWINS_REQUIRE_SAME(gp.read(pt), p, "P");
           TWINS_REQUIRE_SAME(gds.read(dst), ds, "dS");
           if (st == pt && dpt == dst) {  // in place: P over S, dS over dP
-            Dev gsi(s), gdpi(dp);
-            ops.causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, gsi.get(), st, gsi.get(), pt}, stream.get());
-            ops.causal_softmax_backward(
-                CausalSoftmaxBackwardArgs{batch, T, scale, gp.get(), pt, gdpi.get(), dpt, gdpi.get(), dst},
-                stream.get());
-            AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+            Dev gsi(*dev, s), gdpi(*dev, dp);
+            dev->causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, gsi.get(), st, gsi.get(), pt});
+            dev->causal_softmax_backward(
+                CausalSoftmaxBackwardArgs{batch, T, scale, gp.get(), pt, gdpi.get(), dpt, gdpi.get(), dst});
             TWINS_REQUIRE_SAME(gsi.read(pt), p, "P in place");
             TWINS_REQUIRE_SAME(gdpi.read(dst), ds, "dS in place");
           }
@@ -244,10 +152,8 @@ TEST_CASE("cuda tops causal softmax forward and backward: bit-identical to the C
 }
 
 TEST_CASE("cuda tops gelu_tanh forward and backward: bit-identical to the CPU twin, special values", "[.cuda][tops]") {
-  require_device();
-  cuda::TransformerOps ops;
+  auto dev = make_device();
   cpu::TransformerOps cpu_ops;
-  cuda::Stream stream(0);
   uint64_t seed = 300;
   for (int64_t n : {1, 7, 4099, 100003})
     for (DType t : kTypes)
@@ -261,27 +167,25 @@ TEST_CASE("cuda tops gelu_tanh forward and backward: bit-identical to the CPU tw
         Raw y = sentinel(t, size_t(n + offset)), dx = sentinel(t, size_t(n + offset));
         cpu_ops.gelu_tanh_forward(GeluArgs{off(x.data()), off(y.data()), t, n});
         cpu_ops.gelu_tanh_backward(GeluBackwardArgs{off(x.data()), off(dy.data()), off(dx.data()), t, n});
-        Dev gx(x), gdy(dy), gy(sentinel(t, size_t(n + offset))), gdx(sentinel(t, size_t(n + offset)));
-        ops.gelu_tanh_forward(GeluArgs{off(gx.get()), off(gy.get()), t, n}, stream.get());
-        ops.gelu_tanh_backward(GeluBackwardArgs{off(gx.get()), off(gdy.get()), off(gdx.get()), t, n}, stream.get());
-        AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        Dev gx(*dev, x), gdy(*dev, dy), gy(*dev, sentinel(t, size_t(n + offset))), gdx(*dev, sentinel(t, size_t(n + offset)));
+        dev->activation_forward(Activation::GeluTanh, Tensor{off(gx.get()), t, 1, size_t(n)}, Tensor{off(gy.get()), t, 1, size_t(n)});
+        dev->activation_backward(Activation::GeluTanh, Tensor{off(gx.get()), t, 1, size_t(n)}, Tensor{off(gdy.get()), t, 1, size_t(n)}, Tensor{off(gdx.get()), t, 1, size_t(n)});
         // Special values make NaN and inf: same_value accepts NaN for NaN, and inf must match.
         const Raw ry = gy.read(t), rdx = gdx.read(t);
         size_t differ = 0;
         for (size_t i = 0; i < y.size(); ++i)
           if (!ops_ref::same_value(ry, i, y, i) || !ops_ref::same_value(rdx, i, dx, i)) {
             if (differ++ < 5) {  // the first few, each with its values
-              INFO("element " << i << " x " << x.get(i) << ": gpu y " << ry.get(i) << " dx " << rdx.get(i)
+              INFO("element " << i << " x " << x.get(i) << ": device y " << ry.get(i) << " dx " << rdx.get(i)
                               << ", cpu y " << y.get(i) << " dx " << dx.get(i));
               CHECK(false);
             }
           }
         REQUIRE(differ == 0);
-        // In place on the GPU.
-        Dev gxi(x), gdyi(dy);
-        ops.gelu_tanh_forward(GeluArgs{off(gxi.get()), off(gxi.get()), t, n}, stream.get());
-        ops.gelu_tanh_backward(GeluBackwardArgs{off(gx.get()), off(gdyi.get()), off(gdyi.get()), t, n}, stream.get());
-        AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        // In place on the device.
+        Dev gxi(*dev, x), gdyi(*dev, dy);
+        dev->activation_forward(Activation::GeluTanh, Tensor{off(gxi.get()), t, 1, size_t(n)}, Tensor{off(gxi.get()), t, 1, size_t(n)});
+        dev->activation_backward(Activation::GeluTanh, Tensor{off(gx.get()), t, 1, size_t(n)}, Tensor{off(gdyi.get()), t, 1, size_t(n)}, Tensor{off(gdyi.get()), t, 1, size_t(n)});
         const Raw xi = gxi.read(t), dyi = gdyi.read(t);
         for (size_t i = size_t(offset); i < y.size(); ++i)
           REQUIRE((ops_ref::same_value(xi, i, y, i) && ops_ref::same_value(dyi, i, dx, i)));
@@ -289,7 +193,6 @@ TEST_CASE("cuda tops gelu_tanh forward and backward: bit-identical to the CPU tw
 }
 
 TEST_CASE("cuda tops embedding forward and backward: repeated and invalid tokens, GPT-2 vocabulary", "[.cuda][tops]") {
-  require_device();
   struct Case {
     int64_t B, T, C, V, P;
     bool one_token;  // every position the same token
@@ -319,56 +222,54 @@ TEST_CASE("cuda tops embedding forward and backward: repeated and invalid tokens
       b.dx = dxin.data(), b.dwte = dwte.data(), b.dwpe = dwpe.data();
       cpu_ops.embedding_backward(b);
 
-      cuda::TransformerOps ops;
-      cuda::Stream stream(0);
-      ops.reserve(N, cs.V);
-      Dev gtok(tok.data(), tok.size() * sizeof(int32_t)), gwte(wte), gwpe(wpe), gx(sentinel(t, size_t(N * C)));
-      Dev gdx(dxin), gdwte(dwte0), gdwpe(sentinel(t, size_t(cs.P * C)));
+      auto dev = make_device();
+          dev->reserve_embedding(N, cs.V);
+      Dev gtok(*dev, tok.data(), tok.size() * sizeof(int32_t)), gwte(*dev, wte), gwpe(*dev, wpe), gx(*dev, sentinel(t, size_t(N * C)));
+      Dev gdx(*dev, dxin), gdwte(*dev, dwte0), gdwpe(*dev, sentinel(t, size_t(cs.P * C)));
       EmbeddingArgs df = f;
       df.tokens = gtok.as<int32_t>(), df.wte = gwte.get(), df.wpe = gwpe.get(), df.x = gx.get();
-      ops.embedding_forward(df, stream.get());
+      dev->embedding_forward(df);
       EmbeddingBackwardArgs db = b;
       db.tokens = gtok.as<int32_t>(), db.dx = gdx.get(), db.dwte = gdwte.get(), db.dwpe = gdwpe.get();
-      ops.embedding_backward(db, stream.get());
-      AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+      dev->embedding_backward(db);
       TWINS_REQUIRE_SAME(gx.read(t), x, "x");
       TWINS_REQUIRE_SAME(gdwte.read(t), dwte, "dwte");
       TWINS_REQUIRE_SAME(gdwpe.read(t), dwpe, "dwpe");
       // A second backward accumulates again, the same as on the CPU.
       cpu_ops.embedding_backward(b);
-      ops.embedding_backward(db, stream.get());
-      AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+      dev->embedding_backward(db);
       TWINS_REQUIRE_SAME(gdwte.read(t), dwte, "dwte after a second backward");
     }
 }
 
 TEST_CASE("cuda tops embedding_backward: the reserve contract", "[.cuda][tops]") {
-  require_device();
-  cuda::Stream stream(0);
   const int64_t B = 2, T = 8, C = 4, V = 5;
   std::vector<int32_t> tok(size_t(B * T), 1);
-  Dev gtok(tok.data(), tok.size() * sizeof(int32_t));
   const Raw dx = random_raw(DType::F16, size_t(B * T * C), 1), w0 = random_raw(DType::F16, size_t(V * C), 2);
-  Dev gdx(dx), gw(w0), gp(Raw(DType::F16, size_t(T * C)));
-  EmbeddingBackwardArgs a;
-  a.B = B, a.T = T, a.C = C, a.vocab = V, a.max_positions = T, a.type = DType::F16, a.tokens = gtok.as<int32_t>();
-  a.dx = gdx.get(), a.dwte = gw.get(), a.dwpe = gp.get();
-  cuda::TransformerOps none, few, small;
-  REQUIRE(none.scratch_bytes() == 0);
-  REQUIRE_THROWS_AS(none.embedding_backward(a, stream.get()), Error);
-  few.reserve(B * T - 1, V);
-  REQUIRE_THROWS_AS(few.embedding_backward(a, stream.get()), Error);
-  small.reserve(B * T, V - 1);
-  REQUIRE_THROWS_AS(small.embedding_backward(a, stream.get()), Error);
-  small.reserve(1, V);  // grows the vocabulary only
-  REQUIRE_NOTHROW(small.embedding_backward(a, stream.get()));
-  REQUIRE(small.scratch_bytes() > size_t(B * T) * 16);
-  AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
-  REQUIRE(gw.read(DType::F16).bytes != w0.bytes);
+  // Three devices: no reserve, too few tokens, too small a vocabulary (then grown).
+  auto none = make_device(), few = make_device(), small = make_device();
+  for (Backend* dev : {none.get(), few.get(), small.get()}) {
+    Dev gtok(*dev, tok.data(), tok.size() * sizeof(int32_t));
+    Dev gdx(*dev, dx), gw(*dev, w0), gp(*dev, Raw(DType::F16, size_t(T * C)));
+    EmbeddingBackwardArgs a;
+    a.B = B, a.T = T, a.C = C, a.vocab = V, a.max_positions = T, a.type = DType::F16, a.tokens = gtok.as<int32_t>();
+    a.dx = gdx.get(), a.dwte = gw.get(), a.dwpe = gp.get();
+    if (dev == none.get()) {
+      REQUIRE_THROWS_AS(dev->embedding_backward(a), Error);
+    } else if (dev == few.get()) {
+      dev->reserve_embedding(B * T - 1, V);
+      REQUIRE_THROWS_AS(dev->embedding_backward(a), Error);
+    } else {
+      dev->reserve_embedding(B * T, V - 1);
+      REQUIRE_THROWS_AS(dev->embedding_backward(a), Error);
+      dev->reserve_embedding(1, V);  // grows the vocabulary only
+      REQUIRE_NOTHROW(dev->embedding_backward(a));
+      REQUIRE(gw.read(DType::F16).bytes != w0.bytes);
+    }
+  }
 }
 
 TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them", "[.cuda][tops]") {
-  require_device();
   const DType t = DType::BF16;
   const int64_t rows = 512, C = 768, batch = 24, T = 256, n = rows * 4 * C, B = 2, V = 50257, Ce = 64;
   const Raw x = random_raw(t, size_t(rows * C), 1, 2.0, 1.5), g = random_raw(t, size_t(C), 2, 0.5, 1.0);
@@ -378,50 +279,47 @@ TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them
   const std::vector<int32_t> tok = random_tokens(rows, V, 9, 198);
   const Raw wte = random_raw(t, size_t(V * Ce), 10), wpe = random_raw(t, size_t(T * Ce), 11);
   const Raw edx = random_raw(t, size_t(rows * Ce), 12);
-  Dev gx(x), gg(g), gb(bb), gdy(dy), gs(s), gdp(dp), ghx(hx), ghdy(hdy), gtok(tok.data(), tok.size() * 4);
-  Dev gwte(wte), gwpe(wpe), gwte0(wte), gedx(edx);
-  Dev y(Raw(t, size_t(rows * C))), mean(Raw(DType::F32, size_t(rows))), rstd(Raw(DType::F32, size_t(rows)));
-  Dev dx(Raw(t, size_t(rows * C))), dgam(Raw(t, size_t(C))), dbet(Raw(t, size_t(C)));
-  Dev p(Raw(t, size_t(batch * T * T))), ds(Raw(t, size_t(batch * T * T)));
-  Dev hy(Raw(t, size_t(n))), hdx(Raw(t, size_t(n))), ex(Raw(t, size_t(rows * C))), dwpe(Raw(t, size_t(T * C)));
-  cuda::TransformerOps ops;
-  cuda::Stream stream(0);
-  ops.reserve(rows, V);
+  auto dev = make_device();
+  Dev gx(*dev, x), gg(*dev, g), gb(*dev, bb), gdy(*dev, dy), gs(*dev, s), gdp(*dev, dp), ghx(*dev, hx), ghdy(*dev, hdy), gtok(*dev, tok.data(), tok.size() * 4);
+  Dev gwte(*dev, wte), gwpe(*dev, wpe), gwte0(*dev, wte), gedx(*dev, edx);
+  Dev y(*dev, Raw(t, size_t(rows * C))), mean(*dev, Raw(DType::F32, size_t(rows))), rstd(*dev, Raw(DType::F32, size_t(rows)));
+  Dev dx(*dev, Raw(t, size_t(rows * C))), dgam(*dev, Raw(t, size_t(C))), dbet(*dev, Raw(t, size_t(C)));
+  Dev p(*dev, Raw(t, size_t(batch * T * T))), ds(*dev, Raw(t, size_t(batch * T * T)));
+  Dev hy(*dev, Raw(t, size_t(n))), hdx(*dev, Raw(t, size_t(n))), ex(*dev, Raw(t, size_t(rows * C))), dwpe(*dev, Raw(t, size_t(T * C)));
+  dev->reserve_embedding(rows, V);
   auto step = [&] {
-    // dwte accumulates: start each step from the same values.
-    AMP_CUDA_CHECK(cudaMemcpyAsync(gwte.get(), gwte0.get(), gwte0.bytes, cudaMemcpyDeviceToDevice, stream.get()));
+    // dwte accumulates: start each step from the same values (a same-dtype cast is a copy).
+    dev->cast(gwte0.get(), t, gwte.get(), t, size_t(V * Ce));
     LayerNormArgs f;
     f.rows = rows, f.C = C, f.type = t, f.x = gx.get(), f.gamma = gg.get(), f.beta = gb.get(), f.y = y.get();
     f.mean = mean.as<float>(), f.rstd = rstd.as<float>();
-    ops.layernorm_forward(f, stream.get());
+    dev->layernorm_forward(f);
     LayerNormBackwardArgs lb;
     lb.rows = rows, lb.C = C, lb.type = t, lb.dy = gdy.get(), lb.x = gx.get(), lb.gamma = gg.get();
     lb.mean = mean.as<float>(), lb.rstd = rstd.as<float>(), lb.dx = dx.get(), lb.dgamma = dgam.get();
     lb.dbeta = dbet.get();
-    ops.layernorm_backward(lb, stream.get());
-    ops.causal_softmax_forward(CausalSoftmaxArgs{batch, T, 0.125f, gs.get(), DType::F32, p.get(), t}, stream.get());
-    ops.causal_softmax_backward(CausalSoftmaxBackwardArgs{batch, T, 0.125f, p.get(), t, gdp.get(), t, ds.get(), t},
-                                stream.get());
-    ops.gelu_tanh_forward(GeluArgs{ghx.get(), hy.get(), t, n}, stream.get());
-    ops.gelu_tanh_backward(GeluBackwardArgs{ghx.get(), ghdy.get(), hdx.get(), t, n}, stream.get());
+    dev->layernorm_backward(lb);
+    dev->causal_softmax_forward(CausalSoftmaxArgs{batch, T, 0.125f, gs.get(), DType::F32, p.get(), t});
+    dev->causal_softmax_backward(CausalSoftmaxBackwardArgs{batch, T, 0.125f, p.get(), t, gdp.get(), t, ds.get(), t});
+    dev->activation_forward(Activation::GeluTanh, Tensor{ghx.get(), t, 1, size_t(n)}, Tensor{hy.get(), t, 1, size_t(n)});
+    dev->activation_backward(Activation::GeluTanh, Tensor{ghx.get(), t, 1, size_t(n)}, Tensor{ghdy.get(), t, 1, size_t(n)}, Tensor{hdx.get(), t, 1, size_t(n)});
     EmbeddingArgs ea;
     ea.B = B, ea.T = rows / B, ea.C = Ce, ea.vocab = V, ea.max_positions = T, ea.type = t;
     ea.tokens = gtok.as<int32_t>(), ea.wte = gwte0.get(), ea.wpe = gwpe.get(), ea.x = ex.get();
-    ops.embedding_forward(ea, stream.get());
+    dev->embedding_forward(ea);
     EmbeddingBackwardArgs eb;
     eb.B = B, eb.T = rows / B, eb.C = Ce, eb.vocab = V, eb.max_positions = T, eb.type = t;
     eb.tokens = gtok.as<int32_t>(), eb.dx = gedx.get(), eb.dwte = gwte.get(), eb.dwpe = dwpe.get();
-    ops.embedding_backward(eb, stream.get());
+    dev->embedding_backward(eb);
   };
   const Dev* outs[] = {&y, &mean, &rstd, &dx, &dgam, &dbet, &p, &ds, &hy, &hdx, &ex, &gwte, &dwpe};
   auto snapshot = [&] {
-    AMP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
     std::vector<Raw> r;
     for (const Dev* d : outs) r.push_back(d->read(DType::U8));
     return r;
   };
   auto poison = [&] {
-    for (const Dev* d : outs) AMP_CUDA_CHECK(cudaMemsetAsync(d->get(), 0xff, d->bytes, stream.get()));
+    for (const Dev* d : outs) d->poison();
   };
   step();
   const auto first = snapshot();
@@ -429,17 +327,11 @@ TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them
   step();
   const auto second = snapshot();
   poison();
-  cudaGraph_t graph = nullptr;
-  AMP_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  step();
-  AMP_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-  cudaGraphExec_t exec = nullptr;
-  AMP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cuda::GraphExec owned(graph, exec);
-  AMP_CUDA_CHECK(cudaGraphLaunch(owned.get(), stream.get()));
+  CapturedStep captured(*dev, step);
+  captured.replay();
   const auto replay1 = snapshot();
   poison();
-  AMP_CUDA_CHECK(cudaGraphLaunch(owned.get(), stream.get()));
+  captured.replay();
   const auto replay2 = snapshot();
   for (size_t k = 0; k < first.size(); ++k) {
     INFO("output " << k);
@@ -447,7 +339,7 @@ TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them
     REQUIRE(first[k].bytes == replay1[k].bytes);
     REQUIRE(first[k].bytes == replay2[k].bytes);
   }
-  // And the GPU's results are the CPU twin's.
+  // And the device's results are the CPU twin's.
   cpu::TransformerOps cpu_ops;
   cpu_ops.reserve(rows, V);
   Raw cdwte = wte, cdwpe(t, size_t(T * Ce));

@@ -1,5 +1,5 @@
 // End to end: the trainer on a small synthetic problem, once on the CPU backend and once on the
-// CUDA backend. Loss curves and weights agree within a tolerance; skip decisions (forced by
+// device (the CUDA backend; the CPU again on the stand-in). Loss curves and weights agree within a tolerance; skip decisions (forced by
 // faults.inject_nonfinite) and the scale sequence agree exactly; the graph-captured run too. A run
 // resumed from a checkpoint captures its own graph and continues bit for bit.
 #include <filesystem>
@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
-#include "gpu_env.h"
+#include "device_env.h"
 #include "train/trainer.h"
 
 using namespace amp;
@@ -78,7 +78,6 @@ void compare_runs(const Curve& g, const Curve& c, double tol) {
 }  // namespace
 
 TEST_CASE("trainer: CPU and CUDA runs agree, with identical forced skips (fp16, MSE)", "[.cuda][trainer]") {
-  REQUIRE(cuda_available());
   const std::string yaml =
       "run: {name: gpu_e2e, steps: 40, log_interval: 1000, progress: off, threads: 2, out_dir: " + tmp_path("out") +
       "}\n"
@@ -92,13 +91,12 @@ TEST_CASE("trainer: CPU and CUDA runs agree, with identical forced skips (fp16, 
       "    - {step: 5, rank: 0, tensor: fc2.weight}\n"
       "    - {step: 13, rank: 0, tensor: fc3.bias, value: nan}\n";
   const Curve cpu = train(config_from(yaml, {"run.device=cpu"}));
-  const Curve gpu = train(config_from(yaml, {"run.device=cuda"}));
+  const Curve gpu = train(config_from(yaml, {std::string("run.device=") + device_name()}));
   CHECK(cpu.skipped.back() == 2);
   compare_runs(gpu, cpu, 3e-2);
 }
 
 TEST_CASE("trainer: a graph-captured CUDA run agrees with the CPU (bf16, softmax, CSV data)", "[.cuda][trainer]") {
-  REQUIRE(cuda_available());
   const std::string csv = tmp_path("train.csv");
   {
     std::ofstream f(csv);
@@ -130,7 +128,7 @@ TEST_CASE("trainer: a graph-captured CUDA run agrees with the CPU (bf16, softmax
       "optimizer: {type: sgd, lr: 0.05, momentum: 0.9}\n"
       "checkpoint: {final: false}\n";
   const Curve cpu = train(config_from(yaml, {"run.device=cpu"}));
-  const Curve gpu = train(config_from(yaml, {"run.device=cuda"}));
+  const Curve gpu = train(config_from(yaml, {std::string("run.device=") + device_name()}));
   std::remove(csv.c_str());
   compare_runs(gpu, cpu, 5e-2);  // bf16: one rounding is 0.4%, and trajectories drift apart
   // Hits agree up to the few samples whose arg-max is within rounding of a tie.
@@ -141,9 +139,8 @@ TEST_CASE("trainer: a resumed CUDA run captures its graph too and continues bit 
   // The trainer captures the third step of the process: step 3 of a fresh run, step 13 of a run
   // resumed after step 10. Both replay the same kernels, so the resumed run must end with the
   // uninterrupted run's bits.
-  REQUIRE(cuda_available());
   const std::string yaml =
-      "run: {name: gpu_resume, device: cuda, steps: 24, log_interval: 1000, progress: off, threads: 2}\n"
+      "run: {name: gpu_resume, device: " + std::string(device_name()) + ", steps: 24, log_interval: 1000, progress: off, threads: 2}\n"
       "model: {hidden: [64, 48]}\n"
       "data: {format: synthetic, batch_size: 32, synthetic: {train_samples: 1024, eval_samples: 64, features: 24, "
       "outputs: 3}}\n"

@@ -60,6 +60,7 @@ class CpuBackend final : public Backend {
   int threads() const { return threads_; }
   bool bf16_native() const { return bf16_native_; }
   cpu::DnnlMatmul& matmul() { return matmul_; }
+  cpu::GeneralOps& general() { return general_; }  // tests and benchmarks: how a GEMM runs
 
  private:
   // GEMM with operands in `ab` (f32, bf16, or f16 widened here) and output in c's dtype.

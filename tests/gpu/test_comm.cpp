@@ -1,32 +1,16 @@
-// The NCCL communicator on device buffers (any number of ranks; one GPU per rank): sums, averages
-// and maxima with closed-form results, non-blocking collectives ordered on the compute stream,
-// broadcast, all-gather, barrier, an all-reduce captured into a CUDA graph, the asynchronous error
-// check, and the step clock that times collectives of eager steps and of graph launches.
-#include "comm/nccl/nccl_communicator.h"
-#include "gpu_env.h"
+// The device's gradient communicator (NCCL on device buffers; the MPI world on the CPU stand-in),
+// any number of ranks, one GPU per rank: sums, averages and maxima with closed-form results,
+// non-blocking collectives ordered on the compute stream, broadcast, all-gather, barrier, an
+// all-reduce in a captured step, and the asynchronous error check on a healthy communicator.
+#include "device_env.h"
 
 using namespace amp;
 using namespace gpu_test;
 
-namespace {
-
-std::unique_ptr<Backend> rank_backend() {
-  REQUIRE(cuda_available());
-  return make_backend("cuda", world().local_rank(), 1);
-}
-
-// The CUDA backend owns the compute stream NCCL orders its collectives with.
-DeviceStream& stream_of(Backend& be) {
-  auto* s = dynamic_cast<DeviceStream*>(&be);
-  REQUIRE(s != nullptr);
-  return *s;
-}
-
-}  // namespace
-
-TEST_CASE("nccl: all-reduce sum, average and max with exact expectations", "[.cuda][nccl]") {
-  auto be = rank_backend();
-  NcclCommunicator comm(world(), stream_of(*be));
+TEST_CASE("device comm: all-reduce sum, average and max with exact expectations", "[.cuda][comm]") {
+  auto be = make_device(world().local_rank());
+  DeviceComm dc(*be);
+  Communicator& comm = dc.get();
   const int n = comm.size(), r = comm.rank();
   const size_t count = 100001;
   // f32 and i32 sums of rank-valued integers are exact; 16-bit sums of small integers too.
@@ -66,10 +50,11 @@ TEST_CASE("nccl: all-reduce sum, average and max with exact expectations", "[.cu
   CHECK_THROWS(comm.allreduce(BufView{kb.data(), 4, DType::I32}, ReduceOp::Avg));
 }
 
-TEST_CASE("nccl: non-blocking all-reduces are ordered after earlier compute and before later compute",
-          "[.cuda][nccl]") {
-  auto be = rank_backend();
-  NcclCommunicator comm(world(), stream_of(*be));
+TEST_CASE("device comm: non-blocking all-reduces are ordered after earlier compute and before later compute",
+          "[.cuda][comm]") {
+  auto be = make_device(world().local_rank());
+  DeviceComm dc(*be);
+  Communicator& comm = dc.get();
   const size_t count = 1 << 20;
   Buffer src = be->alloc(count * 4), b1 = be->alloc(count * 2), b2 = be->alloc(count * 2);
   std::vector<float> v(count);
@@ -93,9 +78,10 @@ TEST_CASE("nccl: non-blocking all-reduces are ordered after earlier compute and 
   CHECK(r2->seconds() >= 0.0);
 }
 
-TEST_CASE("nccl: broadcast, all-gather and barrier", "[.cuda][nccl]") {
-  auto be = rank_backend();
-  NcclCommunicator comm(world(), stream_of(*be));
+TEST_CASE("device comm: broadcast, all-gather and barrier", "[.cuda][comm]") {
+  auto be = make_device(world().local_rank());
+  DeviceComm dc(*be);
+  Communicator& comm = dc.get();
   const int n = comm.size(), r = comm.rank();
   std::vector<int32_t> v(1000, r == 0 ? 42 : -1);
   Buffer b = be->alloc(v.size() * 4);
@@ -114,10 +100,11 @@ TEST_CASE("nccl: broadcast, all-gather and barrier", "[.cuda][nccl]") {
   comm.barrier();
 }
 
-TEST_CASE("nccl: reduce-scatter of FP16 blocks and the in-place all-gather (ZeRO stage 1), exact",
-          "[.cuda][nccl]") {
-  auto be = rank_backend();
-  NcclCommunicator comm(world(), stream_of(*be));
+TEST_CASE("device comm: reduce-scatter of FP16 blocks and the in-place all-gather (ZeRO stage 1), exact",
+          "[.cuda][comm]") {
+  auto be = make_device(world().local_rank());
+  DeviceComm dc(*be);
+  Communicator& comm = dc.get();
   const int n = comm.size(), r = comm.rank();
   const size_t block = 96;  // small integers: every sum exact in FP16
   std::vector<float> send(size_t(n) * block);
@@ -146,12 +133,14 @@ TEST_CASE("nccl: reduce-scatter of FP16 blocks and the in-place all-gather (ZeRO
     for (size_t i = 0; i < block; ++i) CHECK(all[size_t(q) * block + i] == int32_t(1000 * q + int(i)));
 }
 
-TEST_CASE("nccl: an all-reduce inside a captured step replays", "[.cuda][nccl]") {
-  auto be = rank_backend();
+TEST_CASE("device comm: an all-reduce inside a captured step replays", "[.cuda][comm]") {
+  auto be = make_device(world().local_rank());
   const size_t count = 4096;
   Buffer src = be->alloc(count * 4), buf = be->alloc(count * 4);
+  bool graph = false;
   {
-    NcclCommunicator comm(world(), stream_of(*be));
+    DeviceComm dc(*be);
+    Communicator& comm = dc.get();
     std::vector<float> v(count, float(comm.rank() + 1));
     be->upload(src.data(), v.data(), count * 4);
     auto step = [&] {
@@ -160,26 +149,27 @@ TEST_CASE("nccl: an all-reduce inside a captured step replays", "[.cuda][nccl]")
       req->wait();
     };
     step();  // eager warm-up
-    REQUIRE(be->begin_capture());
-    step();
-    be->end_capture();
+    CapturedStep captured(*be, step);
+    graph = captured.is_graph();
+    REQUIRE(graph == device_is_gpu());
     const float want = float(comm.size() * (comm.size() + 1) / 2);
     for (int i = 0; i < 3; ++i) {
-      be->replay();
+      captured.replay();
       CHECK(read(*be, buf.tensor(DType::F32, 1, count))[count - 1] == want);
     }
     // The communicator goes first, as in the trainer: NCCL waits for graphs holding its collectives
     // to be destroyed, so it drops the backend's graph (else this would hang with several ranks).
   }
-  CHECK_THROWS_WITH(be->replay(), Catch::Contains("replay without a captured graph"));
+  if (graph) CHECK_THROWS_WITH(be->replay(), Catch::Contains("replay without a captured graph"));
 }
 
-TEST_CASE("nccl: check_async_errors on a healthy communicator does not throw", "[.cuda][nccl]") {
-  auto be = rank_backend();
+TEST_CASE("device comm: check_async_errors on a healthy communicator does not throw", "[.cuda][comm]") {
+  auto be = make_device(world().local_rank());
   const size_t count = 1 << 16;
   Buffer buf = be->alloc(count * 2);
   {
-    NcclCommunicator comm(world(), stream_of(*be));
+    DeviceComm dc(*be);
+    Communicator& comm = dc.get();
     CHECK_NOTHROW(comm.check_async_errors());
     comm.allreduce(BufView{buf.data(), count, DType::F16}, ReduceOp::Sum);
     CHECK_NOTHROW(comm.check_async_errors());  // right after enqueueing: may still run
@@ -188,12 +178,10 @@ TEST_CASE("nccl: check_async_errors on a healthy communicator does not throw", "
     // Inside and after a captured step, as the trainer calls it at the start of every step.
     auto step = [&] { comm.iallreduce(BufView{buf.data(), count, DType::F16}, ReduceOp::Sum)->wait(); };
     step();
-    REQUIRE(be->begin_capture());
-    step();
-    be->end_capture();
+    CapturedStep captured(*be, step);
     for (int i = 0; i < 3; ++i) {
       CHECK_NOTHROW(comm.check_async_errors());
-      be->replay();
+      captured.replay();
     }
     be->synchronize();
     CHECK_NOTHROW(comm.check_async_errors());
@@ -202,104 +190,3 @@ TEST_CASE("nccl: check_async_errors on a healthy communicator does not throw", "
   be->synchronize();  // the communicator took its check off the backend's waits when it went
 }
 
-TEST_CASE("nccl: the step clock reads eager steps and each completed graph launch once", "[.cuda][nccl]") {
-  auto be = rank_backend();
-  const size_t count = size_t(8) << 20;  // 16 MiB of f16: the collective takes measurable time
-  Buffer src = be->alloc(count * 4), buf = be->alloc(count * 2);
-  {
-    NcclCommunicator comm(world(), stream_of(*be));
-    StepClock& clock = comm;
-    double c = -1, e = -1;
-    CHECK_FALSE(clock.clock_poll(&c, &e));  // nothing measured yet
-    auto step = [&] {
-      clock.clock_begin_step();
-      be->cast(src.data(), DType::F32, buf.data(), DType::F16, count);  // compute before the collective
-      auto r1 = comm.iallreduce(BufView{buf.data(), count / 2, DType::F16}, ReduceOp::Sum);
-      auto r2 = comm.iallreduce(BufView{static_cast<char*>(buf.data()) + count, count / 2, DType::F16}, ReduceOp::Sum);
-      clock.clock_wait_begins();
-      r1->wait();
-      r2->wait();
-      clock.clock_wait_ends();
-      // After the step: the flag all-reduce of the trainer, outside the clock's step.
-      comm.allreduce(BufView{buf.data(), 8, DType::F16}, ReduceOp::Max);
-    };
-    auto check_times = [&] {
-      INFO("comm " << c << " s, exposed " << e << " s");
-      CHECK(c >= 0.0);
-      CHECK(c < 1.0);
-      CHECK(e >= 0.0);
-      CHECK(e < 1.0);
-    };
-    for (int i = 0; i < 2; ++i) step();  // eager
-    be->synchronize();
-    REQUIRE(clock.clock_poll(&c, &e));  // the later of the two
-    check_times();
-    CHECK_FALSE(clock.clock_poll(&c, &e));  // read once
-    REQUIRE(be->begin_capture());
-    step();
-    CHECK_FALSE(clock.clock_poll(&c, &e));  // never during a capture
-    be->end_capture();
-    CHECK_FALSE(clock.clock_poll(&c, &e));  // captured, not launched yet
-    be->replay();
-    be->synchronize();
-    REQUIRE(clock.clock_poll(&c, &e));
-    check_times();
-    CHECK_FALSE(clock.clock_poll(&c, &e));  // the same launch is not read twice
-    be->replay();
-    be->replay();
-    be->synchronize();
-    REQUIRE(clock.clock_poll(&c, &e));  // the latest launch; the one before it is lost
-    check_times();
-    CHECK_FALSE(clock.clock_poll(&c, &e));
-    // An eager step after the graph's launches is read too.
-    step();
-    be->synchronize();
-    REQUIRE(clock.clock_poll(&c, &e));
-    check_times();
-  }
-}
-
-TEST_CASE("nccl: the gradient reducer measures eager and replayed steps", "[.cuda][nccl]") {
-  // With one rank the reducer has nothing to reduce (and measures nothing); with several (one GPU
-  // each) it measures every step whose events completed before the next step was enqueued.
-  auto be = rank_backend();
-  std::vector<TensorSpan> spans{{0, 300000}, {300032, 700000}, {1000064, 5000}};
-  const size_t total = 1005088;
-  Buffer grads = be->alloc(total * 2), flags = be->alloc(64);
-  NcclCommunicator comm(world(), stream_of(*be));
-  int32_t* my_flag = flags.as<int32_t>() + OverflowFlags::rank_slot(comm.rank());
-  GradReducer red(comm, spans, total, DType::F16, grads.data(), 1 << 20, 1 << 20, [&](size_t begin, size_t end) {
-    be->find_nonfinite(grads.data(), DType::F16, spans, begin, end, my_flag);
-  });
-  auto step = [&] {
-    red.begin_step();
-    for (int t = int(spans.size()) - 1; t >= 0; --t) red.tensor_ready(t);
-    red.finish();
-  };
-  int64_t seen = red.last_step().measured;
-  CHECK(seen == 0);
-  for (int s = 1; s <= 6; ++s) {
-    if (s < 3) {
-      step();
-    } else if (s == 3) {
-      REQUIRE(be->begin_capture());
-      step();
-      be->end_capture();
-      be->replay();
-    } else {
-      be->replay();
-    }
-    be->synchronize();  // as at a log step: the step's events have completed before the next one
-    const ReducerStats& rs = red.last_step();
-    INFO("step " << s << ": comm " << rs.comm_seconds << " s, exposed " << rs.exposed_seconds << " s");
-    if (comm.size() == 1) {
-      CHECK(rs.measured == 0);
-      continue;
-    }
-    CHECK(rs.measured == seen + 1);
-    CHECK(rs.bytes == total * 2);  // the buckets cover the padding between tensors too
-    CHECK(rs.comm_seconds > 0.0);
-    CHECK(rs.exposed_seconds >= 0.0);
-    seen = rs.measured;
-  }
-}

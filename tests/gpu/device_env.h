@@ -1,5 +1,13 @@
-// Shared by the GPU test cases: the MPI world (created in main), the CUDA backend under test next
-// to its CPU twin, mirrored buffers holding the same bits on both, and per-dtype comparisons.
+// Shared by the device test cases (tests/gpu/): the MPI world (created in main), the device under
+// test next to its CPU twin, mirrored buffers holding the same bits on both, per-dtype comparisons,
+// and the seam that picks the device.
+//
+// The same test sources build twice: amp_gpu_tests, where the device is the CUDA backend (run on a
+// GPU machine by scripts/gpu_check.sh), and amp_device_logic_tests, where it is a second CPU backend
+// (run by ctest everywhere, CI included). The CPU run checks everything a test does except the
+// device's own arithmetic: sizes, poisoning, snapshots, expectations, set-ups, bookkeeping; a wrong
+// one fails there, not on the first GPU. The seam (device_cuda.cpp or device_cpu.cpp, exactly one
+// linked) is every place the two builds differ.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -7,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -15,6 +24,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "core/convert.h"
 #include "core/half.h"
@@ -26,11 +36,65 @@ namespace gpu_test {
 
 inline amp::MpiCommunicator& world() { return *g_world; }
 
-// The CUDA backend (REQUIREs a visible device: these cases are hidden behind [.cuda]).
-inline std::unique_ptr<amp::Backend> make_cuda() {
-  REQUIRE(amp::cuda_available());
-  return amp::make_backend("cuda", 0, 1);
-}
+// ---- the seam (device_cuda.cpp / device_cpu.cpp) ---------------------------------------------
+
+// The backend under test for this process's local rank: CUDA (REQUIREs a visible device) or a CPU
+// backend of 2 threads.
+std::unique_ptr<amp::Backend> make_device(int local_rank = 0);
+// run.device of the trainer cases: "cuda" or "cpu".
+const char* device_name();
+bool device_is_gpu();
+// The device's GEMM paths a test can force, in order (CUDA: cuBLASLt where it has an algorithm,
+// then every product on cublasGemmStridedBatchedEx; CPU: oneDNN, one path); select_gemm_path
+// makes the i-th the device's from now on.
+std::vector<std::string> gemm_paths();
+void select_gemm_path(amp::Backend& dev, size_t i);
+// Which library runs these arguments on the device (planning only, nothing runs).
+std::string gemm_path(amp::Backend& dev, const amp::GemmArgs& g);
+
+// The communicator a trainer would reduce the device's gradients with: NCCL over the device's
+// stream, or the MPI world itself (host memory) for the CPU. Owned here when it was created.
+class DeviceComm {
+ public:
+  explicit DeviceComm(amp::Backend& dev);
+  ~DeviceComm();
+  DeviceComm(const DeviceComm&) = delete;
+  DeviceComm& operator=(const DeviceComm&) = delete;
+  amp::Communicator& get() { return *comm_; }
+
+ private:
+  std::unique_ptr<amp::Communicator> owned_;
+  amp::Communicator* comm_ = nullptr;
+};
+
+// ---- capture ---------------------------------------------------------------------------------
+
+// A step captured on the device (a CUDA graph) where the backend can capture, else kept as the
+// function itself (the CPU cannot capture): replay() runs it again either way, so a test's replay
+// logic (poisoned outputs rewritten, the same bits) is checked on both. Like a CUDA capture,
+// constructing it records the step without running it.
+class CapturedStep {
+ public:
+  CapturedStep(amp::Backend& be, std::function<void()> step) : be_(be) {
+    graph_ = be_.begin_capture();
+    if (graph_) {
+      step();
+      be_.end_capture();
+    } else {
+      step_ = std::move(step);
+    }
+  }
+  void replay() {
+    if (graph_) be_.replay();
+    else step_();
+  }
+  bool is_graph() const { return graph_; }
+
+ private:
+  amp::Backend& be_;
+  bool graph_ = false;
+  std::function<void()> step_;
+};
 
 inline std::vector<float> randn(size_t n, uint64_t seed, double scale = 1.0) {
   amp::Rng r(seed);
