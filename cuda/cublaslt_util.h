@@ -1,5 +1,6 @@
 // Small helpers of the two cuBLASLt users (the linear layers' LtGemm, gemm.cpp, and the general
-// strided batched GEMM, ops_general.cpp): dtype mapping, pointer alignment, attribute setters.
+// strided batched GEMM, ops_general.cpp): dtype mapping, pointer alignment, the heuristic's
+// preferences, attribute setters.
 #pragma once
 
 #include <cublasLt.h>
@@ -28,6 +29,26 @@ inline uint32_t alignment_of(const void* p) {
   uint32_t a = 1;
   while (a < 256 && x % (2 * a) == 0) a *= 2;
   return a;
+}
+
+// The heuristic's preferences of every cuBLASLt call of the project: the workspace, the operands'
+// alignments, and no split-K reduction in the output type (partial sums rounded to a 16-bit C and
+// added there would round more than once: the documented single rounding). Returns the first
+// failing status. One function for both users, so neither can forget the reduction mask.
+inline cublasStatus_t set_preferences(cublasLtMatmulPreference_t pref, uint64_t workspace_bytes, uint32_t align_a,
+                                      uint32_t align_b, uint32_t align_cd) {
+  cublasStatus_t st =
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                           sizeof workspace_bytes);
+  const auto set = [&](cublasLtMatmulPreferenceAttributes_t attr, uint32_t v) {
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof v);
+  };
+  set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_cd);
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_cd);
+  return st;
 }
 
 template <typename T>

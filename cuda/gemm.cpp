@@ -107,17 +107,7 @@ LtGemm::Plan* LtGemm::find_plan(const GemmCall& c, std::string* why) {
   AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const uint64_t ws = workspace_.bytes();
-  const uint32_t al_a = alignment_of(c.a), al_b = alignment_of(c.b), al_d = alignment_of(c.d);
-  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d);
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d);
+  cublasStatus_t st = set_preferences(pref, workspace_.bytes(), alignment_of(c.a), alignment_of(c.b), alignment_of(c.d));
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulAlgoGetHeuristic(handle_.get(), p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);

@@ -1,5 +1,6 @@
 // Matrix products through cuBLASLt: 16-bit (or f32) operands, FP32 accumulation (CUBLAS_COMPUTE_32F),
-// output in D's dtype, optional bias added by the epilogue before the one rounding. Plans
+// output in D's dtype, optional bias added by the epilogue before the one rounding (split-K
+// reductions restricted to none or FP32 partials: set_preferences, cublaslt_util.h). Plans
 // (descriptors, layouts and the algorithm the heuristic picked) are cached per shape, dtype and
 // pointer alignment; the workspace is allocated once, so a call allocates nothing and can be
 // captured into a CUDA graph.

@@ -112,19 +112,8 @@ struct GeneralOps::Impl {
     }
     cublasLtMatmulPreference_t pref = nullptr;
     AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = workspace.bytes();
-    const uint32_t al_first = alignment_of(g.B), al_second = alignment_of(g.A), al_c = alignment_of(g.C);
-    // No split-K reduction in the output type (a 16-bit C would be rounded more than once).
-    const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    const auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, const uint32_t& v) {
-      if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof v);
-    };
-    set_pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
-    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al_first);
-    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al_second);
-    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al_c);
-    set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_c);
+    // cuBLAS's A is our B (see the header): the alignments in cuBLAS's order.
+    cublasStatus_t st = set_preferences(pref, workspace.bytes(), alignment_of(g.B), alignment_of(g.A), alignment_of(g.C));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)

@@ -1,7 +1,7 @@
 // The linear layers (on CUDA: cuBLASLt GEMMs with the bias epilogue, the bias gradient) against the
 // CPU backend for f32, f16 and bf16 operands (and f32 output from 16-bit operands) on odd shapes, with
 // the weights at the 32-element offsets the parameter layout gives them.
-#include "device_env.h"
+#include "device_raw.h"
 
 using namespace amp;
 using namespace gpu_test;
@@ -105,5 +105,21 @@ TEST_CASE("linear forward without the bias epilogue (a bias below 16-byte alignm
       gpu->linear_forward(X.g, W.g, B.g, Y.g);
       check_gemm_output(read(*gpu, Y.g), read(cpu, Y.c), t, s.in);
     }
+  }
+}
+
+TEST_CASE("linear weight gradient over a long batch rounds its 16-bit output once", "[.cuda][gemm]") {
+  // dw = dy^T x summed over 8192 rows: the shape where a split-K algorithm would add partial sums
+  // in the output's dtype (rounding more than once) unless the heuristic is told not to.
+  auto dev = make_device();
+  for (DType t : {DType::F16, DType::BF16}) {
+    INFO(dtype_name(t));
+    const int64_t batch = 8192, in = 24, out = 16;
+    const auto cs = ops_ref::make_gemm_case(out, in, batch, 1, true, false, t, t, 1.0f, 0.0f, {}, 77);
+    Dev dy(*dev, cs.a), x(*dev, cs.b), dw(*dev, cs.c0);
+    Buffer db = dev->alloc(size_t(out) * dtype_size(t));
+    dev->linear_backward_weight(Tensor{dy.get(), t, size_t(batch), size_t(out)}, Tensor{x.get(), t, size_t(batch), size_t(in)},
+                                Tensor{dw.get(), t, size_t(out), size_t(in)}, Tensor{db.data(), t, 1, size_t(out)});
+    OPS_REQUIRE_GEMM(cs, dw.read(t), 4.0);  // the bound of test_ops_general.cpp's device GEMMs
   }
 }
