@@ -252,7 +252,7 @@ TEST_CASE("grad_stats: zero and subnormal fractions and max magnitude as the CPU
   }
 }
 
-TEST_CASE("optimizer_step: SGD and AdamW as the CPU, with clipping and the working copy; skip on the flag",
+TEST_CASE("optimizer_step: SGD and AdamW as the CPU, with clipping and the working copy, skip on the flag",
           "[.cuda][optim]") {
   auto gpu = make_device();
   CpuBackend cpu(2);
@@ -366,7 +366,7 @@ TEST_CASE("update_scale: the device state machine follows the host's on a script
   }
 }
 
-TEST_CASE("check_norm + optimizer_step: clipping by a non-finite norm skips and marks kNormOverflow as the CPU does; an "
+TEST_CASE("check_norm + optimizer_step: clipping by a non-finite norm skips and marks kNormOverflow as the CPU does, an "
           "overflow step keeps its attribution",
           "[.cuda][optim]") {
   auto gpu = make_device();
