@@ -72,9 +72,8 @@ class TimedOps final : public ComputeOps {
   void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) override {
     timed("activation_backward", [&] { in_.activation_backward(a, z, dy, dz); });
   }
-  void softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
-                    const Tensor& dlogits, float* loss_sum, int32_t* correct) override {
-    timed("softmax_xent", [&] { in_.softmax_xent(logits, labels, scale, inv_count, dlogits, loss_sum, correct); });
+  void softmax_xent(const SoftmaxXentArgs& a) override {
+    timed("softmax_xent", [&] { in_.softmax_xent(a); });
   }
   void mse(const Tensor& pred, const Tensor& target, const float* scale, float inv_count, const Tensor& dpred,
            float* loss_sum) override {

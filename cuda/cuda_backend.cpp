@@ -246,10 +246,8 @@ void CudaBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, cons
 
 // ---- losses ---------------------------------------------------------------------------------
 
-void CudaBackend::softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
-                               const Tensor& dlogits, float* loss_sum, int32_t* correct) {
-  cuda::softmax_xent(launch(), logits, labels, scale, inv_count, dlogits, loss_sum, correct,
-                     LossScratch{loss_partials_.get(), hit_partials_.get(), kLossBlocks});
+void CudaBackend::softmax_xent(const SoftmaxXentArgs& a) {
+  cuda::softmax_xent(launch(), a, LossScratch{loss_partials_.get(), hit_partials_.get(), kLossBlocks});
 }
 
 void CudaBackend::mse(const Tensor& pred, const Tensor& target, const float* scale, float inv_count,

@@ -66,8 +66,7 @@ class CudaBackend final : public Backend, public DeviceStream {
   void reserve_embedding(int64_t max_tokens, int64_t vocab) override;
   void activation_forward(Activation a, const Tensor& z, const Tensor& y) override;
   void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) override;
-  void softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
-                    const Tensor& dlogits, float* loss_sum, int32_t* correct) override;
+  void softmax_xent(const SoftmaxXentArgs& a) override;
   void mse(const Tensor& pred, const Tensor& target, const float* scale, float inv_count, const Tensor& dpred,
            float* loss_sum) override;
   void find_nonfinite(const void* grads, DType dtype, const std::vector<TensorSpan>& spans, size_t begin,

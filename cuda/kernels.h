@@ -38,8 +38,7 @@ void add_bias_rows(const Launch& l, const Tensor& b, const Tensor& in, const Ten
 void bias_grad(const Launch& l, const Tensor& dy, const Tensor& db);    // db[c] = sum_r dy[r][c] (FP32)
 
 // ---- loss.cu
-void softmax_xent(const Launch& l, const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
-                  const Tensor& dlogits, float* loss_sum, int32_t* correct, const LossScratch& scratch);
+void softmax_xent(const Launch& l, const SoftmaxXentArgs& a, const LossScratch& scratch);
 void mse(const Launch& l, const Tensor& pred, const Tensor& target, const float* scale, float inv_count,
          const Tensor& dpred, float* loss_sum, const LossScratch& scratch);
 

@@ -54,15 +54,16 @@ template <typename L, typename G>
 __global__ void __launch_bounds__(kThreads) softmax_xent_kernel(const L* logits,
                                                                 const int32_t* __restrict__ labels,
                                                                 const float* __restrict__ scale, float inv_count,
-                                                                G* dlogits, size_t rows, size_t c,
-                                                                double* part_loss, long long* part_hits) {
+                                                                G* dlogits, size_t rows, size_t c, size_t ld,
+                                                                size_t ld_d, double* part_loss,
+                                                                long long* part_hits) {
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const size_t total_warps = size_t(gridDim.x) * kWarpsPerBlock;
   const float gmul = *scale * inv_count;
   double loss = 0.0;
   long long hits = 0;
   for (size_t r = size_t(blockIdx.x) * kWarpsPerBlock + warp; r < rows; r += total_warps) {
-    const L* row = logits + r * c;
+    const L* row = logits + r * ld;
     Best best{0.0f, -1};
     for (size_t j = lane; j < c; j += 32) best = better(best, Best{to_f32(row[j]), (long long)j});
     best = warp_best(best);
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) softmax_xent_kernel(const L* logits,
     }
     __syncwarp();  // every lane has read the row before any lane writes (dlogits may be logits)
     if (dlogits) {
-      G* out = dlogits + r * c;
+      G* out = dlogits + r * ld_d;
       for (size_t j = lane; j < c; j += 32) {
         const double p = exp(double(to_f32(row[j])) - lse);
         out[j] = from_f32<G>(float((p - (valid && j == size_t(y) ? 1.0 : 0.0)) * gmul));
@@ -143,27 +144,25 @@ __global__ void __launch_bounds__(kThreads) loss_finish_kernel(const double* par
 
 }  // namespace
 
-void softmax_xent(const Launch& l, const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
-                  const Tensor& dlogits, float* loss_sum, int32_t* correct, const LossScratch& scratch) {
-  const size_t rows = logits.rows, c = logits.cols;
-  AMP_CHECK(c > 0, "softmax_xent: no classes");
-  AMP_CHECK(!dlogits.data || (dlogits.rows == rows && dlogits.cols == c), "softmax_xent: dlogits shape");
+void softmax_xent(const Launch& l, const SoftmaxXentArgs& a, const LossScratch& scratch) {
+  check_args(a);
+  const size_t rows = size_t(a.rows), c = size_t(a.classes);
   if (rows == 0) return;
   const size_t want = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const unsigned blocks = unsigned(std::min<size_t>({want, size_t(scratch.capacity), size_t(l.max_blocks)}));
   // The dtype of a missing dlogits does not matter: use the logits' type for the (unused) pointer.
-  const DType gtype = dlogits.data ? dlogits.dtype : logits.dtype;
-  dispatch_float(logits.dtype, "softmax_xent", [&](auto lt) {
+  const DType gtype = a.dlogits ? a.dlogits_type : a.logits_type;
+  dispatch_float(a.logits_type, "softmax_xent", [&](auto lt) {
     dispatch_float(gtype, "softmax_xent", [&](auto gt) {
       using L = decltype(lt);
       using G = decltype(gt);
-      softmax_xent_kernel<L, G><<<blocks, kThreads, 0, l.stream>>>(logits.as<const L>(), labels, scale, inv_count,
-                                                                  static_cast<G*>(dlogits.data), rows, c,
-                                                                  scratch.loss, scratch.hits);
+      softmax_xent_kernel<L, G><<<blocks, kThreads, 0, l.stream>>>(
+          static_cast<const L*>(a.logits), a.labels, a.scale, a.inv_count, static_cast<G*>(a.dlogits), rows, c,
+          size_t(a.ld_logits), size_t(a.ld_dlogits), scratch.loss, scratch.hits);
       AMP_CHECK_LAUNCH("softmax_xent_kernel");
     });
   });
-  loss_finish_kernel<<<1, kThreads, 0, l.stream>>>(scratch.loss, scratch.hits, blocks, loss_sum, correct);
+  loss_finish_kernel<<<1, kThreads, 0, l.stream>>>(scratch.loss, scratch.hits, blocks, a.loss_sum, a.correct);
   AMP_CHECK_LAUNCH("loss_finish_kernel");
 }
 

@@ -10,6 +10,7 @@
 #include "backend/transformer_args.h"
 #include "core/activation.h"
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace amp {
 
@@ -55,15 +56,26 @@ class ComputeOps {
   virtual void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) = 0;
 
   // ---- losses (FP32 math from low-precision predictions) -----------------------------------------
-  // Softmax cross-entropy. Adds this batch's summed loss to *loss_sum and its correct count to
-  // *correct. When dlogits.data is non-null it receives (softmax - onehot) * (*scale) * inv_count,
-  // rounded to its dtype: the loss-scaled gradient of the mean loss over inv_count^-1 samples.
-  // labels are int32.
-  virtual void softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
-                            const Tensor& dlogits, float* loss_sum, int32_t* correct) = 0;
+  // Softmax cross-entropy (semantics in backend/ops_args.h): adds the batch's summed loss to
+  // *loss_sum and its hits to *correct; with dlogits, (softmax - onehot) * (*scale) * inv_count.
+  virtual void softmax_xent(const SoftmaxXentArgs& a) = 0;
   // Squared error summed over elements into *loss_sum; dpred = 2 (pred - target) * scale * inv_count.
   virtual void mse(const Tensor& pred, const Tensor& target, const float* scale, float inv_count,
                    const Tensor& dpred, float* loss_sum) = 0;
 };
+
+// The cross-entropy's arguments for dense row-major tensors (leading dimensions = columns; a
+// null dlogits.data computes the loss only).
+inline SoftmaxXentArgs dense_xent_args(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
+                                       const Tensor& dlogits, float* loss_sum, int32_t* correct) {
+  SoftmaxXentArgs a;
+  a.logits = logits.data, a.logits_type = logits.dtype;
+  a.rows = int64_t(logits.rows), a.classes = int64_t(logits.cols), a.ld_logits = int64_t(logits.cols);
+  a.labels = labels, a.scale = scale, a.inv_count = inv_count;
+  a.dlogits = dlogits.data, a.dlogits_type = dlogits.dtype, a.ld_dlogits = int64_t(dlogits.cols);
+  a.loss_sum = loss_sum, a.correct = correct;
+  AMP_CHECK(!dlogits.data || (dlogits.rows == logits.rows && dlogits.cols == logits.cols), "softmax_xent: dlogits shape");
+  return a;
+}
 
 }  // namespace amp

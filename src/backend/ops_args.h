@@ -1,6 +1,7 @@
 // Arguments of the general ops a model zoo needs beyond the MLP's linear layers: a strided,
 // batched GEMM (attention's Q K^T and softmax(P) V, the linear layers as special cases), an
-// elementwise add (residual connections) and a column sum over rows (bias gradients). Plain
+// elementwise add (residual connections), a column sum over rows (bias gradients) and the softmax
+// cross-entropy (its CPU twin in src/backend/cpu/kernels.cpp, its CUDA twin in cuda/loss.cu). Plain
 // structs, no virtuals; the CPU twins are amp::cpu::GeneralOps (src/backend/cpu/ops_general.h),
 // the CUDA twins amp::cuda::GeneralOps (cuda/ops_general.h). Both validate with the check_args()
 // functions below, so an argument one side refuses the other refuses too.
@@ -44,6 +45,16 @@
 //        both twins (up to NaN payloads). With scale != 1: round((float(a[i]) + float(b[i])) *
 //        scale), the FP32 product of the sum (gradient accumulation's mean over micro-batches).
 //        out may be a or b itself (same pointer and dtype), no other overlap.
+//
+// softmax_xent  Softmax cross-entropy of rows of logits (row r at logits + r * ld_logits, its
+//        first `classes` elements; the elements up to the leading dimension are never read or
+//        written: a padded vocabulary's columns). Per row, in double from the logits widened
+//        exactly: lse = max + log(sum_j exp(x_j - max)); the row's loss lse - x[label]; a hit when
+//        the first maximum's column is the label. The batch's losses are summed in double and
+//        added to *loss_sum once (FP32), its hits to *correct. With dlogits:
+//        dlogits[r][j] = round((exp(x_j - lse) - [j == label]) * (*scale * inv_count)) in its
+//        dtype (row stride ld_dlogits): the loss-scaled gradient of the mean over 1/inv_count
+//        samples. dlogits may be logits itself (same dtype and leading dimension).
 //
 // row_sum out[j] = sum over i in [0, rows) of x[i * ldx + j] for j in [0, cols): FP32
 //        accumulation in a FIXED order, the same on both twins (bit-identical results, no
@@ -119,6 +130,22 @@ struct RowSumArgs {
   DType out_type = DType::F32;  // FP32 by default (a bias gradient's master copy); F16/BF16 round once
 };
 
+// Softmax cross-entropy with its loss sums (see the header comment). Pointers are backend memory.
+struct SoftmaxXentArgs {
+  const void* logits = nullptr;
+  DType logits_type = DType::F32;
+  int64_t rows = 0, classes = 0;
+  int64_t ld_logits = 0;           // elements between rows of logits, >= classes
+  const int32_t* labels = nullptr;  // rows class indices in [0, classes)
+  const float* scale = nullptr;     // the loss scale S (backend memory: a captured step reads it)
+  float inv_count = 1.0f;           // 1 / (samples the loss is a mean over)
+  void* dlogits = nullptr;          // null: loss only (evaluation)
+  DType dlogits_type = DType::F32;
+  int64_t ld_dlogits = 0;           // elements between rows of dlogits, >= classes
+  float* loss_sum = nullptr;        // += the batch's summed loss
+  int32_t* correct = nullptr;       // += the batch's hits (may be null)
+};
+
 inline bool is_gemm_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 // Throws amp::Error (Internal: a caller's bug) naming the first violated rule.
@@ -151,6 +178,17 @@ inline void check_args(const AddArgs& a) {
   AMP_CHECK(a.a && a.b && a.out, "add: null pointer");
   AMP_CHECK((a.out != a.a || a.out_type == a.a_type) && (a.out != a.b || a.out_type == a.b_type),
             "add: out aliases an input of another dtype");
+}
+
+inline void check_args(const SoftmaxXentArgs& a) {
+  AMP_CHECK(a.rows >= 0 && a.classes > 0, "softmax_xent: rows ", a.rows, " classes ", a.classes);
+  AMP_CHECK(is_gemm_float(a.logits_type) && (!a.dlogits || is_gemm_float(a.dlogits_type)),
+            "softmax_xent: unsupported dtypes");
+  AMP_CHECK(a.ld_logits >= a.classes && (!a.dlogits || a.ld_dlogits >= a.classes), "softmax_xent: leading dimension ",
+            a.ld_logits, "/", a.ld_dlogits, " below ", a.classes, " classes");
+  AMP_CHECK(a.scale && a.loss_sum && (a.rows == 0 || (a.logits && a.labels)), "softmax_xent: null pointer");
+  AMP_CHECK(a.dlogits != a.logits || (a.dlogits_type == a.logits_type && a.ld_dlogits == a.ld_logits),
+            "softmax_xent: dlogits aliases logits with another dtype or leading dimension");
 }
 
 inline void check_args(const RowSumArgs& r) {

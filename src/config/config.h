@@ -62,6 +62,9 @@ struct Config {
     // gpt: blocks, heads per block, embedding width (a multiple of n_head), context length T, and
     // the vocabulary (0: 256 for text, the largest token + 1 for token shards).
     int64_t n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0;
+    // gpt: the logits' rows padded to a multiple of this many columns (0: 128 for a vocabulary
+    // above 256, else none; 1: none).
+    int64_t vocab_pad = 0;
   } model;
   struct Synthetic {
     int64_t train_samples = 0, eval_samples = 0, features = 0, outputs = 0;

@@ -39,6 +39,7 @@ const std::vector<Key>& keys() {
       {"model.n_embd", "128", "gpt: embedding width (a multiple of model.n_head)", F(model.n_embd), positive_upto(kMaxEmbd)},
       {"model.seq_len", "64", "gpt: context length T (each training window: T inputs, T next-token targets)", F(model.seq_len), positive_upto(kMaxSeqLen)},
       {"model.vocab_size", "0", "gpt: vocabulary (0: 256 for text, largest token + 1 for tokens; GPT-2 BPE: 50257)", F(model.vocab_size), count_upto(kMaxWidth)},
+      {"model.vocab_pad", "0", "gpt: pad the logits' rows (the LM head's output and its gradient) to a multiple of this many columns, for aligned GEMMs; the padding is never part of the softmax, the loss, sampling or the weights (0: 128 above 256 tokens, else 1 = none)", F(model.vocab_pad), count_upto(4096)},
       // data
       {"data.format", "\"idx\"", "data source (text, tokens: token streams for model.type gpt)", F(data.format), {}, {"idx", "csv", "synthetic", "text", "tokens"}},
       {"data.train_images", "\"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\"", "IDX training inputs (raw or .gz)", F(data.train_images)},

@@ -66,7 +66,7 @@ bool Gpt::bytes_needed(const GptOptions& o, size_t max_rows, DType compute, size
   overflow |= __builtin_mul_overflow(max_rows, o.seq_len, &n);
   const size_t C = o.n_embd, H = o.n_head, T = o.seq_len;
   // per token and layer: residuals, LN outputs, qkv, attention output, MLP (16 C), probabilities (H T)
-  per_token = o.n_layer * (16 * C + H * T) + 3 * C + 2 * o.vocab + 10 * C;
+  per_token = o.n_layer * (16 * C + H * T) + 3 * C + 2 * o.logits_ld() + 10 * C;
   overflow |= __builtin_mul_overflow(n, per_token * lp + 32 * o.n_layer, &t);
   overflow |= __builtin_add_overflow(bytes, t, &bytes);
   // One head's attention scratch over every row: scores and dP (FP32), dS (compute dtype).
@@ -81,9 +81,10 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
     : mem_(mem), ops_(ops), opt_(opt), compute_(compute), max_rows_(max_rows), layout_(gpt_layout(opt)) {
   AMP_CHECK(opt_.n_head > 0 && opt_.n_embd % opt_.n_head == 0, "n_embd must be a multiple of n_head");
   AMP_CHECK(opt_.n_layer > 0, "a GPT needs at least one layer");
+  AMP_CHECK(opt_.vocab_pad > 0, "vocab_pad must be at least 1");
   scale_ = float(1.0 / std::sqrt(double(opt_.n_embd / opt_.n_head)));
   const size_t N = max_rows_ * opt_.seq_len, C = opt_.n_embd, T = opt_.seq_len, H = opt_.n_head, V = opt_.vocab;
-  const size_t e = dtype_size(compute_);
+  const size_t Vp = opt_.logits_ld(), e = dtype_size(compute_);
   auto buf = [&](size_t elems, size_t elem_bytes) { return mem_.alloc(elems * elem_bytes); };
   tokens_ = buf(N, 4);
   targets_ = buf(N, 4);
@@ -109,8 +110,8 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
   lnf_ = buf(N * C, e);
   meanf_ = buf(N, 4);
   rstdf_ = buf(N, 4);
-  logits_ = buf(N * V, e);
-  dlogits_ = buf(N * V, e);
+  logits_ = buf(N * Vp, e);  // rows padded to Vp columns (never read or written past V)
+  dlogits_ = buf(N * Vp, e);
   // One head at a time over every row (see forward): rows x T x T each.
   scores_ = buf(max_rows_ * T * T, 4);
   dprobs_ = buf(max_rows_ * T * T, 4);
@@ -125,7 +126,7 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
 
 std::string Gpt::describe() const {
   return strcat("gpt ", opt_.n_layer, " layers x ", opt_.n_head, " heads x ", opt_.n_embd, ", seq ", opt_.seq_len,
-                ", vocab ", opt_.vocab);
+                ", vocab ", opt_.vocab);  // the padded logits are not part of the model (scaling_model.py reads this)
 }
 
 std::vector<float> Gpt::init_params(uint64_t seed) const {
@@ -241,17 +242,21 @@ void Gpt::forward(const void* params, size_t rows) {
     ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(N * C)});
   }
   layernorm(res_out_.data(), params, lnf_w(), lnf_.data(), meanf_, rstdf_, N);
-  // The LM head, tied to the token embedding: logits = lnf wte^T.
+  // The LM head, tied to the token embedding: logits = lnf wte^T, rows Vp apart.
   ops_.gemm(gemm_args(compute_, compute_, N, V, C, false, true, lnf_.data(), C, 0, param(params, kWte).data, C, 0,
-                      logits_.data(), V, 0, 1));
+                      logits_.data(), int64_t(opt_.logits_ld()), 0, 1));
 }
 
 void Gpt::forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
                        LossSums sums) {
-  const size_t N = rows * opt_.seq_len, V = opt_.vocab;
   forward(params, rows);
-  const Tensor dlogits = with_grad ? act(dlogits_, N, V) : Tensor{nullptr, compute_, N, V};
-  ops_.softmax_xent(act(logits_, N, V), targets_.as<int32_t>(), scale, inv_count, dlogits, sums.loss_sum, sums.correct);
+  SoftmaxXentArgs x;
+  x.logits = logits_.data(), x.logits_type = compute_, x.rows = int64_t(rows * opt_.seq_len);
+  x.classes = int64_t(opt_.vocab), x.ld_logits = int64_t(opt_.logits_ld());
+  x.labels = targets_.as<int32_t>(), x.scale = scale, x.inv_count = inv_count;
+  x.dlogits = with_grad ? dlogits_.data() : nullptr, x.dlogits_type = compute_, x.ld_dlogits = x.ld_logits;
+  x.loss_sum = sums.loss_sum, x.correct = sums.correct;
+  ops_.softmax_xent(x);
 }
 
 void Gpt::backward(const void* params, void* grads, size_t rows, const std::function<void(int)>& ready) {
@@ -276,9 +281,10 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
     done(g);
   };
   // LM head: d(lnf) = dlogits wte; d(wte) = dlogits^T lnf (written here, the embedding adds to it).
-  ops_.gemm(gemm_args(compute_, compute_, N, C, V, false, false, dlogits_.data(), V, 0, P(kWte).data, C, 0,
+  const int64_t Vp = int64_t(opt_.logits_ld());
+  ops_.gemm(gemm_args(compute_, compute_, N, C, V, false, false, dlogits_.data(), Vp, 0, P(kWte).data, C, 0,
                       dtmp_.data(), C, 0, 1));
-  ops_.gemm(gemm_args(compute_, compute_, V, C, N, true, false, dlogits_.data(), V, 0, lnf_.data(), C, 0,
+  ops_.gemm(gemm_args(compute_, compute_, V, C, N, true, false, dlogits_.data(), Vp, 0, lnf_.data(), C, 0,
                       G(kWte).data, C, 0, 1));
   layernorm_back(dtmp_.data(), res_out_.data(), lnf_w(), meanf_, rstdf_, false);
   for (size_t li = L; li-- > 0;) {
@@ -335,7 +341,7 @@ std::vector<float> Gpt::next_logits(const void* params, const std::vector<int32_
   mem_.upload(tokens_.data(), tokens_host_.data(), T * sizeof(int32_t));
   forward(params, 1);
   std::vector<char> raw(V * dtype_size(compute_));
-  mem_.download(raw.data(), logits_.as<char>() + (n - 1) * V * dtype_size(compute_), raw.size());
+  mem_.download(raw.data(), logits_.as<char>() + (n - 1) * opt_.logits_ld() * dtype_size(compute_), raw.size());
   std::vector<float> out(V);
   for (size_t i = 0; i < V; ++i) {
     if (compute_ == DType::F32) std::memcpy(&out[i], raw.data() + 4 * i, 4);

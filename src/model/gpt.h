@@ -22,7 +22,18 @@ namespace amp {
 
 struct GptOptions {
   size_t vocab = 256, seq_len = 64, n_layer = 2, n_head = 4, n_embd = 128;
+  // The logits' rows are padded to a multiple of this (1: none): the LM head's three GEMMs get
+  // aligned leading dimensions (llm.c pads GPT-2's 50257 to 50304). Only the row stride of the
+  // logits and their gradient changes: the weights, the softmax, the loss and sampling see the
+  // vocabulary alone.
+  size_t vocab_pad = 1;
+  size_t logits_ld() const { return (vocab + vocab_pad - 1) / vocab_pad * vocab_pad; }
 };
+
+// model.vocab_pad's choice: the configured multiple, or (0) 128 for vocabularies above 256.
+inline size_t vocab_pad_for(int64_t configured, size_t vocab) {
+  return configured > 0 ? size_t(configured) : vocab > 256 ? 128 : 1;
+}
 
 // wte, wpe, then per layer ln_1, attn.qkv, attn.proj, ln_2, mlp.fc, mlp.proj (weight, bias each),
 // then ln_f: the names of GPT-2's checkpoints ("h.3.attn.qkv.weight").
@@ -47,7 +58,8 @@ class Gpt final : public Model {
 
   // Tokens and targets given directly (rows x seq_len each), as stage() gathers them from windows.
   void stage_tokens(const int32_t* tokens, const int32_t* targets, size_t rows);
-  // The logits of the last forward pass (compute dtype, rows*seq_len x vocab; backend memory).
+  // The logits of the last forward pass (compute dtype, rows*seq_len x vocab with row stride
+  // options().logits_ld(); backend memory).
   const void* logits_data() const { return logits_.data(); }
 
   // Text generation: the logits (FP32, host) of the next token after `context` (its last seq_len

@@ -37,6 +37,7 @@ std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceM
   o.n_layer = size_t(cfg.model.n_layer);
   o.n_head = size_t(cfg.model.n_head);
   o.n_embd = size_t(cfg.model.n_embd);
+  o.vocab_pad = vocab_pad_for(cfg.model.vocab_pad, o.vocab);
   size_t bytes = 0, params = 0;
   const bool fits = Gpt::bytes_needed(o, max_rows, compute, &bytes, &params) && add_accumulation(cfg, params, &bytes);
   if (!fits || (bytes_available > 0 && bytes > bytes_available))

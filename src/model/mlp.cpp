@@ -147,7 +147,7 @@ void Mlp::forward_loss(const void* params, size_t rows, const float* scale, floa
   const Tensor logits = forward(x, params, rows);
   const Tensor dlogits = with_grad ? dlogits_.row_slice(0, rows) : Tensor{nullptr, compute_, rows, out};
   if (classification())
-    ops_.softmax_xent(logits, labels_.as<int32_t>(), scale, inv_count, dlogits, sums.loss_sum, sums.correct);
+    ops_.softmax_xent(dense_xent_args(logits, labels_.as<int32_t>(), scale, inv_count, dlogits, sums.loss_sum, sums.correct));
   else
     ops_.mse(logits, targets_.tensor(DType::F32, rows, out), scale, inv_count, dlogits, sums.loss_sum);
 }

@@ -82,17 +82,60 @@ TEST_CASE("softmax cross-entropy matches the CPU: loss, hits, scaled gradient", 
       const float inv = 1.0f / float(rows);
       auto* ca = acc.c.as<Acc>();
       auto* ga = acc.g.as<Acc>();
-      cpu.softmax_xent(L.c, lab.c.as<int32_t>(), &ca->scale, inv, D.c, &ca->loss_sum, &ca->correct);
-      gpu->softmax_xent(L.g, lab.g.as<int32_t>(), &ga->scale, inv, D.g, &ga->loss_sum, &ga->correct);
+      cpu.softmax_xent(dense_xent_args(L.c, lab.c.as<int32_t>(), &ca->scale, inv, D.c, &ca->loss_sum, &ca->correct));
+      gpu->softmax_xent(dense_xent_args(L.g, lab.g.as<int32_t>(), &ga->scale, inv, D.g, &ga->loss_sum, &ga->correct));
       GPU_REQUIRE_CLOSE(read(*gpu, D.g), read(cpu, D.c), 2 * eps_of(dt) + 1e-6, 1e-6);
       // Evaluation form: no gradient, accumulate again.
       const Tensor none_c{nullptr, dt, rows, c}, none_g{nullptr, dt, rows, c};
-      cpu.softmax_xent(L.c, lab.c.as<int32_t>(), &ca->scale, 1.0f, none_c, &ca->loss_sum, &ca->correct);
-      gpu->softmax_xent(L.g, lab.g.as<int32_t>(), &ga->scale, 1.0f, none_g, &ga->loss_sum, &ga->correct);
+      cpu.softmax_xent(dense_xent_args(L.c, lab.c.as<int32_t>(), &ca->scale, 1.0f, none_c, &ca->loss_sum, &ca->correct));
+      gpu->softmax_xent(dense_xent_args(L.g, lab.g.as<int32_t>(), &ga->scale, 1.0f, none_g, &ga->loss_sum, &ga->correct));
       const Acc want = read_one<Acc>(cpu, acc.c.data()), got = read_one<Acc>(*gpu, acc.g.data());
       CHECK(got.correct == want.correct);
       CHECK(got.loss_sum == Approx(want.loss_sum).epsilon(1e-6));
     }
+  }
+}
+
+TEST_CASE("softmax cross-entropy over padded rows (a padded vocabulary) matches the CPU, padding untouched",
+          "[.cuda][loss]") {
+  auto gpu = make_device();
+  CpuBackend cpu(2);
+  const size_t rows = 29, c = 300, ld = 384;  // GPT-2's 50257 -> 50304 in small
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    INFO(dtype_name(dt));
+    std::vector<float> logits = randn(rows * ld, 91, 3.0);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = c; j < ld; ++j) logits[r * ld + j] = kNaN;  // never read: a NaN would show
+    std::vector<int32_t> labels(rows);
+    for (size_t r = 0; r < rows; ++r) labels[r] = int32_t((r * 53) % c);
+    Mirror L(cpu, *gpu, logits, dt, rows, ld), D(cpu, *gpu, std::vector<float>(rows * ld, kNaN), dt, rows, ld);
+    Scalars lab(cpu, *gpu, labels.data(), rows * sizeof(int32_t));
+    struct Acc {
+      float loss_sum;
+      int32_t correct;
+      float scale;
+    } init{0.0f, 0, 4096.0f};
+    Scalars acc(cpu, *gpu, &init, sizeof init);
+    for (int side = 0; side < 2; ++side) {
+      Backend& be = side ? *gpu : static_cast<Backend&>(cpu);
+      Acc* a = (side ? acc.g : acc.c).as<Acc>();
+      SoftmaxXentArgs x;
+      x.logits = (side ? L.g : L.c).data, x.logits_type = dt, x.rows = int64_t(rows), x.classes = int64_t(c);
+      x.ld_logits = int64_t(ld), x.labels = (side ? lab.g : lab.c).as<int32_t>(), x.scale = &a->scale;
+      x.inv_count = 1.0f / float(rows), x.dlogits = (side ? D.g : D.c).data, x.dlogits_type = dt;
+      x.ld_dlogits = int64_t(ld), x.loss_sum = &a->loss_sum, x.correct = &a->correct;
+      be.softmax_xent(x);
+    }
+    const std::vector<float> dg = read(*gpu, D.g), dc = read(cpu, D.c);
+    GPU_REQUIRE_CLOSE(dg, dc, 2 * eps_of(dt) + 1e-6, 1e-6);  // NaN must meet NaN: the padding on both
+    size_t padding_written = 0;
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = c; j < ld; ++j) padding_written += !std::isnan(dg[r * ld + j]);
+    CHECK(padding_written == 0);
+    const Acc want = read_one<Acc>(cpu, acc.c.data()), got = read_one<Acc>(*gpu, acc.g.data());
+    CHECK(std::isfinite(want.loss_sum));
+    CHECK(got.correct == want.correct);
+    CHECK(got.loss_sum == Approx(want.loss_sum).epsilon(1e-6));
   }
 }
 
@@ -112,10 +155,10 @@ TEST_CASE("softmax cross-entropy: NaN logits give the CPU's arg-max and NaN grad
     float scale;
   } init{0.0f, 0, 1.0f};
   Scalars acc(cpu, *gpu, &init, sizeof init);
-  cpu.softmax_xent(L.c, lab.c.as<int32_t>(), &acc.c.as<Acc>()->scale, 0.125f, D.c, &acc.c.as<Acc>()->loss_sum,
-                   &acc.c.as<Acc>()->correct);
-  gpu->softmax_xent(L.g, lab.g.as<int32_t>(), &acc.g.as<Acc>()->scale, 0.125f, D.g, &acc.g.as<Acc>()->loss_sum,
-                    &acc.g.as<Acc>()->correct);
+  cpu.softmax_xent(dense_xent_args(L.c, lab.c.as<int32_t>(), &acc.c.as<Acc>()->scale, 0.125f, D.c, &acc.c.as<Acc>()->loss_sum,
+                   &acc.c.as<Acc>()->correct));
+  gpu->softmax_xent(dense_xent_args(L.g, lab.g.as<int32_t>(), &acc.g.as<Acc>()->scale, 0.125f, D.g, &acc.g.as<Acc>()->loss_sum,
+                    &acc.g.as<Acc>()->correct));
   CHECK(read_one<Acc>(*gpu, acc.g.data()).correct == read_one<Acc>(cpu, acc.c.data()).correct);
   GPU_REQUIRE_CLOSE(read(*gpu, D.g), read(cpu, D.c), 2 * eps_of(DType::F16), 1e-6);
 }

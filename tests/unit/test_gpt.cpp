@@ -13,6 +13,8 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/convert.h"
+#include "core/half.h"
+#include "core/rng.h"
 #include "model/gpt.h"
 #include "model/sampling.h"
 
@@ -67,6 +69,7 @@ Result run(const nlohmann::json& ref, DType dt, float scale) {
   Result r;
   r.loss = double(s.loss) / double(N);
   r.logits.resize(N * V);
+  REQUIRE(model.options().logits_ld() == V);  // the reference's vocabulary is below 256: no padding
   convert(model.logits_data(), dt, r.logits.data(), DType::F32, N * V);
   r.grads.resize(L.total);
   convert(grads.data(), dt, r.grads.data(), DType::F32, L.total);
@@ -162,4 +165,71 @@ TEST_CASE("sampling: top-k and temperature choose among the likeliest, seeded, a
   // Bytes that are not UTF-8 are escaped; valid sequences and newlines pass.
   CHECK(detokenize({'h', 'i', '\n', 0xC3, 0xA9, 0xAB, 0x01}, 256) == "hi\n\xC3\xA9\\xAB\\x01");
   CHECK(detokenize({5, 7}, 50257) == "5 7");
+}
+
+TEST_CASE("gpt: padded logits rows give the unpadded loss, gradients, logits and samples bit for bit", "[gpt]") {
+  // GPT-2's 50257 is padded to 50304 for aligned GEMMs; here a vocabulary of 300 padded to 320
+  // and 384 columns (and the automatic choice) against no padding.
+  CHECK(vocab_pad_for(0, 50257) == 128);
+  CHECK(vocab_pad_for(0, 256) == 1);
+  CHECK(vocab_pad_for(64, 256) == 64);
+  GptOptions base;
+  base.vocab = 300, base.seq_len = 16, base.n_layer = 2, base.n_head = 2, base.n_embd = 32;
+  CHECK(GptOptions{300, 16, 2, 2, 32, 128}.logits_ld() == 384);
+  const size_t B = 3, T = base.seq_len, V = base.vocab, N = B * T;
+  amp::Rng rng(7);
+  std::vector<int32_t> tok(N), tgt(N);
+  for (size_t i = 0; i < N; ++i) tok[i] = int32_t(rng.below(V)), tgt[i] = int32_t(rng.below(V));
+  struct Out {
+    float loss = 0;
+    int32_t correct = 0;
+    std::vector<uint32_t> grads, logits, next;
+    std::vector<int32_t> sample;
+  };
+  auto run_with = [&](size_t pad, DType dt, float scale) {
+    GptOptions o = base;
+    o.vocab_pad = pad;
+    CpuBackend be(2);
+    Gpt model(be, be, o, dt, B);
+    const ParamLayout& L = model.layout();
+    const std::vector<float> w = model.init_params(11);
+    Buffer params = be.alloc(L.total * dtype_size(dt)), grads = be.alloc(L.total * dtype_size(dt));
+    convert(w.data(), DType::F32, params.data(), dt, L.total);
+    model.stage_tokens(tok.data(), tgt.data(), B);
+    struct { float scale, loss; int32_t correct; } s{scale, 0, 0};
+    model.forward_loss(params.data(), B, &s.scale, 1.0f / float(N), true, LossSums{&s.loss, &s.correct});
+    Out out;
+    out.loss = s.loss, out.correct = s.correct;
+    const size_t ld = o.logits_ld(), es = dtype_size(dt);
+    for (size_t r = 0; r < N; ++r)
+      for (size_t j = 0; j < V; ++j) {
+        float f;
+        convert(static_cast<const char*>(model.logits_data()) + (r * ld + j) * es, dt, &f, DType::F32, 1);
+        out.logits.push_back(f32_bits(f));
+      }
+    model.backward(params.data(), grads.data(), B, [](int) {});
+    std::vector<float> g(L.total);
+    convert(grads.data(), dt, g.data(), DType::F32, L.total);
+    for (float x : g) out.grads.push_back(f32_bits(x));
+    for (float x : model.next_logits(params.data(), {1, 2, 3})) out.next.push_back(f32_bits(x));
+    SampleOptions so;
+    so.tokens = 24;
+    out.sample = generate({5, 6}, so, [&](const std::vector<int32_t>& ctx) { return model.next_logits(params.data(), ctx); });
+    return out;
+  };
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    const float scale = dt == DType::F16 ? 1024.0f : 1.0f;
+    const Out plain = run_with(1, dt, scale);
+    for (size_t pad : {size_t(64), size_t(128)}) {
+      INFO(dtype_name(dt) << ", rows padded to a multiple of " << pad);
+      const Out padded = run_with(pad, dt, scale);
+      CHECK(f32_bits(padded.loss) == f32_bits(plain.loss));
+      CHECK(padded.correct == plain.correct);
+      CHECK(padded.logits == plain.logits);
+      CHECK(padded.grads == plain.grads);
+      CHECK(padded.next == plain.next);
+      CHECK(padded.sample == plain.sample);
+      REQUIRE(padded.next.size() == V);
+    }
+  }
 }

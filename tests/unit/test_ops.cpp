@@ -142,7 +142,7 @@ TEST_CASE("softmax cross-entropy and MSE gradients match finite differences", "[
   Dev L(be, logits, DType::F32, B, C), G(be, std::vector<float>(B * C), DType::F32, B, C);
   float loss = 0;
   int32_t correct = 0;
-  be.softmax_xent(L.t, labels.data(), &scale, inv, G.t, &loss, &correct);
+  be.softmax_xent(dense_xent_args(L.t, labels.data(), &scale, inv, G.t, &loss, &correct));
   std::vector<double> ld(logits.begin(), logits.end());
   CHECK(loss == Approx(loss_d(ld)).epsilon(1e-6));
   int expect_correct = 0;
@@ -237,8 +237,8 @@ TEST_CASE("16-bit activations and losses agree with FP32", "[ops]") {
     const float scale = 1024.0f;
     float l32 = 0, l16 = 0;
     int32_t c32 = 0, c16 = 0;
-    be.softmax_xent(L.t, labels.data(), &scale, 1.0f / B, G.t, &l32, &c32);
-    be.softmax_xent(L16.t, labels.data(), &scale, 1.0f / B, G16.t, &l16, &c16);
+    be.softmax_xent(dense_xent_args(L.t, labels.data(), &scale, 1.0f / B, G.t, &l32, &c32));
+    be.softmax_xent(dense_xent_args(L16.t, labels.data(), &scale, 1.0f / B, G16.t, &l16, &c16));
     CHECK(l16 == Approx(l32).epsilon(tol));
     const auto g = G.get();
     CHECK(rel_err(G16.get(), std::vector<double>(g.begin(), g.end())) < 3 * tol);
@@ -255,7 +255,7 @@ TEST_CASE("FP16 gradients underflow without a loss scale and survive with one", 
   auto zeros = [&](float scale) {
     float loss = 0;
     int32_t correct = 0;
-    be.softmax_xent(L.t, labels.data(), &scale, 1.0f / B, G.t, &loss, &correct);
+    be.softmax_xent(dense_xent_args(L.t, labels.data(), &scale, 1.0f / B, G.t, &loss, &correct));
     size_t z = 0;
     for (float v : G.get()) z += v == 0.0f;
     return double(z) / double(B * C);
@@ -341,4 +341,46 @@ TEST_CASE("optimizer step skips on the flag and writes the working copy", "[ops]
   std::vector<float> ws = w0;
   be.optimizer_step(sgd, &one, 0.5f, ws.data(), g.data(), nullptr, nullptr, n, nullptr, DType::F32, flags, &norm_sq, &s);
   for (size_t i = 0; i < 10; ++i) CHECK(ws[i] == Approx(w0[i] - 0.25f * (0.5f / (0.5f + 0.5e-6f / 2)) * g[i]).epsilon(1e-5));
+}
+
+TEST_CASE("softmax cross-entropy with padded rows: the dense results, padding never read or written", "[ops]") {
+  CpuBackend be(2);
+  const size_t B = 37, C = 300, ldl = 384, ldd = 320;  // a padded vocabulary's rows, two strides
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    INFO(dtype_name(dt));
+    const auto logits = randn(B * C, 61, 3.0);
+    std::vector<int32_t> labels(B);
+    for (size_t i = 0; i < B; ++i) labels[i] = int32_t((i * 37) % C);
+    // Dense reference.
+    Dev L(be, logits, dt, B, C), G(be, std::vector<float>(B * C), dt, B, C);
+    const float scale = 512.0f;
+    float loss = 0;
+    int32_t hits = 0;
+    be.softmax_xent(dense_xent_args(L.t, labels.data(), &scale, 1.0f / B, G.t, &loss, &hits));
+    // Padded: the same rows at a stride, NaN in every padding element of both buffers.
+    std::vector<float> lp(B * ldl, std::nanf("")), gp(B * ldd, std::nanf(""));
+    for (size_t r = 0; r < B; ++r)
+      std::copy(logits.begin() + long(r * C), logits.begin() + long(r * C + C), lp.begin() + long(r * ldl));
+    Dev LP(be, lp, dt, B, ldl), GP(be, gp, dt, B, ldd);
+    float loss_p = 0;
+    int32_t hits_p = 0;
+    SoftmaxXentArgs a;
+    a.logits = LP.t.data, a.logits_type = dt, a.rows = int64_t(B), a.classes = int64_t(C), a.ld_logits = int64_t(ldl);
+    a.labels = labels.data(), a.scale = &scale, a.inv_count = 1.0f / B;
+    a.dlogits = GP.t.data, a.dlogits_type = dt, a.ld_dlogits = int64_t(ldd), a.loss_sum = &loss_p, a.correct = &hits_p;
+    be.softmax_xent(a);
+    CHECK(f32_bits(loss_p) == f32_bits(loss));
+    CHECK(hits_p == hits);
+    const std::vector<float> g = G.get(), g_p = GP.get();
+    size_t differ = 0, padding_written = 0;
+    for (size_t r = 0; r < B; ++r) {
+      for (size_t j = 0; j < C; ++j) differ += f32_bits(g_p[r * ldd + j]) != f32_bits(g[r * C + j]);
+      for (size_t j = C; j < ldd; ++j) padding_written += !std::isnan(g_p[r * ldd + j]);
+    }
+    CHECK(differ == 0);
+    CHECK(padding_written == 0);
+    // A leading dimension below the classes is refused.
+    a.ld_logits = int64_t(C - 1);
+    CHECK_THROWS_AS(be.softmax_xent(a), Error);
+  }
 }

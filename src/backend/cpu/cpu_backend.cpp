@@ -143,13 +143,12 @@ void CpuBackend::activation_backward(Activation a, const Tensor& z, const Tensor
   cpu::activation_backward(a, z, dy, dz);
 }
 
-void CpuBackend::softmax_xent(const Tensor& logits, const int32_t* labels, const float* scale, float inv_count,
-                              const Tensor& dlogits, float* loss_sum, int32_t* correct) {
+void CpuBackend::softmax_xent(const SoftmaxXentArgs& a) {
   double loss = 0.0;
   int64_t hits = 0;
-  cpu::softmax_xent(logits, labels, *scale, inv_count, dlogits, &loss, &hits);
-  *loss_sum += float(loss);
-  *correct += int32_t(hits);
+  cpu::softmax_xent(a, &loss, &hits);
+  *a.loss_sum += float(loss);
+  if (a.correct) *a.correct += int32_t(hits);
 }
 
 void CpuBackend::mse(const Tensor& pred, const Tensor& target, const float* scale, float inv_count,

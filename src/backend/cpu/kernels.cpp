@@ -175,16 +175,16 @@ void bias_grad(const Tensor& dy, const Tensor& db) {
   }
 }
 
-void softmax_xent(const Tensor& logits, const int32_t* labels, float scale, float inv_count,
-                  const Tensor& dlogits, double* loss_sum, int64_t* correct) {
-  const size_t rows = logits.rows, c = logits.cols;
-  const float gmul = scale * inv_count;
+void softmax_xent(const SoftmaxXentArgs& a, double* loss_sum, int64_t* correct) {
+  check_args(a);
+  const size_t rows = size_t(a.rows), c = size_t(a.classes);
+  const float gmul = *a.scale * a.inv_count;
   double loss = 0.0;
   int64_t hits = 0;
 #pragma omp parallel for schedule(static) reduction(+ : loss, hits) if (rows * c >= 4 * kBlock)
   for (size_t r = 0; r < rows; ++r) {
     std::vector<float> v(c);
-    load(logits.data, logits.dtype, r * c, c, v.data());
+    load(a.logits, a.logits_type, r * size_t(a.ld_logits), c, v.data());
     size_t arg = 0;
     float mx = v[0];
     for (size_t j = 1; j < c; ++j)
@@ -192,15 +192,15 @@ void softmax_xent(const Tensor& logits, const int32_t* labels, float scale, floa
     double se = 0.0;
     for (size_t j = 0; j < c; ++j) se += std::exp(double(v[j] - mx));
     const double lse = double(mx) + std::log(se);
-    const int32_t y = labels[r];
+    const int32_t y = a.labels[r];
     loss += lse - double(v[size_t(y)]);
     hits += (arg == size_t(y));
-    if (dlogits.data) {
+    if (a.dlogits) {
       for (size_t j = 0; j < c; ++j) {
         const double p = std::exp(double(v[j]) - lse);
         v[j] = float((p - (j == size_t(y) ? 1.0 : 0.0)) * gmul);
       }
-      store(v.data(), dlogits.data, dlogits.dtype, r * c, c);
+      store(v.data(), a.dlogits, a.dlogits_type, r * size_t(a.ld_dlogits), c);
     }
   }
   *loss_sum += loss;

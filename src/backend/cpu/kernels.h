@@ -15,8 +15,8 @@ void activation_forward(Activation a, const Tensor& z, const Tensor& y);
 void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz);
 void bias_grad(const Tensor& dy, const Tensor& db);  // db[j] = sum_i dy[i][j] in FP32
 
-void softmax_xent(const Tensor& logits, const int32_t* labels, float scale, float inv_count,
-                  const Tensor& dlogits, double* loss_sum, int64_t* correct);
+// The batch's summed loss and hits (the caller adds them to a.loss_sum / a.correct); writes dlogits.
+void softmax_xent(const SoftmaxXentArgs& a, double* loss_sum, int64_t* correct);
 void mse(const Tensor& pred, const Tensor& target, float scale, float inv_count, const Tensor& dpred,
          double* loss_sum);
 
