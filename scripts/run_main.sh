@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The main job: set up (packages + build), then train a small GPT (4 layers, width 128, context 64
-# bytes) on English text (Debian's fortunes) in FP16 with dynamic loss scaling on 2 MPI ranks (16
-# windows per rank per step), ending with its validation loss and a generated sample; then plot
-# the run to <run folder>/plot.png (scripts/plot_runs.py). Idempotent.
+# The main job: set up what it runs (its packages, and amp_ddp alone: scripts/setup.sh --main), then
+# train a small GPT (4 layers, width 128, context 64 bytes) on English text (Debian's fortunes) in
+# FP16 with dynamic loss scaling on 2 MPI ranks (16 windows per rank per step), ending with its
+# validation loss and a generated sample; then plot the run to <run folder>/plot.png
+# (scripts/plot_runs.py). Idempotent.
 # Extra arguments go to amp_ddp (e.g. --set run.epochs=1); the run folder is the resolved
 # run.out_dir (default runs/<run.name>), so overriding it moves the plot too. The exit code is
 # training's; a failed plot only prints a warning.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --main
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 train=(build/amp_ddp configs/gpt_fortunes_fp16.yaml "$@")
 rc=0

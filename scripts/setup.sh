@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
 # Installs what amp_ddp needs from Debian packages (skipping what is there) and builds it.
-# Idempotent. Usage: scripts/setup.sh [--no-build] [--asan]
+# Idempotent. Usage: scripts/setup.sh [--main] [--no-build] [--asan]
+#   (default)  every package the tests need; configure build/ with the tests and benchmarks and
+#              build everything (the CUDA backend too where nvcc is found)
+#   --main     what the main job runs and nothing more (scripts/run_main.sh): its packages, and the
+#              amp_ddp target alone; a new build/ is configured without tests and benchmarks, and
+#              with the CUDA backend only when a GPU is visible (CUDA code that cannot run here is
+#              not compiled); an existing build/ is kept as it is configured
+#   --no-build install the packages only
+#   --asan     also the sanitizer build of the unit tests (build-asan/, scripts/test.sh runs it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-cpp-dev catch2 libdnnl-dev
-      zlib1g-dev nlohmann-json3-dev libcli11-dev dataset-fashion-mnist python3 python3-matplotlib
-      fortunes   # English text for the GPT configs (configs/gpt_fortunes_*.yaml)
-      slurmctld slurmd slurm-client munge iproute2)   # the SLURM and network-namespace e2e tests
+main=0; build=1; asan=0
+for a in "$@"; do
+  case "$a" in
+    --main) main=1 ;;
+    --no-build) build=0 ;;
+    --asan) asan=1 ;;
+    *) echo "setup: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+
+PKGS=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libyaml-cpp-dev libdnnl-dev zlib1g-dev
+      nlohmann-json3-dev libcli11-dev python3 python3-matplotlib
+      fortunes)  # English text for the GPT configs (configs/gpt_fortunes_*.yaml)
+((main)) || PKGS+=(catch2 dataset-fashion-mnist
+                   slurmctld slurmd slurm-client munge iproute2)  # the SLURM and network-namespace e2e tests
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,17 +40,16 @@ else
   echo "setup: Debian packages already installed"
 fi
 
-build=1; asan=0
-for a in "$@"; do
-  case "$a" in
-    --no-build) build=0 ;;
-    --asan) asan=1 ;;
-    *) echo "setup: unknown option $a" >&2; exit 2 ;;
-  esac
-done
 jobs=$(nproc)
-if ((build)); then
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+if ((build && main)); then
+  if [ ! -f build/CMakeCache.txt ]; then
+    cuda=OFF
+    command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q "^GPU" && cuda=AUTO
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAMP_BUILD_TESTS=OFF -DAMP_BUILD_BENCH=OFF -DAMP_CUDA=$cuda >/dev/null
+  fi
+  cmake --build build -j "$jobs" --target amp_ddp
+elif ((build)); then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAMP_BUILD_TESTS=ON -DAMP_BUILD_BENCH=ON -DAMP_CUDA=AUTO >/dev/null
   cmake --build build -j "$jobs"
 fi
 if ((asan)); then
