@@ -1,5 +1,5 @@
-# Sourced by the benchmark scripts: the PyTorch peer at its best. Installs Debian's python3-torch and
-# OpenBLAS (OpenMP build) if missing, defines run_peer SCRIPT THREADS ARGS... (the peer under
+# Sourced by the benchmark scripts: the PyTorch peer at its best. Installs Debian's python3-torch,
+# python3-yaml and OpenBLAS (OpenMP build) if missing, defines run_peer SCRIPT THREADS ARGS... (the peer under
 # OpenBLAS with the core-type overrides unset for it alone) and describe_peer JSON (what BLAS it ran).
 # The peer runs at its best: PyTorch from Debian calls the libblas.so.3 it finds first, so it is
 # pointed at OpenBLAS (OpenMP build) explicitly, whatever the alternatives system selects (a
@@ -7,6 +7,7 @@
 # OPENBLAS_L2_SIZE unset for the peer alone (forcing a core type can select slow kernels).
 pkgs=()
 /usr/bin/python3 -c "import torch" 2>/dev/null || pkgs+=(python3-torch)
+/usr/bin/python3 -c "import yaml" 2>/dev/null || pkgs+=(python3-yaml)  # the GPT peer reads the config's text files
 dpkg-query -W -f='${Status}' libopenblas0-openmp 2>/dev/null | grep -q "install ok installed" || pkgs+=(libopenblas0-openmp)
 if ((${#pkgs[@]})); then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
