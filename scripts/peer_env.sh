@@ -21,7 +21,18 @@ run_peer() {
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE LD_LIBRARY_PATH="$openblas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
       OMP_NUM_THREADS="$threads" /usr/bin/python3 "bench/peers/$script" --threads "$threads" "$@"
 }
-# "libs | config | core | torch | oneDNN bf16" of a peer's JSON line.
+# "libs | config | core | torch | oneDNN" of a peer's JSON line.
 describe_peer() {
-  /usr/bin/python3 -c "import json,sys; j=json.loads(sys.argv[1]); print(', '.join(j['blas']) or 'none mapped', '|', j['blas_config'] or 'not OpenBLAS', '| core', j['blas_core'] or '?', '| torch', j['torch'], '| oneDNN bf16:', j['mkldnn_bf16'])" "$1"
+  /usr/bin/python3 -c "import json,sys; j=json.loads(sys.argv[1]); print(', '.join(j['blas']) or 'none mapped', '|', j['blas_config'] or 'not OpenBLAS', '| core', j['blas_core'] or '?', '| torch', j['torch'], '| oneDNN', j['onednn'] or 'none')" "$1"
+}
+# The peer's loss against amp_ddp's over the same number of steps: "ok" when the peer's mean loss of
+# its timed steps lies within [0.5x, 2x] of amp_ddp's mean training loss (a peer that memorized a
+# batch, or diverged, is no peer), else the reason. Usage: peer_loss_ok PEER_JSON AMP_LOSS
+peer_loss_ok() {
+  /usr/bin/python3 -c "
+import json, math, sys
+j, ours = json.loads(sys.argv[1]), float(sys.argv[2])
+m = j['loss_mean']
+ok = math.isfinite(m) and 0.5 * ours <= m <= 2.0 * ours
+print('ok' if ok else f'peer loss {m:.4f} outside [0.5x, 2x] of amp_ddp loss {ours:.4f}')" "$1" "$2"
 }

@@ -40,9 +40,11 @@ def seconds_per_step(step, warmup, steps):
 
 
 def peer_facts():
-    """What the peer ran: torch version, the BLAS it mapped, and whether oneDNN has BF16 here."""
+    """What the peer ran: torch version, the BLAS it mapped, and the oneDNN (MKL-DNN) build its
+    BF16 autocast uses where it has one (whether that is fast on this CPU the benchmark measures)."""
+    import re
     import torch
     libs, config, core = blas_in_use()
+    onednn = re.search(r"MKL-DNN v([0-9.]+)", torch.__config__.show())
     return {"torch": torch.__version__, "blas": libs, "blas_config": config, "blas_core": core,
-            "mkldnn_bf16": bool(torch.backends.mkldnn.is_available() and
-                                getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())}
+            "onednn": (onednn.group(1) if onednn else "") if torch.backends.mkldnn.is_available() else ""}

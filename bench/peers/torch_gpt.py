@@ -6,7 +6,7 @@ trains on the text amp_ddp's config trains on (data.text_files of --config, byte
 and batches as amp_ddp draws them: peer_data.py; tensors prepared before timing).
 Prints one JSON line: {"precision", "threads", "batch", "tokens_per_second", "step_ms",
 "loss_first", "loss_last", "loss_mean" (of the timed steps), "torch", "blas", "blas_config",
-"blas_core", "mkldnn_bf16"}.
+"blas_core", "onednn"}.
 --check: a few steps of a small model on the first 260 kB of the text (its last 256 windows held
 out), then exit 1 if the loss is degenerate (peer_data.LossLog)."""
 import argparse

@@ -4,7 +4,7 @@ the same Fashion-MNIST files, normalized and batched as amp_ddp does (peer_data.
 prepared before timing, each step gathers its batch); FP32, or BF16 through CPU autocast.
 Prints one JSON line: {"precision", "threads", "batch", "samples_per_second", "step_ms",
 "loss_first", "loss_last", "loss_mean" (of the timed steps), "torch", "blas", "blas_config",
-"blas_core", "mkldnn_bf16"}: "blas" is the BLAS library this process actually mapped after running
+"blas_core", "onednn"}: "blas" is the BLAS library this process actually mapped after running
 its GEMMs (read from /proc/self/maps), "blas_config"/"blas_core" what OpenBLAS says of itself.
 --check: a few steps at a small size, then exit 1 if the loss is degenerate (peer_data.LossLog)."""
 import argparse
