@@ -74,7 +74,7 @@ AMP_HD void scaler_update(ScalerState& s, const ScalerParams& p, bool found_inf)
   s.overflow_at_min = 0;
   if (p.mode != ScaleMode::Dynamic) return;
   const int32_t successful = s.growth_tracker + 1;
-  if (successful == p.growth_interval) {
+  if (successful >= p.growth_interval) {  // >=: a tracker is never past the interval (scaler_resume clamps it)
     const float grown = s.scale * p.growth_factor;
     if (is_finite_f32(grown)) s.scale = grown > p.max_scale ? p.max_scale : grown;
     s.growth_tracker = 0;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "amp/scaler_resume.h"
 #include "comm/agree.h"
 #include "core/error.h"
 #include "core/hash.h"
@@ -216,25 +217,46 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
     std::memcpy(v.data(), raw.data(), v.size() * sizeof(float));
     return v;
   };
+  // Element i of the flat buffers: its tensor's name and index (or the padding between tensors).
+  auto where = [&](size_t i) {
+    for (const ParamInfo& t : layout_.tensors)
+      if (i >= t.span.offset && i < t.span.offset + t.span.count) return strcat(t.name, "[", i - t.span.offset, "]");
+    return strcat("padding element ", i);
+  };
   const std::vector<float> master = floats(section("master", n * sizeof(float)));
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(master[i]))
-      bad(strcat("master weight ", i, " is not finite (", master[i], "): the run it comes from had diverged"));
+      bad(strcat("master weight ", where(i), " is not finite (", master[i], "): the run it comes from had diverged"));
+  // The optimizer moments: finite, and AdamW's second moment (a running mean of squares) >= 0; a
+  // value the optimizer cannot have written is the file's fault, named here, not a later NaN's.
   std::vector<float> states[2];
-  for (int which : {1, 2})
-    if (step_.has_state(which)) states[which - 1] = floats(section(which == 1 ? "state1" : "state2", n * sizeof(float)));
+  const bool adam = cfg_.optimizer.params.kind == OptimizerKind::AdamW;
+  for (int which : {1, 2}) {
+    if (!step_.has_state(which)) continue;
+    const char* name = which == 1 ? "state1" : "state2";
+    states[which - 1] = floats(section(name, n * sizeof(float)));
+    const char* what = adam ? (which == 1 ? "AdamW first moment" : "AdamW second moment") : "SGD momentum";
+    for (size_t i = 0; i < n; ++i) {
+      const float v = states[which - 1][i];
+      if (!std::isfinite(v) || (adam && which == 2 && v < 0.0f))
+        bad(strcat("optimizer state (", what, ") of ", where(i), " is ", v, (adam && which == 2 ? ", not a finite number >= 0" : ", not finite"),
+                   ": the file is corrupt or was not written by this program"));
+    }
+  }
 
   const int64_t step = ck.step();
-  ScalerState sc;
-  std::memcpy(&sc, section("scaler", sizeof sc).data(), sizeof sc);
-  if (!(std::isfinite(sc.scale) && sc.scale > 0) || sc.overflow_steps < 0 || sc.optimizer_steps < 0 ||
-      sc.iterations != step || sc.overflow_steps + sc.optimizer_steps != step)
-    bad(strcat("the loss-scaler state (scale ", sc.scale, ", ", sc.overflow_steps, " skipped + ", sc.optimizer_steps,
-               " applied of ", sc.iterations, " steps) does not fit step ", step));
-  // Every rank continues its own half-finished log interval; with another world size rank 0
-  // carries the old ranks' sums together.
   const int64_t world_then = header_field<int64_t>(ck, "world_size", -1);
   if (world_then < 1 || world_then > (int64_t(1) << 24)) bad(strcat("header field \"world_size\" is ", world_then));
+  // The scaler's state, validated and adapted to this run's settings by its own policy.
+  ScalerState saved;
+  std::memcpy(&saved, section("scaler", sizeof saved).data(), sizeof saved);
+  std::string scaler_error;
+  const ScalerResume scaler = scaler_resume(saved, header_field<std::string>(ck, "loss_scale_mode", ""),
+                                            cfg_.precision.scaler, step, int64_t(layout_.tensors.size()), world_then,
+                                            &scaler_error);
+  if (!scaler_error.empty()) bad(scaler_error);
+  // Every rank continues its own half-finished log interval; with another world size rank 0
+  // carries the old ranks' sums together.
   const auto& rs = section("rank_sums", size_t(world_then) * sizeof(RankIntervalSums));
   RankIntervalSums mine;
   if (world_then == world_.size()) {
@@ -247,8 +269,23 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
       mine.correct += theirs.correct;
     }
   }
+  if (!(std::isfinite(mine.loss_sum) && mine.loss_sum >= 0.0f) || mine.correct < 0)
+    bad(strcat("the half-finished log interval's sums (loss ", mine.loss_sum, ", hits ", mine.correct,
+               ") are not finite non-negative numbers"));
   const int64_t interval = header_field<int64_t>(ck, "interval_steps", 0);
   if (interval < 0 || interval > step) bad(strcat("header field \"interval_steps\" is ", interval, " at step ", step));
+  // The run record: a loss is finite and >= 0 (or -1: none yet), an accuracy in [0, 1] (or -1).
+  const double first_loss = header_field<double>(ck, "first_loss", 0.0);
+  const double last_eval_loss = header_field<double>(ck, "last_eval_loss", -1.0);
+  const double last_eval_accuracy = header_field<double>(ck, "last_eval_accuracy", -1.0);
+  const double train_seconds = header_field<double>(ck, "train_seconds", 0.0);
+  auto in_range = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
+  if (!in_range(first_loss, 0.0, 3.4e38)) bad(strcat("header field \"first_loss\" is ", first_loss));
+  if (!(last_eval_loss == -1.0 || in_range(last_eval_loss, 0.0, 3.4e38)))
+    bad(strcat("header field \"last_eval_loss\" is ", last_eval_loss));
+  if (!(last_eval_accuracy == -1.0 || in_range(last_eval_accuracy, 0.0, 1.0)))
+    bad(strcat("header field \"last_eval_accuracy\" is ", last_eval_accuracy));
+  if (!in_range(train_seconds, 0.0, 1e12)) bad(strcat("header field \"train_seconds\" is ", train_seconds));
 
   // Where the data stands: recorded by the writer (any global batch); older checkpoints hold only
   // the step and their global batch, which was constant over their run.
@@ -278,25 +315,7 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
                                              "data.grad_accum_steps to keep it)"
                                            : ""));
 
-  // A changed loss-scale mode applies from here on: the new mode starts from its initial state; the
-  // step counters (AdamW's bias correction counts applied steps) carry on.
-  const ScalerParams& now = cfg_.precision.scaler;
-  const std::string mode_then = header_field<std::string>(ck, "loss_scale_mode", "");
-  const std::string mode_now = scale_mode_name(now.mode);
-  const bool static_changed = now.mode == ScaleMode::Static && sc.scale != now.init_scale;
-  if (!mode_then.empty() && (mode_then != mode_now || static_changed)) {
-    const ScalerState fresh = scaler_init(now);
-    if (world_.rank() == 0)
-      reporter_.message(strcat("note: the checkpoint's loss scaling was ", mode_then, " (scale ", sc.scale,
-                               "); this run's is ", mode_now, " (scale ", fresh.scale, "): the new one applies from step ",
-                               step + 1));
-    sc.scale = fresh.scale;
-    sc.growth_tracker = fresh.growth_tracker;
-    sc.hysteresis_left = fresh.hysteresis_left;
-    sc.overflow_at_min = 0;
-  } else if (now.mode == ScaleMode::Dynamic) {  // new clamps apply to the scale carried over
-    sc.scale = std::min(std::max(sc.scale, now.min_scale), now.max_scale);
-  }
+  if (world_.rank() == 0 && !scaler.note.empty()) reporter_.message("note: " + scaler.note);
 
   // The half-finished log interval's sums count the writer's samples per step: with another global
   // batch they are rescaled to this run's, so the interval's logged mean weighs each step alike.
@@ -309,16 +328,16 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
   // Everything checked: load.
   step_.load_masters(master.data());
   step_.load_states(states[0].empty() ? nullptr : states[0].data(), states[1].empty() ? nullptr : states[1].data());
-  step_.amp().load(sc);
+  step_.amp().load(scaler.state);
   step_.load_sums(mine.loss_sum, mine.correct);
   sampler_.resume_at(step, pos);
   resumed_step_ = step;
   samples_before_ = uint64_t(samples);
   record.interval_steps = interval;
-  record.first_loss = header_field<double>(ck, "first_loss", 0.0);
-  record.last_eval_loss = header_field<double>(ck, "last_eval_loss", -1.0);
-  record.last_eval_accuracy = header_field<double>(ck, "last_eval_accuracy", -1.0);
-  record.train_seconds = header_field<double>(ck, "train_seconds", 0.0);
+  record.first_loss = first_loss;
+  record.last_eval_loss = last_eval_loss;
+  record.last_eval_accuracy = last_eval_accuracy;
+  record.train_seconds = train_seconds;
 }
 
 // After a roll-back to an older checkpoint, the newer ones belong to the run this one replaces:

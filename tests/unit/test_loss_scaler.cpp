@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "amp/loss_scaler.h"
+#include "amp/scaler_resume.h"
 
 using namespace amp;
 
@@ -203,5 +204,120 @@ TEST_CASE("saved state restores the same future", "[scaler]") {
     scaler_update(a, p, f);
     scaler_update(b, p, f);
     REQUIRE(std::memcmp(&a, &b, sizeof a) == 0);
+  }
+}
+
+// ---- the scaler's resume policy (amp/scaler_resume.h) --------------------------------------------
+
+namespace {
+
+// A state the state machine produced: `steps` updates with an overflow every `every` steps.
+ScalerState run_scaler(const ScalerParams& p, int steps, int every) {
+  ScalerState s = scaler_init(p);
+  for (int i = 1; i <= steps; ++i) {
+    const bool bad = every > 0 && i % every == 0;
+    if (bad) {
+      const int32_t flags[] = {1, 2, 0, 3};  // any, tensor 1 after reduce, rank 1 saw tensor 2
+      scaler_record_flags(s, flags, 2);
+    }
+    scaler_update(s, p, bad);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("scaler resume: a state written with the same settings comes back unchanged", "[scaler]") {
+  ScalerParams p = dynamic(7);
+  p.hysteresis = 3;
+  p.min_scale = 4.0f;
+  for (int every : {0, 2, 5}) {
+    const ScalerState s = run_scaler(p, 60, every);
+    std::string error;
+    const ScalerResume r = scaler_resume(s, "dynamic", p, 60, 4, 2, &error);
+    INFO("overflow every " << every);
+    CHECK(error.empty());
+    CHECK(r.note.empty());
+    CHECK(std::memcmp(&r.state, &s, sizeof s) == 0);
+  }
+}
+
+TEST_CASE("scaler resume: a shorter growth interval still grows (the tracker is clamped)", "[scaler]") {
+  // 1500 clean steps with growth_interval 2000, resumed with 10: the carried tracker was compared
+  // with == and the scale never grew again; now it grows at the next clean step and every 10 after.
+  ScalerParams long_p = dynamic(2000);
+  long_p.init_scale = 1.0f;
+  const ScalerState s = run_scaler(long_p, 1500, 0);
+  REQUIRE(s.growth_tracker == 1500);
+  ScalerParams short_p = long_p;
+  short_p.growth_interval = 10;
+  std::string error;
+  ScalerResume r = scaler_resume(s, "dynamic", short_p, 1500, 4, 1, &error);
+  REQUIRE(error.empty());
+  CHECK(r.state.growth_tracker == 9);
+  CHECK_THAT(r.note, Catch::Contains("growth tracker 1500 -> 9 (growth_interval)"));
+  for (int i = 0; i < 81; ++i) scaler_update(r.state, short_p, false);
+  CHECK(r.state.scale == 512.0f);  // the next clean step grows, then every 10th: 2^9 after 81 steps
+  // Without the clamp (the old == test against a tracker past the interval) it would stay at 1:
+  // scaler_update's >= makes even an unclamped state grow.
+  ScalerState raw = s;
+  scaler_update(raw, short_p, false);
+  CHECK(raw.scale == 2.0f);
+}
+
+TEST_CASE("scaler resume: another mode starts fresh, the counters carry on; clamps apply", "[scaler]") {
+  ScalerParams dyn = dynamic(5);
+  const ScalerState s = run_scaler(dyn, 40, 6);
+  ScalerParams stat = dyn;
+  stat.mode = ScaleMode::Static;
+  stat.init_scale = 128.0f;
+  std::string error;
+  ScalerResume r = scaler_resume(s, "dynamic", stat, 40, 4, 2, &error);
+  REQUIRE(error.empty());
+  CHECK(r.state.scale == 128.0f);
+  CHECK(r.state.growth_tracker == 0);
+  CHECK(r.state.optimizer_steps == s.optimizer_steps);
+  CHECK(r.state.overflow_steps == s.overflow_steps);
+  CHECK(r.state.last_overflow_rank == s.last_overflow_rank);
+  CHECK_THAT(r.note, Catch::Contains("was dynamic") && Catch::Contains("this run's is static (scale 128)"));
+  // Dynamic with a new maximum: the scale is clamped, the note says which key.
+  ScalerParams capped = dyn;
+  capped.max_scale = 1024.0f;
+  r = scaler_resume(s, "dynamic", capped, 40, 4, 2, &error);
+  REQUIRE(error.empty());
+  CHECK(r.state.scale == 1024.0f);
+  CHECK_THAT(r.note, Catch::Contains("min_scale/max_scale"));
+}
+
+TEST_CASE("scaler resume: fields the state machine cannot produce are refused, naming the field", "[scaler]") {
+  const ScalerParams p = dynamic(100);
+  const ScalerState good = run_scaler(p, 50, 7);
+  struct Bad {
+    const char* field;
+    void (*spoil)(ScalerState&);
+  };
+  const Bad cases[] = {
+      {"growth_tracker", [](ScalerState& s) { s.growth_tracker = INT32_MAX - 4; }},  // the hostile round's UBSan crash
+      {"growth_tracker", [](ScalerState& s) { s.growth_tracker = -1; }},
+      {"scale", [](ScalerState& s) { s.scale = std::numeric_limits<float>::quiet_NaN(); }},
+      {"scale", [](ScalerState& s) { s.scale = 0.0f; }},
+      {"iterations", [](ScalerState& s) { s.iterations = 51; }},
+      {"does not fit step", [](ScalerState& s) { s.overflow_steps += 1; }},
+      {"hysteresis_left", [](ScalerState& s) { s.hysteresis_left = INT32_MIN; }},
+      {"overflow_at_min", [](ScalerState& s) { s.overflow_at_min = INT32_MAX; }},
+      {"last_overflow_iteration", [](ScalerState& s) { s.last_overflow_iteration = 1000; }},
+      {"last_overflow_tensor", [](ScalerState& s) { s.last_overflow_tensor = 99; }},
+      {"last_overflow_rank", [](ScalerState& s) { s.last_overflow_rank = 7; }},
+      {"last_overflow_rank_tensor", [](ScalerState& s) { s.last_overflow_rank_tensor = -3; }},
+  };
+  std::string error;
+  scaler_resume(good, "dynamic", p, 50, 4, 2, &error);
+  REQUIRE(error.empty());
+  for (const Bad& b : cases) {
+    ScalerState s = good;
+    b.spoil(s);
+    scaler_resume(s, "dynamic", p, 50, 4, 2, &error);
+    INFO(b.field << ": " << error);
+    CHECK_THAT(error, Catch::Contains(b.field));
   }
 }
