@@ -51,6 +51,7 @@ struct Config {
     std::string name, out_dir, device, progress;
     int64_t seed = 0, steps = 0, epochs = 0, log_interval = 0, eval_interval = 0, threads = 0;
     double max_loss_ratio = 0;
+    double max_loss_vs_uniform = 0;  // x ln(classes): the cross-entropy divergence check
     bool cuda_graph = true;
     int64_t sample_interval = 0;  // gpt: steps between text samples (0: only at the end)
   } run;

@@ -39,6 +39,17 @@ DataPosition ShardedSampler::position(int64_t step) const {
   return DataPosition{base_.epoch + 1 + int64_t(rest / steps_per_epoch_), (rest % steps_per_epoch_) * global_batch_};
 }
 
+double ShardedSampler::epochs_done(int64_t step) const {
+  const DataPosition pos = position(step);
+  return double(pos.epoch) + double(pos.offset) / double(n_);
+}
+
+int64_t ShardedSampler::step_at_epoch(int64_t epochs) const {
+  if (base_.epoch >= epochs) return base_step_;  // already there (a resume at the end)
+  const uint64_t first = base_.offset <= n_ ? (n_ - base_.offset) / global_batch_ : 0;
+  return base_step_ + int64_t(first) + (epochs - base_.epoch - 1) * int64_t(steps_per_epoch_);
+}
+
 void ShardedSampler::resume_at(int64_t step, DataPosition pos) {
   AMP_CHECK(step >= 0 && pos.epoch >= 0, "sampler: resume at step ", step, ", epoch ", pos.epoch);
   base_step_ = step;

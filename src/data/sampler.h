@@ -29,6 +29,13 @@ class ShardedSampler {
   DataPosition position(int64_t step) const;
   // Continue with 0-based step `step` at pos (a checkpoint's, written with any global batch).
   void resume_at(int64_t step, DataPosition pos);
+  // Epochs of data consumed after `step` steps, as a fraction (epoch + offset / samples): what the
+  // logs and checkpoints call the epoch, right across a change of the global batch.
+  double epochs_done(int64_t step) const;
+  // The number of steps after which `epochs` whole epochs are consumed (remainders too small for a
+  // batch dropped), counted from the position the run started or resumed at: a run.epochs run's
+  // length, whatever global batch wrote the checkpoint it resumed from.
+  int64_t step_at_epoch(int64_t epochs) const;
   size_t samples() const { return n_; }
 
  private:

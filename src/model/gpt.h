@@ -48,6 +48,8 @@ class Gpt final : public Model {
   std::vector<float> init_params(uint64_t seed) const override;
   size_t loss_terms_per_sample() const override { return opt_.seq_len; }
   bool classification() const override { return false; }
+  bool language_model() const override { return true; }
+  double uniform_loss() const override { return std::log(double(opt_.vocab)); }
   const char* loss_name() const override { return "loss"; }
   const GptOptions& options() const { return opt_; }
 

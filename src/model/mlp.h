@@ -32,6 +32,7 @@ class Mlp final : public Model {
   std::vector<float> init_params(uint64_t seed) const override;
   size_t loss_terms_per_sample() const override { return classification() ? 1 : opt_.dims.back(); }
   bool classification() const override { return opt_.task == Task::Classification; }
+  double uniform_loss() const override { return classification() ? std::log(double(opt_.dims.back())) : 0.0; }
 
   void stage(const Dataset& data, const uint32_t* idx, size_t first, size_t rows) override;
   void forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,

@@ -41,6 +41,11 @@ class Model {
   // loss divides the sums by samples x this.
   virtual size_t loss_terms_per_sample() const = 0;
   virtual bool classification() const = 0;
+  // A language model: its samples are windows of tokens, each token a loss term (tokens/s).
+  virtual bool language_model() const { return false; }
+  // The cross-entropy of predicting every class (token) alike, ln(classes): the yardstick of the
+  // divergence check (run.max_loss_vs_uniform); 0 for a regression loss, which has none.
+  virtual double uniform_loss() const { return 0.0; }
   // The name of the evaluation metric of loss(): "loss" (cross-entropy), "mse".
   virtual const char* loss_name() const { return classification() ? "loss" : "mse"; }
 

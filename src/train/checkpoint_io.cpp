@@ -60,10 +60,13 @@ int64_t step_of_name(const std::string& path) {
 }  // namespace
 
 CheckpointIO::CheckpointIO(const Config& cfg, Communicator& world, TrainStep& step, const ParamLayout& layout,
-                           DType compute, ShardedSampler& sampler, int64_t total_steps, Reporter& reporter,
-                           const Drills& drills)
+                           DType compute, ShardedSampler& sampler, Reporter& reporter, const Drills& drills)
     : cfg_(cfg), world_(world), step_(step), layout_(layout), compute_(compute), sampler_(sampler),
-      total_steps_(total_steps), reporter_(reporter), drills_(drills) {}
+      reporter_(reporter), drills_(drills) {}
+
+int64_t CheckpointIO::end_step() const {
+  return cfg_.run.steps > 0 ? cfg_.run.steps : sampler_.step_at_epoch(cfg_.run.epochs);
+}
 
 uint64_t CheckpointIO::samples_consumed(int64_t step) const {
   return samples_before_ + uint64_t(step - resumed_step_) * uint64_t(sampler_.global_batch());
@@ -104,7 +107,7 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
   ck.header = {{"program", "amp_ddp"},
                {"version", AMP_VERSION},
                {"step", step},
-               {"epoch", double(step) / double(sampler_.steps_per_epoch())},
+               {"epoch", sampler_.epochs_done(step)},
                {"world_size", world_.size()},
                {"zero", cfg_.distributed.zero},
                {"global_batch", sampler_.global_batch()},
@@ -127,6 +130,7 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
                {"last_eval_loss", record.last_eval_loss},
                {"last_eval_accuracy", record.last_eval_accuracy},
                {"train_seconds", record.train_seconds},
+               {"wall_seconds", record.wall_seconds},
                {"sizeof_scaler", sizeof(ScalerState)}};
   return save_checkpoint(cfg_.resolved_checkpoint_dir(), ck, int(cfg_.checkpoint.keep));
 }
@@ -152,11 +156,21 @@ void CheckpointIO::check_header(const Checkpoint& ck, const std::string& path) c
   if (header_field<int64_t>(ck, "sizeof_scaler", 0) != int64_t(sizeof(ScalerState)))
     mismatch("a different scaler-state layout (program version)", header_field<std::string>(ck, "version", ""),
              AMP_VERSION);
-  if (ck.step() > total_steps_)
+  // Beyond this run's end: steps, or (run.epochs) the data position the checkpoint recorded.
+  if (cfg_.run.steps > 0 && ck.step() > cfg_.run.steps)
     throw Error(ErrorKind::Checkpoint,
-                strcat("checkpoint error: ", path, ": it is at step ", ck.step(), ", beyond this run's ", total_steps_,
-                       " steps; raise run.steps (or run.epochs) to train on from it, or start the new run in "
-                       "another run.out_dir / checkpoint.dir"));
+                strcat("checkpoint error: ", path, ": it is at step ", ck.step(), ", beyond this run's ", cfg_.run.steps,
+                       " steps; raise run.steps to train on from it, or start the new run in another run.out_dir / "
+                       "checkpoint.dir"));
+  if (cfg_.run.steps == 0) {
+    const int64_t epoch = header_field<int64_t>(ck, "data_epoch", 0);
+    const int64_t offset = header_field<int64_t>(ck, "data_offset", 0);
+    if (epoch > cfg_.run.epochs || (epoch == cfg_.run.epochs && offset > 0))
+      throw Error(ErrorKind::Checkpoint,
+                  strcat("checkpoint error: ", path, ": it is at epoch ", epoch, " (sample ", offset, "), beyond this run's ",
+                         cfg_.run.epochs, " epochs; raise run.epochs to train on from it, or start the new run in "
+                         "another run.out_dir / checkpoint.dir"));
+  }
   if (header_field<std::string>(ck, "config_hash", "") != hex64(config_hash(cfg_)))
     reporter_.message("note: " + path + " was written with a different configuration; continuing with this one");
 }
@@ -195,8 +209,9 @@ int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
     step = ck.step();
   });
   if (world_.rank() == 0) set_aside_newer(step);
-  if (world_.rank() == 0 && step == total_steps_)
-    reporter_.message(strcat("the checkpoint is at step ", step, ", the last of this run (run.steps): nothing left to train"));
+  if (world_.rank() == 0 && step == end_step())
+    reporter_.message(strcat("the checkpoint is at step ", step, ", the last of this run (",
+                             cfg_.run.steps > 0 ? "run.steps" : "run.epochs", "): nothing left to train"));
   *from = path;
   return step;
 }
@@ -279,6 +294,7 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
   const double last_eval_loss = header_field<double>(ck, "last_eval_loss", -1.0);
   const double last_eval_accuracy = header_field<double>(ck, "last_eval_accuracy", -1.0);
   const double train_seconds = header_field<double>(ck, "train_seconds", 0.0);
+  const double wall_seconds = header_field<double>(ck, "wall_seconds", train_seconds);
   auto in_range = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
   if (!in_range(first_loss, 0.0, 3.4e38)) bad(strcat("header field \"first_loss\" is ", first_loss));
   if (!(last_eval_loss == -1.0 || in_range(last_eval_loss, 0.0, 3.4e38)))
@@ -286,6 +302,7 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
   if (!(last_eval_accuracy == -1.0 || in_range(last_eval_accuracy, 0.0, 1.0)))
     bad(strcat("header field \"last_eval_accuracy\" is ", last_eval_accuracy));
   if (!in_range(train_seconds, 0.0, 1e12)) bad(strcat("header field \"train_seconds\" is ", train_seconds));
+  if (!in_range(wall_seconds, 0.0, 1e12)) bad(strcat("header field \"wall_seconds\" is ", wall_seconds));
 
   // Where the data stands: recorded by the writer (any global batch); older checkpoints hold only
   // the step and their global batch, which was constant over their run.
@@ -338,6 +355,7 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
   record.last_eval_loss = last_eval_loss;
   record.last_eval_accuracy = last_eval_accuracy;
   record.train_seconds = train_seconds;
+  record.wall_seconds = wall_seconds;
 }
 
 // After a roll-back to an older checkpoint, the newer ones belong to the run this one replaces:

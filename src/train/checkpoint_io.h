@@ -30,13 +30,17 @@ struct RankIntervalSums {
 class CheckpointIO {
  public:
   CheckpointIO(const Config& cfg, Communicator& world, TrainStep& step, const ParamLayout& layout, DType compute,
-               ShardedSampler& sampler, int64_t total_steps, Reporter& reporter, const Drills& drills);
+               ShardedSampler& sampler, Reporter& reporter, const Drills& drills);
 
   // Collective: every rank's interval sums go to rank 0, which writes; returns the path ("" on
   // other ranks). A failed write is an agreed Output error.
   std::string save(int64_t step, const RunRecord& record);
   // Training samples consumed (all ranks) after `step` steps of this line of runs.
   uint64_t samples_consumed(int64_t step) const;
+  // The run's last step: run.steps, or the step at which run.epochs whole epochs are consumed from
+  // the position the run started or resumed at (so a resume with another global batch trains the
+  // epochs asked for, not the steps of the old batch).
+  int64_t end_step() const;
   // checkpoint.resume (auto or a path): loads and applies on every rank. Returns the step resumed
   // from (0: starting from scratch) and fills record and *from.
   int64_t resume(RunRecord& record, std::string* from);
@@ -60,7 +64,6 @@ class CheckpointIO {
   ShardedSampler& sampler_;
   int64_t resumed_step_ = 0;     // the step this run started after
   uint64_t samples_before_ = 0;  // training samples consumed (all ranks) up to resumed_step_
-  int64_t total_steps_;
   Reporter& reporter_;
   const Drills& drills_;
 };

@@ -29,7 +29,8 @@ class Guards {
   // master: the FP32 masters this rank holds, spans: the tensors' ranges in them, count: how many.
   void check_finite_weights(int64_t step, const float* master, const std::vector<TensorSpan>& spans, size_t count);
   // The interval's mean training loss: finite, and within run.max_loss_ratio of step 1's.
-  void check_loss(int64_t step, double loss, double first_loss) const;
+  // uniform_loss: ln(classes) of a cross-entropy model (Model::uniform_loss), 0 for regression.
+  void check_loss(int64_t step, double loss, double first_loss, double uniform_loss) const;
 
  private:
   const Config& cfg_;

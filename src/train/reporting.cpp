@@ -54,7 +54,7 @@ void Reporter::log(const IntervalView& v, RunRecord& record) {
   p.eta_s = double(v.total_steps - v.step) * (record.train_seconds / double(std::max<int64_t>(1, v.step)));
   progress_->update(p);
   metrics_->record({{"step", v.step},
-                    {"epoch", double(v.step) / double(v.steps_per_epoch)},
+                    {"epoch", v.epoch},
                     {"loss", finite_or_null(v.loss)},
                     {"scale", v.scaler->scale},
                     {"skipped", v.scaler->overflow_steps},

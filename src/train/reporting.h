@@ -3,6 +3,7 @@
 // so that a resumed run reports exactly what the uninterrupted run would have.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,9 +23,10 @@ namespace amp {
 struct RunRecord {
   int64_t interval_steps = 0;  // steps since the last log
   double first_loss = 0;       // the loss of step 1 (run.max_loss_ratio)
-  double last_loss = 0;        // the last logged mean training loss
+  double last_loss = std::nan("");  // the last logged mean training loss (NaN: none logged yet)
   double last_eval_loss = -1, last_eval_accuracy = -1;
-  double train_seconds = 0;    // training time, evaluations and checkpoints excluded
+  double train_seconds = 0;    // training time over every segment of the run, evaluations and checkpoints excluded
+  double wall_seconds = 0;     // wall time of the run's earlier segments (processes before the last resume)
 };
 
 // What a log line reports beside the loss.
@@ -32,7 +34,8 @@ struct IntervalView {
   int64_t step = 0, total_steps = 0;
   double loss = 0, lr = 0, grad_norm = 0;
   const ScalerState* scaler = nullptr;
-  size_t global_batch = 0, steps_per_epoch = 1;
+  size_t global_batch = 0;
+  double epoch = 0;  // epochs of data consumed after this step (ShardedSampler::epochs_done)
 };
 
 class Reporter {

@@ -69,7 +69,13 @@ void Trainer::setup() {
   step_->load_masters(init.data());
 
   run_agreed(world_, [&] { setup_output(); });
-  if (cfg_.checkpoint.resume != "none") start_step_ = checkpoints_->resume(record_, &resumed_from_) + 1;
+  if (cfg_.checkpoint.resume != "none") {
+    start_step_ = checkpoints_->resume(record_, &resumed_from_) + 1;
+    // A run.epochs run ends where its epochs are consumed, counted from the resumed data position
+    // (another global batch makes another number of steps).
+    total_steps_ = checkpoints_->end_step();
+    schedule_.total_steps = total_steps_;
+  }
   seen_ = step_->amp().read();
   // A resumed run keeps the records up to its checkpoint and appends after them.
   run_agreed(world_, [&] { reporter_.open_metrics(start_step_ - 1); });
@@ -143,8 +149,7 @@ void Trainer::setup_local() {
   schedule_.min_lr = cfg_.optimizer.min_lr;
   schedule_.warmup_steps = cfg_.optimizer.warmup_steps;
   schedule_.total_steps = total_steps_;
-  checkpoints_ = std::make_unique<CheckpointIO>(cfg_, world_, *step_, L, compute_, *sampler_, total_steps_, reporter_,
-                                                drills_);
+  checkpoints_ = std::make_unique<CheckpointIO>(cfg_, world_, *step_, L, compute_, *sampler_, reporter_, drills_);
 }
 
 // Overlap needs a core for the communication thread: on a CPU rank whose cores all compute, the
@@ -180,7 +185,9 @@ void Trainer::setup_output() {
 std::string Trainer::save(int64_t step) {
   // Never write a checkpoint that holds NaN weights.
   guards_->check_finite_weights(step, step_->master_data(), step_->master_spans(), step_->master_count());
-  return checkpoints_->save(step, record_);
+  RunRecord r = record_;
+  r.wall_seconds += now_seconds() - run_start_;  // the wall time up to here, for the segment that resumes
+  return checkpoints_->save(step, r);
 }
 
 Trainer::Stop Trainer::stop_requested(int64_t step) {
@@ -249,10 +256,10 @@ void Trainer::log_interval(int64_t step, const AmpScalars& now) {
   v.grad_norm = std::sqrt(double(now.norm_sq));
   v.scaler = &now.scaler;
   v.global_batch = sampler_->global_batch();
-  v.steps_per_epoch = sampler_->steps_per_epoch();
+  v.epoch = sampler_->epochs_done(step);
   reporter_.log(v, record_);
   record_.interval_steps = 0;
-  guards_->check_loss(step, loss, record_.first_loss);
+  guards_->check_loss(step, loss, record_.first_loss, model_->uniform_loss());
   guards_->check_finite_weights(step, step_->master_data(), step_->master_spans(), step_->master_count());
   reporter_.start_interval();
 }
@@ -288,9 +295,9 @@ void Trainer::write_sample(int64_t step) {
 nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
   const AmpScalars now = step_->amp().read();
   step_->take_comm_stats();  // the read waited for the device: the last step is measured
-  const double sps =
-      record_.train_seconds > 0 ? double(steps_done) * double(sampler_->global_batch()) / record_.train_seconds : 0.0;
   const bool classification = model_->classification();
+  const uint64_t samples = checkpoints_->samples_consumed(steps_done);
+  // Every segment of the run (processes before a resume included): the run's mean throughput.
   nlohmann::json j = {
       {"version", AMP_VERSION},
       {"backend", be_->name()},
@@ -299,17 +306,14 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
       {"world_size", nranks_},
       {"global_batch", sampler_->global_batch()},
       {"steps", steps_done},
+      {"epochs", sampler_->epochs_done(steps_done)},
+      {"samples", samples},
       {"skipped_steps", now.scaler.overflow_steps},
       {"optimizer_steps", now.scaler.optimizer_steps},
       {"final_scale", now.scaler.scale},
       {"growth_tracker", now.scaler.growth_tracker},
-      {"final_loss", finite_or_null(record_.last_loss)},
-      {"eval_loss", record_.last_eval_loss >= 0 ? nlohmann::json(record_.last_eval_loss) : nlohmann::json(nullptr)},
-      {"eval_accuracy", classification && record_.last_eval_accuracy >= 0 ? nlohmann::json(record_.last_eval_accuracy)
-                                                                         : nlohmann::json(nullptr)},
-      {"samples_per_second", sps},
       {"train_seconds", record_.train_seconds},
-      {"wall_seconds", wall_seconds},
+      {"wall_seconds", record_.wall_seconds + wall_seconds},
       {"model", model_->describe()},
       {"params", model_->layout().n_params()},
       {"params_hash", hex64(params_hash())},
@@ -317,6 +321,17 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
       {"optimizer_state_hash", hex64(optimizer_state_hash())},
       {"config_hash", hex64(config_hash(cfg_))},
   };
+  // What was not measured is absent (never 0): no loss logged (stopped before the first log line,
+  // or resumed at the last step), no evaluation, no training time.
+  if (std::isfinite(record_.last_loss)) j["final_loss"] = record_.last_loss;
+  if (record_.last_eval_loss >= 0) j["eval_loss"] = record_.last_eval_loss;
+  if (classification && record_.last_eval_accuracy >= 0) j["eval_accuracy"] = record_.last_eval_accuracy;
+  if (record_.train_seconds > 0) {
+    j["samples_per_second"] = double(samples) / record_.train_seconds;
+    // A language model's sample is a window of seq_len tokens, each a loss term.
+    if (model_->language_model())
+      j["tokens_per_second"] = double(samples) * double(model_->loss_terms_per_sample()) / record_.train_seconds;
+  }
   const StateBytes& b = step_->state_bytes();
   j["state_bytes_per_rank"] = {{"masters", b.masters},     {"moments", b.moments},    {"working_copy", b.working},
                                {"gradients", b.gradients}, {"total", b.total()}};
@@ -335,7 +350,6 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
 
 int Trainer::run() {
   const bool lead = rank_ == 0;
-  const int64_t spe = int64_t(sampler_->steps_per_epoch());
   reporter_.start_interval();
   std::string last_saved;
   for (int64_t step = start_step_; step <= total_steps_; ++step) {
@@ -354,7 +368,7 @@ int Trainer::run() {
       Watchdog::Wait wait(be_->host_accessible() ? nullptr : world_.watchdog(), "reading the step's results", detail);
       observe(step);
     }
-    const bool epoch_end = step % spe == 0;
+    const bool epoch_end = sampler_->position(step).offset == 0;  // the next batch starts an epoch
     const bool do_eval = cfg_.run.eval_interval > 0 ? step % cfg_.run.eval_interval == 0 || step == total_steps_
                                                      : epoch_end || step == total_steps_;
     const bool do_hash = nranks_ > 1 && ((cfg_.distributed.hash_interval > 0 && step % cfg_.distributed.hash_interval == 0) ||
@@ -416,8 +430,11 @@ int Trainer::run() {
     if (record_.last_eval_loss >= 0)
       line += model_->classification() ? strcat(", eval accuracy ", record_.last_eval_accuracy * 100.0, "%")
                                        : strcat(", eval ", model_->loss_name(), " ", record_.last_eval_loss);
-    line += strcat(", ", format_count(summary["samples_per_second"].get<double>()), " samples/s, params_hash ",
-                   summary["params_hash"].get<std::string>());
+    if (summary.contains("tokens_per_second"))
+      line += strcat(", ", format_count(summary["tokens_per_second"].get<double>()), " tokens/s");
+    else if (summary.contains("samples_per_second"))
+      line += strcat(", ", format_count(summary["samples_per_second"].get<double>()), " samples/s");
+    line += strcat(", params_hash ", summary["params_hash"].get<std::string>());
     reporter_.message(line);
   }
   return 0;
