@@ -10,6 +10,7 @@ namespace amp {
 namespace {
 
 constexpr int kQuery = 1, kReply = 2;
+constexpr const char* kBusy = "busy";  // how an answer from a rank outside any collective begins
 constexpr auto kTick = std::chrono::milliseconds(100);  // how often the thread looks
 // How long a rank that fired waits for the others' answers before it ends the job.
 double answer_window(double timeout_s) { return std::clamp(timeout_s / 4, 1.0, 5.0); }
@@ -95,7 +96,7 @@ std::string Watchdog::describe(const Open& o) {
 
 std::string Watchdog::describe() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (open_.empty()) return strcat("busy with ", step_words(step_), " (in no collective)");
+  if (open_.empty()) return strcat(kBusy, " with ", step_words(step_), " (in no collective)");
   const Open& o = open_.front();  // the oldest wait
   return strcat("waiting in ", describe(o), " for ", int(seconds_since(o.since)), " s");
 }
@@ -137,14 +138,15 @@ void Watchdog::loop() {
         if (waited > timeout_s_) stuck = o;
       }
     }
-    if (stuck.what) {
-      fire(stuck, waited);
-      return;
-    }
+    if (stuck.what && fire(stuck, waited)) return;
   }
 }
 
-void Watchdog::fire(const Open& stuck, double seconds) {
+bool Watchdog::fire(const Open& stuck, double seconds) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    replies_.clear();  // this round's answers only
+  }
   for (int r = 0; r < world_; ++r)
     if (r != rank_) channel_->send(r, kQuery, "");
   const double window = answer_window(timeout());
@@ -160,7 +162,7 @@ void Watchdog::fire(const Open& stuck, double seconds) {
     if (seconds_since(t0) > window) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::string silent, others;
+  std::string silent, others, busy;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (int r = 0; r < world_; ++r) {
@@ -168,7 +170,22 @@ void Watchdog::fire(const Open& stuck, double seconds) {
       auto it = replies_.find(r);
       if (it == replies_.end()) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
       else others += strcat("; rank ", r, ": ", it->second);
+      if (it != replies_.end() && it->second.rfind(kBusy, 0) == 0) busy += (busy.empty() ? "" : ", ") + std::to_string(r);
     }
+  }
+  // Every rank answered and some are busy outside any collective (rank 0 writing a checkpoint or
+  // generating a sample): they will come, this is not a hang. Wait another timeout, and say so.
+  if (silent.empty() && !busy.empty()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (Open& o : open_)
+        if (o.id == stuck.id) o.since = std::chrono::steady_clock::now();
+    }
+    std::fprintf(stderr, "[rank %d] watchdog note: %s has waited %d s (distributed.timeout_s = %g), but rank(s) %s "
+                 "answered that they are busy outside any collective%s; waiting on\n",
+                 rank_, describe(stuck).c_str(), int(seconds), timeout(), busy.c_str(), others.c_str());
+    std::fflush(stderr);
+    return false;
   }
   const std::string msg = strcat(
       "[rank ", rank_, "] watchdog error: ", describe(stuck), " made no progress for ", int(seconds),
@@ -178,6 +195,7 @@ void Watchdog::fire(const Open& stuck, double seconds) {
                               " s (stopped, hung or dead)"),
       others, ". Ending the job.");
   on_fire_(msg, int(ErrorKind::Comm));
+  return true;
 }
 
 }  // namespace amp

@@ -4,7 +4,9 @@
 // asks every other rank what it is doing over a side channel that needs no progress of the
 // stuck collective, waits a few seconds for the answers, prints which collective and step it is
 // stuck in and which ranks it is waiting for (no answer: stopped, hung or dead; or the answers of
-// ranks busy elsewhere), and ends the job with a non-zero code. The same thread answers other
+// ranks waiting elsewhere), and ends the job with a non-zero code. When every rank answered and
+// some are busy outside any collective (rank 0 writing a big checkpoint, generating a sample),
+// the job is slow, not stuck: it says so and waits another timeout. The same thread answers other
 // ranks' questions, so a rank that is alive but busy says what it is doing.
 #pragma once
 
@@ -85,7 +87,9 @@ class Watchdog {
   void close(uint64_t id);
   void loop();
   void answer(int from, int tag, const std::string& msg);
-  void fire(const Open& stuck, double seconds);
+  // Asks the others and ends the job (true), or, when every rank answered and some are busy
+  // outside any collective, re-arms the wait and returns false.
+  bool fire(const Open& stuck, double seconds);
 
   const int rank_, world_;
   std::unique_ptr<PeerChannel> channel_;

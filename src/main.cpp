@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "comm/agree.h"
 #include "comm/mpi_communicator.h"
+#include "comm/startup_deadline.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "train/run.h"
@@ -142,6 +143,10 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<amp::MpiCommunicator> world;
   try {
+    // MPI_Init waits for every rank of the job: a rank stopped before it would hold the others
+    // there forever (the collective watchdog starts only once MPI is up).
+    amp::StartupDeadline deadline(amp::StartupDeadline::seconds_from_env(amp::kDefaultTimeoutSeconds),
+                                  "MPI initialization (every rank of the job meeting in MPI_Init)");
     world = std::make_unique<amp::MpiCommunicator>(&argc, &argv);
   } catch (const amp::Error& e) {
     std::fprintf(stderr, "error: cannot start MPI: %s\n", e.what());

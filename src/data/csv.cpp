@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "data/dataset.h"
 
 namespace amp {
@@ -111,8 +112,7 @@ size_t resolve_target(const std::string& path, const CsvOptions& opt,
 Dataset load_csv(const std::string& path, const CsvOptions& opt) {
   if (opt.n_classes < 0)
     data_error(path, " the number of classes must be >= 0 (0 = infer), got ", opt.n_classes);
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) data_error(path, " cannot open: Is a directory");
+  if (const std::string problem = regular_file_problem(path); !problem.empty()) data_error(path, " ", problem);
   std::ifstream in(path, std::ios::binary);
   if (!in) data_error(path, " cannot open: ", std::strerror(errno));
   std::ostringstream ss;

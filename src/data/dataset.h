@@ -36,6 +36,7 @@ struct Dataset {
   std::vector<int32_t> tokens; // the token stream
   size_t seq_len = 0;          // T
   int vocab = 0;               // output classes of every position
+  std::string tokenizer;       // what made the tokens (data/tokenizer.h): "bytes" for text, "" unknown
 
   size_t n_outputs() const {
     return task == Task::Classification ? size_t(n_classes) : task == Task::LanguageModel ? size_t(vocab) : n_targets;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "data/dataset.h"
 
 namespace amp {
@@ -55,9 +56,9 @@ std::string shape_string(const std::vector<size_t>& dims) {
 class GzReader {
  public:
   explicit GzReader(const std::string& path) : path_(path) {
-    // open() succeeds on a directory and only read() fails, with a less helpful message.
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) data_error(path_, "cannot open: Is a directory");
+    // open() succeeds on a directory and only read() fails, with a less helpful message; opening a
+    // FIFO waits for a writer.
+    if (const std::string problem = regular_file_problem(path); !problem.empty()) data_error(path_, problem);
     errno = 0;
     file_ = gzopen(path.c_str(), "rb");
     if (!file_) data_error(path_, "cannot open: ", errno ? std::strerror(errno) : "out of memory");

@@ -83,6 +83,7 @@ DataSets load_lm_datasets(const Config& cfg) {
   DataSets out;
   out.train = make_lm_dataset(std::move(train), seq_len, vocab, train_name);
   if (!eval_name.empty()) out.eval = make_lm_dataset(std::move(eval), seq_len, vocab, eval_name);
+  out.train.tokenizer = out.eval.tokenizer = text ? "bytes" : "";
   return out;
 }
 

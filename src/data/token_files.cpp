@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "data/dataset.h"
 
 namespace amp {
@@ -27,10 +28,11 @@ template <typename... Args>
 
 bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
-// Opens a regular file for reading; a directory, a missing or unreadable file is an error.
+// Opens a regular file for reading; a directory, a FIFO (opening it would wait for a writer), a
+// missing or unreadable file is an error.
 std::ifstream open_file(const std::string& path, uint64_t* size) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) data_error(path, "cannot open: Is a directory");
+  if (const std::string problem = regular_file_problem(path); !problem.empty()) data_error(path, problem);
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) data_error(path, "cannot open: ", errno ? std::strerror(errno) : "unknown error");
@@ -61,7 +63,10 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& patterns, 
   std::vector<std::string> out;
   for (const std::string& pattern : patterns) {
     if (pattern.empty()) throw Error(ErrorKind::Data, strcat("data error: ", key, ": an empty path"));
-    if (!has_glob_chars(pattern)) {
+    // A path that exists is that file, even when its name holds glob characters ("notes[1].txt");
+    // only a path that does not exist is a pattern.
+    std::error_code ec;
+    if (!has_glob_chars(pattern) || fs::exists(fs::symlink_status(pattern, ec))) {
       out.push_back(pattern);  // a missing file is reported by its reader
       continue;
     }

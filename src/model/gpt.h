@@ -66,7 +66,7 @@ class Gpt final : public Model {
 
   // Text generation: the logits (FP32, host) of the next token after `context` (its last seq_len
   // tokens), from the working parameters.
-  std::vector<float> next_logits(const void* params, const std::vector<int32_t>& context);
+  std::vector<float> next_logits(const void* params, const std::vector<int32_t>& context) override;
 
   // Bytes of backend memory for the parameters' training state and the activations at max_rows.
   static bool bytes_needed(const GptOptions& o, size_t max_rows, DType compute, size_t* bytes, size_t* params);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "data/dataset.h"
 #include "model/param_layout.h"
 
@@ -46,6 +47,11 @@ class Model {
   // The cross-entropy of predicting every class (token) alike, ln(classes): the yardstick of the
   // divergence check (run.max_loss_vs_uniform); 0 for a regression loss, which has none.
   virtual double uniform_loss() const { return 0.0; }
+  // Language models generate: the logits (FP32, host) of the token after `context` (its last
+  // context-length tokens) from the working parameters `params`. Others throw.
+  virtual std::vector<float> next_logits(const void* /*params*/, const std::vector<int32_t>& /*context*/) {
+    throw Error(ErrorKind::Internal, strcat("next_logits: ", describe(), " is not a language model"));
+  }
   // The name of the evaluation metric of loss(): "loss" (cross-entropy), "mse".
   virtual const char* loss_name() const { return classification() ? "loss" : "mse"; }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <numeric>
 
 #include "core/error.h"
@@ -40,61 +39,6 @@ std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SampleOp
   Rng rng(mix_seed(opt.seed, 0x5A3Bull, 0));
   for (size_t i = 0; i < opt.tokens; ++i) out.push_back(sample_token(next_logits(out), opt.temperature, opt.top_k, rng.uniform(0.0, 1.0)));
   return out;
-}
-
-namespace {
-
-// Length of the valid UTF-8 sequence starting at s[i] (0: not one).
-size_t utf8_length(const std::vector<int32_t>& s, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned>(s[k]) & 0xFFu; };
-  const unsigned c = byte(i);
-  size_t n = 0;
-  unsigned min = 0, cp = 0;
-  if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F, min = 0x80;
-  else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F, min = 0x800;
-  else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07, min = 0x10000;
-  else return 0;
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (byte(i + k) & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return n;
-}
-
-}  // namespace
-
-std::string detokenize(const std::vector<int32_t>& tokens, size_t vocab) {
-  std::string s;
-  if (vocab != 256) {
-    for (int32_t t : tokens) s += (s.empty() ? "" : " ") + std::to_string(t);
-    return s;
-  }
-  // Bytes as text: printable ASCII, newline and tab as they are, valid UTF-8 sequences as they are,
-  // anything else escaped (\xNN), so the text is valid UTF-8 (metrics.jsonl holds it).
-  for (size_t i = 0; i < tokens.size();) {
-    const unsigned c = static_cast<unsigned>(tokens[i]) & 0xFFu;
-    if (c == '\n' || c == '\t' || (c >= 0x20 && c < 0x7F)) {
-      s += char(c);
-      ++i;
-    } else if (const size_t n = c >= 0x80 ? utf8_length(tokens, i) : 0; n > 0) {
-      for (size_t k = 0; k < n; ++k) s += char(static_cast<unsigned>(tokens[i + k]) & 0xFFu);
-      i += n;
-    } else {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02X", c);
-      s += b;
-      ++i;
-    }
-  }
-  return s;
-}
-
-std::vector<int32_t> tokenize_bytes(const std::string& text) {
-  std::vector<int32_t> t;
-  for (unsigned char c : text) t.push_back(int32_t(c));
-  return t;
 }
 
 }  // namespace amp

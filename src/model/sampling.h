@@ -25,9 +25,4 @@ int32_t sample_token(const std::vector<float>& logits, double temperature, size_
 std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,
                               const std::function<std::vector<float>(const std::vector<int32_t>&)>& next_logits);
 
-// Byte-level text (vocabulary 256): tokens as bytes, non-printable bytes escaped (\xNN) except
-// newline and tab; other vocabularies print token ids.
-std::string detokenize(const std::vector<int32_t>& tokens, size_t vocab);
-std::vector<int32_t> tokenize_bytes(const std::string& text);
-
 }  // namespace amp

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/hash.h"
 #include "train/metrics.h"
 
@@ -85,28 +86,6 @@ int64_t header_step(const json& header, const std::string& path) {
   if (step > uint64_t(std::numeric_limits<int64_t>::max()))
     bad(path, strcat("header field step: ", step, " is out of range"));
   return int64_t(step);
-}
-
-std::string file_kind(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  return "an unusual file type";
-}
-
-std::string file_kind(std::filesystem::file_type type) {
-  using std::filesystem::file_type;
-  switch (type) {
-    case file_type::fifo: return "a FIFO";
-    case file_type::directory: return "a directory";
-    case file_type::socket: return "a socket";
-    case file_type::character: return "a character device";
-    case file_type::block: return "a block device";
-    case file_type::not_found: return "a dangling symbolic link";
-    default: return "an unusual file type";
-  }
 }
 
 // The step digits of a checkpoint file name, "" if the name is not one.

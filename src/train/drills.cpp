@@ -18,6 +18,20 @@ void Drills::fail_setup(const char* phase) const {
                   strcat("faults.fail_setup: set-up phase \"", phase, "\" failed on rank ", rank_, " (drill)"));
 }
 
+void Drills::check_ranks(int world) const {
+  const std::pair<const char*, const std::vector<FaultSpec>*> lists[] = {
+      {"faults.inject_nonfinite", &cfg_.faults.inject_nonfinite},
+      {"faults.raise_signal", &cfg_.faults.raise_signal},
+      {"faults.corrupt_params", &cfg_.faults.corrupt_params},
+      {"faults.fail_setup", &cfg_.faults.fail_setup}};
+  for (const auto& [key, list] : lists)
+    for (const FaultSpec& f : *list)
+      if (f.rank >= world)
+        throw Error(ErrorKind::Config, strcat("config error: ", cfg_.origin.count(key) ? cfg_.origin.at(key) + ": " : "",
+                                              key, ": rank ", f.rank, " does not exist in a run of ", world,
+                                              " rank(s) (ranks 0-", world - 1, ")"));
+}
+
 void Drills::bind(const ParamLayout& layout, int world) {
   layout_ = &layout;
   for (const FaultSpec& f : cfg_.faults.inject_nonfinite) {

@@ -19,6 +19,9 @@ class Drills {
   void fail_setup(const char* phase) const;
   // Checks faults.inject_nonfinite against the model (tensor names) and the world (ranks); throws
   // a Config error naming what does not exist.
+  // Every drill must aim at a rank of this run: a drill for rank 3 of a 2-rank run never fires
+  // (the run would pass without drilling anything). Throws Error(Config) naming the drill.
+  void check_ranks(int world) const;
   void bind(const ParamLayout& layout, int world);
   bool plants_gradients() const { return !my_faults_.empty(); }
   // faults.inject_nonfinite: writes inf/nan into tensor's first gradient element at that step

@@ -14,7 +14,7 @@
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/hash.h"
-#include "model/gpt.h"
+#include "data/tokenizer.h"
 #include "model/make_model.h"
 #include "model/sampling.h"
 #include "train/signals.h"
@@ -104,6 +104,7 @@ void Trainer::setup() {
 }
 
 void Trainer::setup_local() {
+  drills_.check_ranks(nranks_);
   drills_.fail_setup("backend");
   be_ = make_backend(cfg_.run.device, world_.local_rank(), pick_threads(cfg_.run.threads, world_.local_size()));
   compute_ = cfg_.precision.compute;
@@ -272,15 +273,22 @@ void Trainer::evaluate_now(int64_t step) {
   reporter_.evaluation(step, r, model_->classification(), model_->loss_name());
 }
 
-// Rank 0 continues sample.prompt with the model (language models only; no collective inside).
+// Rank 0 continues sample.prompt with the model (language models only; no collective inside). The
+// prompt is encoded and the sample decoded with the data's tokenizer; token data without one starts
+// from the last token id and prints ids, and says so once.
 void Trainer::write_sample(int64_t step) {
-  auto* gpt = dynamic_cast<Gpt*>(model_.get());
-  if (!gpt || rank_ != 0 || cfg_.sample.tokens <= 0) return;
-  const size_t vocab = gpt->options().vocab;
-  // Byte-level text continues the prompt's bytes; a tokenizer's vocabulary starts from its last
-  // token (GPT-2's <|endoftext|>), as the text cannot be encoded here.
-  const std::vector<int32_t> prompt =
-      vocab == 256 ? tokenize_bytes(cfg_.sample.prompt) : std::vector<int32_t>{int32_t(vocab - 1)};
+  if (!model_->language_model() || rank_ != 0 || cfg_.sample.tokens <= 0) return;
+  const std::unique_ptr<Tokenizer> tok = make_tokenizer(data_.train.tokenizer);
+  const int32_t vocab = int32_t(data_.train.vocab);
+  std::vector<int32_t> prompt = tok ? tok->encode(cfg_.sample.prompt) : std::vector<int32_t>{vocab - 1};
+  if (!tok && !warned_no_tokenizer_) {
+    reporter_.message(strcat("note: the token data names no tokenizer, so sample.prompt cannot be encoded: samples start "
+                             "from token ", vocab - 1, " and print token ids"));
+    warned_no_tokenizer_ = true;
+  }
+  for (int32_t& t : prompt)  // a byte the vocabulary does not hold (model.vocab_size below 256)
+    if (t >= vocab) t = vocab - 1;
+  if (prompt.empty()) prompt.push_back(vocab - 1);
   SampleOptions o;
   o.tokens = size_t(cfg_.sample.tokens);
   o.temperature = cfg_.sample.temperature;
@@ -288,8 +296,14 @@ void Trainer::write_sample(int64_t step) {
   o.seed = uint64_t(cfg_.sample.seed);
   const void* params = step_->working_params();
   const std::vector<int32_t> out =
-      generate(prompt, o, [&](const std::vector<int32_t>& context) { return gpt->next_logits(params, context); });
-  reporter_.sample(step, detokenize(out, vocab));
+      generate(prompt, o, [&](const std::vector<int32_t>& context) { return model_->next_logits(params, context); });
+  std::string text;
+  if (tok) {
+    text = tok->decode(out);
+  } else {
+    for (int32_t t : out) text += (text.empty() ? "" : " ") + std::to_string(t);
+  }
+  reporter_.sample(step, text);
 }
 
 nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {

@@ -103,6 +103,7 @@ class Trainer {
   std::string resumed_from_;
   double run_start_ = 0;
   StepObserver observer_;
+  bool warned_no_tokenizer_ = false;
 };
 
 }  // namespace amp

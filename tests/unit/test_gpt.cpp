@@ -16,6 +16,7 @@
 #include "core/half.h"
 #include "core/rng.h"
 #include "model/gpt.h"
+#include "data/tokenizer.h"
 #include "model/sampling.h"
 
 using namespace amp;
@@ -162,9 +163,13 @@ TEST_CASE("sampling: top-k and temperature choose among the likeliest, seeded, a
   SampleOptions o;
   o.tokens = 50;
   CHECK(generate({'x'}, o, next) == generate({'x'}, o, next));
-  // Bytes that are not UTF-8 are escaped; valid sequences and newlines pass.
-  CHECK(detokenize({'h', 'i', '\n', 0xC3, 0xA9, 0xAB, 0x01}, 256) == "hi\n\xC3\xA9\\xAB\\x01");
-  CHECK(detokenize({5, 7}, 50257) == "5 7");
+  // Bytes that are not UTF-8 are escaped; valid sequences and newlines pass; ids beyond the bytes
+  // (a vocabulary above 256 on byte text) are marked.
+  const auto bytes = make_tokenizer("bytes");
+  CHECK(bytes->decode({'h', 'i', '\n', 0xC3, 0xA9, 0xAB, 0x01}) == "hi\n\xC3\xA9\\xAB\\x01");
+  CHECK(bytes->decode({'a', 300, 'b'}) == "a<|300|>b");
+  CHECK(bytes->encode("h\xC3\xA9") == std::vector<int32_t>{'h', 0xC3, 0xA9});
+  CHECK(make_tokenizer("") == nullptr);
 }
 
 TEST_CASE("gpt: padded logits rows give the unpadded loss, gradients, logits and samples bit for bit", "[gpt]") {

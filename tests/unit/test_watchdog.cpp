@@ -131,3 +131,36 @@ TEST_CASE("watchdog: set-up waits are named as such and the timeout can change",
   CHECK_THAT(f0.message, Contains("broadcast (8 B u8 from rank 0) of set-up made no progress"));
   CHECK_THAT(f0.message, Contains("waiting for rank(s) 1,"));
 }
+
+TEST_CASE("watchdog: a rank busy outside any collective is slow, not stuck; a deadlock still fires", "[watchdog]") {
+  // Rank 0 waits in an all-reduce while rank 1 writes a big checkpoint (busy, in no collective):
+  // the wait outlasts the timeout several times without ending the job (the hostile round's
+  // exit 6 on a healthy run). Once rank 1 stops answering (it died), rank 0 fires.
+  Net net(2);
+  Fired f0, f1;
+  auto w0 = make(net, 0, 2, 0.3, f0);
+  auto w1 = make(net, 1, 2, 0.3, f1);
+  w0->set_step(5);
+  w1->set_step(5);
+  {
+    Watchdog::Wait a(w0.get(), "all-reduce");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // 5 timeouts
+    CHECK_FALSE(f0.done);
+    w1.reset();  // rank 1 is gone: no answer any more
+    REQUIRE(wait_for(f0.done, 10));
+  }
+  {
+    std::lock_guard<std::mutex> lock(f0.mu);
+    CHECK_THAT(f0.message, Contains("waiting for rank(s) 1,"));
+  }
+  // Both ranks waiting in collectives (they disagree on which: a deadlock): fired as before.
+  Net net2(2);
+  Fired g0, g1;
+  auto v0 = make(net2, 0, 2, 0.3, g0);
+  auto v1 = make(net2, 1, 2, 0.3, g1);
+  Watchdog::Wait c(v0.get(), "all-reduce");
+  Watchdog::Wait d(v1.get(), "broadcast");
+  REQUIRE(wait_for(g0.done, 10));
+  std::lock_guard<std::mutex> lock(g0.mu);
+  CHECK_THAT(g0.message, Contains("every rank answered") && Contains("rank 1: waiting in broadcast"));
+}

@@ -1,0 +1,21 @@
+// What a path is, for readers that must not block: opening a FIFO for reading waits for a writer,
+// possibly forever, and a device or socket is never a data file or a checkpoint.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <string>
+
+namespace amp {
+
+// "a FIFO", "a directory", "a socket", "a character device", ...
+std::string file_kind(mode_t mode);
+std::string file_kind(std::filesystem::file_type type);
+
+// "" when path is a regular file (or a link to one), else what is wrong with it ("not a regular
+// file (a FIFO)", "cannot open: No such file or directory"), for the caller's error message. No
+// file is opened.
+std::string regular_file_problem(const std::string& path);
+
+}  // namespace amp
