@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -14,6 +15,16 @@ constexpr const char* kBusy = "busy";  // how an answer from a rank outside any 
 constexpr auto kTick = std::chrono::milliseconds(100);  // how often the thread looks
 // How long a rank that fired waits for the others' answers before it ends the job.
 double answer_window(double timeout_s) { return std::clamp(timeout_s / 4, 1.0, 5.0); }
+
+// An answer "waiting in ... for N s" from a rank that has waited less than the timeout: it came to
+// its collective recently (it was busy until then), so the job is moving.
+bool recent_wait(const std::string& answer, double timeout_s) {
+  const size_t at = answer.rfind(" for ");
+  if (answer.rfind("waiting in ", 0) != 0 || at == std::string::npos) return false;
+  char* end = nullptr;
+  const double waited = std::strtod(answer.c_str() + at + 5, &end);
+  return end && std::string(end) == " s" && waited < timeout_s;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -54,10 +65,17 @@ void Watchdog::set_step(int64_t step) {
   step_ = step;
 }
 
+bool Watchdog::is_open(uint64_t id) const {
+  for (const Open& o : open_)
+    if (o.id == id) return true;
+  return false;
+}
+
 uint64_t Watchdog::open(const char* what, const Detail& detail) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
-  open_.push_back(Open{id, what, detail, step_, std::chrono::steady_clock::now()});
+  const auto now = std::chrono::steady_clock::now();
+  open_.push_back(Open{id, what, detail, step_, now, now});
   return id;
 }
 
@@ -98,7 +116,9 @@ std::string Watchdog::describe() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (open_.empty()) return strcat(kBusy, " with ", step_words(step_), " (in no collective)");
   const Open& o = open_.front();  // the oldest wait
-  return strcat("waiting in ", describe(o), " for ", int(seconds_since(o.since)), " s");
+  char waited[32];
+  std::snprintf(waited, sizeof waited, "%.1f", seconds_since(o.since));
+  return strcat("waiting in ", describe(o), " for ", waited, " s");
 }
 
 void Watchdog::answer(int from, int tag, const std::string& msg) {
@@ -122,19 +142,22 @@ void Watchdog::loop() {
       const auto gap = now - last_tick;
       last_tick = now;
       if (gap > kTick * 10)
-        for (Open& o : open_) o.since += gap - kTick;
+        for (Open& o : open_) {
+          o.since += gap - kTick;
+          o.deadline_base += gap - kTick;
+        }
     }
     int from = 0, tag = 0;
     std::string msg;
     while (channel_->poll(&from, &tag, &msg)) answer(from, tag, msg);
 
-    Open stuck{0, nullptr, {}, 0, {}};
+    Open stuck{0, nullptr, {}, 0, {}, {}};
     double waited = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!open_.empty()) {
         const Open& o = open_.front();
-        waited = seconds_since(o.since);
+        waited = seconds_since(o.deadline_base);
         if (waited > timeout_s_) stuck = o;
       }
     }
@@ -158,32 +181,37 @@ bool Watchdog::fire(const Open& stuck, double seconds) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (int(replies_.size()) >= world_ - 1) break;
+      if (!is_open(stuck.id)) return false;  // it completed while we asked: nothing is stuck
     }
     if (seconds_since(t0) > window) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::string silent, others, busy;
+  const double timeout_s = timeout();
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!is_open(stuck.id)) return false;  // it completed while we asked (a silent peer may have exited since)
     for (int r = 0; r < world_; ++r) {
       if (r == rank_) continue;
       auto it = replies_.find(r);
       if (it == replies_.end()) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
       else others += strcat("; rank ", r, ": ", it->second);
-      if (it != replies_.end() && it->second.rfind(kBusy, 0) == 0) busy += (busy.empty() ? "" : ", ") + std::to_string(r);
+      if (it != replies_.end() && (it->second.rfind(kBusy, 0) == 0 || recent_wait(it->second, timeout_s)))
+        busy += (busy.empty() ? "" : ", ") + std::to_string(r);
     }
   }
   // Every rank answered and some are busy outside any collective (rank 0 writing a checkpoint or
-  // generating a sample): they will come, this is not a hang. Wait another timeout, and say so.
+  // generating a sample) or have only just come to wait: they are coming, this is not a hang.
+  // Wait another timeout, and say so.
   if (silent.empty() && !busy.empty()) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (Open& o : open_)
-        if (o.id == stuck.id) o.since = std::chrono::steady_clock::now();
+        if (o.id == stuck.id) o.deadline_base = std::chrono::steady_clock::now();
     }
     std::fprintf(stderr, "[rank %d] watchdog note: %s has waited %d s (distributed.timeout_s = %g), but rank(s) %s "
-                 "answered that they are busy outside any collective%s; waiting on\n",
-                 rank_, describe(stuck).c_str(), int(seconds), timeout(), busy.c_str(), others.c_str());
+                 "answered that they are busy outside any collective or have only just come to wait%s; waiting on\n",
+                 rank_, describe(stuck).c_str(), int(seconds_since(stuck.since)), timeout_s, busy.c_str(), others.c_str());
     std::fflush(stderr);
     return false;
   }

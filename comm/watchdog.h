@@ -80,11 +80,13 @@ class Watchdog {
     const char* what;
     Detail detail;
     int64_t step;
-    std::chrono::steady_clock::time_point since;
+    std::chrono::steady_clock::time_point since;    // when it opened (what answers report)
+    std::chrono::steady_clock::time_point deadline_base;  // since, or when a busy peer re-armed it
   };
   static std::string describe(const Open& o);
   uint64_t open(const char* what, const Detail& detail);
   void close(uint64_t id);
+  bool is_open(uint64_t id) const;  // mu_ held
   void loop();
   void answer(int from, int tag, const std::string& msg);
   // Asks the others and ends the job (true), or, when every rank answered and some are busy
