@@ -31,7 +31,7 @@
 #   AMP_MAX_REQUEUES  give up requeueing after this many restarts (default 100; $SLURM_RESTART_COUNT)
 #   AMP_DRY_RUN       1: print the launch command and exit
 #
-# Signals: amp_ddp checkpoints and stops cleanly on SIGTERM or SIGUSR1. With srun (default) the
+# Signals: amp_ddp checkpoints and stops cleanly on SIGTERM, SIGUSR1 or SIGINT. With srun (default) the
 # header's `--signal=TERM@120` (no B: prefix) makes slurmd send SIGTERM to the tasks themselves
 # 120 s before the time limit; the batch shell lives on, sees the clean stop and requeues the job.
 # With `--signal=B:USR1@120` only this batch shell gets SIGUSR1: it forwards it to srun or mpirun,
@@ -127,21 +127,40 @@ log "job $SLURM_JOB_ID (${SLURM_JOB_NAME:-}) restart ${SLURM_RESTART_COUNT:-0} o
 log "command: ${cmd[*]}"
 [[ "${AMP_DRY_RUN:-0}" == 1 ]] && exit 0
 
-# ---- run it in the background so that a signal to this shell (B:USR1) can be forwarded
+# ---- run it in the background so that a signal to this shell (B:USR1, B:TERM) can be forwarded.
+# The first SIGUSR1, SIGTERM or SIGINT goes to the launcher as SIGUSR1 (mpirun forwards SIGUSR1 and
+# waits for the ranks; on SIGTERM or SIGINT it would kill them about a second later, checkpoint
+# or not); a second one goes as SIGTERM (stop at once).
 forwarded=0
-forward() { forwarded=1; log "got SIG$1: forwarding it to the ranks (checkpoint and stop)"; kill -s "$1" "$child" 2>/dev/null; }
+forward() {
+  forwarded=$((forwarded + 1))
+  if ((forwarded == 1)); then
+    log "got SIG$1: forwarding SIGUSR1 to the ranks (checkpoint and stop)"; kill -s USR1 "$child" 2>/dev/null
+  else
+    log "got SIG$1 again: forwarding SIGTERM (stop at once)"; kill -s TERM "$child" 2>/dev/null
+  fi
+}
 trap 'forward USR1' USR1
+trap 'forward TERM' TERM
+trap 'forward INT' INT
 "${cmd[@]}" &
 child=$!
-while :; do
-  wait "$child"; rc=$?
-  kill -0 "$child" 2>/dev/null && continue   # the wait was cut short by the trap
-  if ((rc > 128)); then                       # collect the real status if a trap cut it short
-    wait "$child" 2>/dev/null; r=$?; ((r != 127)) && rc=$r
-  fi
-  break
+ranks=()
+while kill -0 "$child" 2>/dev/null; do  # polled: a trap runs between two looks
+  while read -r r; do [[ " ${ranks[*]} " == *" $r "* ]] || ranks+=("$r"); done < <(pgrep -P "$child" 2>/dev/null)
+  sleep 0.2
 done
-trap - USR1
+rc=0
+wait "$child" 2>/dev/null || rc=$?
+trap - USR1 TERM INT
+# Ranks the launcher started on this node and left behind (mpirun returns as soon as it gave up
+# on them): wait, so that a requeued job never finds a checkpoint half written (at most 60 s).
+for ((i = 0; i < 300; ++i)); do
+  alive=0
+  for r in "${ranks[@]}"; do kill -0 "$r" 2>/dev/null && alive=1; done
+  ((alive)) || break
+  sleep 0.2
+done
 log "amp_ddp finished with exit code $rc"
 
 summary=$eff_out/summary.json

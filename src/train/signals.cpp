@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 
@@ -14,12 +15,14 @@ namespace {
 
 std::atomic<int> g_signal{0};
 std::atomic<bool> g_armed{false};
+std::atomic<bool> g_announce{true};  // this process prints what a signal does (rank 0, or no MPI yet)
 
 sigset_t stop_set() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGINT);
   return set;
 }
 
@@ -30,8 +33,19 @@ void receive() {
     int sig = 0;
     if (sigwait(&set, &sig) != 0) continue;
     if (g_armed.load()) {
-      g_signal.store(sig);
-      continue;
+      int pending = 0;
+      if (g_signal.compare_exchange_strong(pending, sig)) {
+        // The first: every rank finishes its step, a checkpoint is written, all exit 0.
+        if (g_announce.load())
+          std::fprintf(stderr, "\n%s: finishing this step, writing a checkpoint and stopping (send it again, or press "
+                               "Ctrl-C again, to stop at once without a checkpoint)\n", signal_name(sig));
+        continue;
+      }
+      // A second one while the stop is under way: stop now, as Ctrl-C twice does elsewhere.
+      std::fprintf(stderr, "\n%s again: stopping at once, without a checkpoint (the last one written stays)\n",
+                   signal_name(sig));
+      std::fflush(stderr);
+      ::_exit(128 + sig);
     }
     // Not armed: the default effect (the process ends), delivered to this thread alone.
     std::signal(sig, SIG_DFL);
@@ -61,6 +75,8 @@ void install_stop_signals() {
 }
 
 int stop_signal() { return g_signal.load(); }
+
+void announce_stop_signals(bool on) { g_announce.store(on); }
 
 void raise_stop_signal(int sig) {
   if (g_armed.load()) g_signal.store(sig);

@@ -79,7 +79,10 @@ void Trainer::setup() {
   seen_ = step_->amp().read();
   // A resumed run keeps the records up to its checkpoint and appends after them.
   run_agreed(world_, [&] { reporter_.open_metrics(start_step_ - 1); });
-  if (cfg_.checkpoint.on_signal) install_stop_signals();
+  if (cfg_.checkpoint.on_signal) {
+    announce_stop_signals(rank_ == 0);
+    install_stop_signals();
+  }
   if (rank_ == 0) {
     if (!resumed_from_.empty())
       reporter_.message(strcat("resumed from ", resumed_from_, " at step ", start_step_ - 1, " (scale ",

@@ -8,6 +8,8 @@ private munged, slurmctld, slurmd, generated slurm.conf in a temp dir).
     2. `scontrol requeue` of the running job: SLURM terminates it (SIGTERM, checkpoint), requeues it;
     3. the mpirun variant with a batch-shell signal (`--signal=B:USR1@120`), forwarded to mpirun
        and by mpirun to the ranks;
+    4. the mpirun variant with SIGTERM to the batch shell, forwarded as SIGUSR1 (mpirun would kill
+       its ranks a second after a SIGTERM);
 (c) scripts/slurm/scaling_study.sh with train_multinode.sbatch on 1 node x 1 and x 2 tasks;
 then stops every daemon it started (by PID) and removes its temp dir.
 Needs root and the packages of scripts/setup.sh (slurmctld slurmd slurm-client munge)."""
@@ -192,6 +194,11 @@ def tests():
                 extra_sbatch=("--signal=B:USR1@120",), extra_env={"AMP_LAUNCHER": "mpirun"})
     check("command: mpirun" in log and "got SIGUSR1: forwarding" in log and "stop requested (SIGUSR1)" in log,
           "(mpirun) the batch shell forwarded SIGUSR1 through mpirun to the ranks")
+    # ---- (b4) the mpirun variant with SIGTERM to the batch shell: mpirun would kill the ranks a
+    # second after a SIGTERM, checkpoint or not; the shell forwards it as SIGUSR1 instead
+    log = drill("mpirun_term", lambda j: ["scancel", "--batch", "--signal=TERM", j], extra_env={"AMP_LAUNCHER": "mpirun"})
+    check("got SIGTERM: forwarding SIGUSR1" in log and "stop requested (SIGUSR1)" in log,
+          "(mpirun_term) the batch shell turned SIGTERM into SIGUSR1 for mpirun and the ranks")
 
     # ---- (c) the scaling study through train_multinode.sbatch: 1 node x 1 and x 2 tasks
     study = os.path.join(work, "study")

@@ -1,0 +1,87 @@
+"""Ctrl-C and the launcher (hostile round three):
+- one process, SIGINT (Ctrl-C): the step finishes, a checkpoint is written, exit 0, stopped_early,
+  and the console says what is happening; a second SIGINT stops at once (exit 130), leaving the
+  checkpoints that were written intact;
+- two ranks under scripts/mpirun.sh, SIGTERM (or SIGINT) to the script: every rank checkpoints
+  and exits 0, and so does the script (Open MPI's mpirun alone killed the ranks a second later
+  and exited 1); a second signal stops the ranks at once; the script returns only after every
+  rank has exited."""
+import glob
+import os
+import signal
+import subprocess
+import time
+from e2e_util import args, check, done, source, summary, tmpdir
+
+base = tmpdir()
+cfg = source("configs", "gpt_fortunes_fp32.yaml")
+common = ["--set", "run.steps=100000", "--set", "run.log_interval=20", "--set", "run.progress=lines",
+          "--set", "run.eval_interval=0", "--set", "sample.tokens=0", "--set", "checkpoint.interval=50",
+          "--set", "run.threads=1"]
+env = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def started(out, seconds=60):
+    """Waits until the run has logged a line (it is past set-up)."""
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        if os.path.exists(os.path.join(out, "metrics.jsonl")) and os.path.getsize(os.path.join(out, "metrics.jsonl")) > 0:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+# One process, one Ctrl-C.
+out = os.path.join(base, "int1")
+p = subprocess.Popen([args().binary, cfg, "--set", f"run.out_dir={out}"] + common, stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True, env=env)
+check(started(out), "single process started")
+p.send_signal(signal.SIGINT)
+o, e = p.communicate(timeout=120)
+s = summary(out) if os.path.exists(os.path.join(out, "summary.json")) else {}
+check(p.returncode == 0 and s.get("stopped_early") and s.get("stop_signal") == "SIGINT" and "SIGINT: finishing this step" in e,
+      f"one SIGINT: checkpoint and exit 0 (rc {p.returncode}, {s.get('stop_signal')}, {e.strip()[-200:]})")
+
+# One process, Ctrl-C twice: at once, exit 130, the checkpoints already written intact.
+out = os.path.join(base, "int2")
+p = subprocess.Popen([args().binary, cfg, "--set", f"run.out_dir={out}", "--set", "checkpoint.interval=1"] + common[:-6] +
+                     ["--set", "checkpoint.keep=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+check(started(out), "single process started (checkpoint every step)")
+p.send_signal(signal.SIGINT)
+time.sleep(0.05)
+p.send_signal(signal.SIGINT)
+o, e = p.communicate(timeout=120)
+check(p.returncode == 130 and "SIGINT again: stopping at once" in e, f"two SIGINTs: exit 130 at once (rc {p.returncode})")
+ckpts = sorted(glob.glob(os.path.join(out, "checkpoints", "ckpt_step*.bin")))
+last = int(os.path.basename(ckpts[-1])[9:-4]) if ckpts else 0
+r = subprocess.run([args().binary, cfg, "--set", f"run.out_dir={out}", "--set", "checkpoint.resume=auto",
+                    "--set", f"run.steps={last + 2}", "--set", "run.eval_interval=0", "--set", "sample.tokens=0"],
+                   capture_output=True, text=True, env=env) if ckpts else None
+check(r is not None and r.returncode == 0 and f"at step {last}" in r.stdout,
+      f"the checkpoints written before the second SIGINT are whole: the run resumes from step {last} "
+      f"({r.stderr.strip()[-200:] if r else 'no checkpoint'})")
+
+# Two ranks under scripts/mpirun.sh.
+for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+    out = os.path.join(base, f"mp_{name}")
+    p = subprocess.Popen([source("scripts", "mpirun.sh"), "-np", "2", args().binary, cfg, "--set", f"run.out_dir={out}"] +
+                         common, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    check(started(out), f"2 ranks started ({name})")
+    p.send_signal(sig)
+    o, e = p.communicate(timeout=120)
+    s = summary(out) if os.path.exists(os.path.join(out, "summary.json")) else {}
+    check(p.returncode == 0 and s.get("stopped_early") and "stopped after step" in o,
+          f"{name} to scripts/mpirun.sh: every rank checkpoints, exit 0 (rc {p.returncode}: {e.strip()[-300:]})")
+
+out = os.path.join(base, "mp_twice")
+p = subprocess.Popen([source("scripts", "mpirun.sh"), "-np", "2", args().binary, cfg, "--set", f"run.out_dir={out}"] +
+                     common, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+check(started(out), "2 ranks started (twice)")
+p.send_signal(signal.SIGTERM)
+time.sleep(0.3)
+p.send_signal(signal.SIGTERM)
+o, e = p.communicate(timeout=120)
+left = subprocess.run(["pgrep", "-f", f"run.out_dir={out}"], capture_output=True, text=True).stdout.split()
+check(p.returncode != 0 and "stopping the ranks at once" in e and not left,
+      f"SIGTERM twice: the ranks stop at once (rc {p.returncode}) and none is left when the script returns ({left})")
+done()
