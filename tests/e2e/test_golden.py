@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 import e2e_util
-from e2e_util import check, done, metrics, run, source, summary, tmpdir
+from e2e_util import check, done, metrics, run, skip, source, summary, tmpdir
 
 GOLDEN = source("tests", "golden", "mlp_runs.json")
 FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
@@ -51,9 +51,8 @@ if not record:
     with open(GOLDEN) as f:
         golden = json.load(f)
     if golden["signature"] != sig:
-        print(f"SKIP: the golden runs were recorded on {golden['signature']}; this machine is {sig} "
-              "(FP32 GEMM sums depend on the CPU's kernels). Record with --record on this kind of machine.")
-        sys.exit(0)
+        skip(f"the golden runs were recorded on {golden['signature']}; this machine is {sig} "
+             "(FP32 GEMM sums depend on the CPU's kernels). Record with --record on this kind of machine.")
 
 d = tmpdir()
 results = {}

@@ -11,24 +11,21 @@ import shutil
 import subprocess
 import sys
 import time
-from e2e_util import args, check, done, losses, source, summary, tmpdir
+from e2e_util import args, check, done, losses, skip, source, summary, tmpdir
 
 if os.geteuid() != 0:
-    print("skipped: needs root for network namespaces")
-    sys.exit(0)
+    skip("needs root for network namespaces")
 if not shutil.which("ip") or not shutil.which("tc"):
     check(False, "iproute2 (ip, tc) missing: scripts/setup.sh installs it")
     done()
 probe = f"ampprobe{os.getpid() % 10000}"
 p = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
 if p.returncode != 0:
-    print(f"skipped: `ip netns add` not permitted here ({p.stderr.strip()})")
-    sys.exit(0)
+    skip(f"`ip netns add` not permitted here ({p.stderr.strip()})")
 p = subprocess.run(["ip", "netns", "exec", probe, "unshare", "--uts", "true"], capture_output=True, text=True)
 subprocess.run(["ip", "netns", "del", probe], capture_output=True)
 if p.returncode != 0:
-    print(f"skipped: `unshare --uts` not permitted here ({p.stderr.strip()})")
-    sys.exit(0)
+    skip(f"`unshare --uts` not permitted here ({p.stderr.strip()})")
 
 T0 = time.time()
 base = tmpdir()

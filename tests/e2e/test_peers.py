@@ -7,16 +7,14 @@ reported as skipped (exit 77), never as passed."""
 import os
 import subprocess
 import sys
-from e2e_util import check, done, source, tmpdir
+from e2e_util import check, done, skip, source, tmpdir
 
 PY = "/usr/bin/python3"
 PEERS = os.path.abspath(source("bench", "peers"))
 if subprocess.run([PY, "-c", "import torch, yaml"], capture_output=True).returncode != 0:
-    print("SKIP: Debian's python3-torch (and python3-yaml) are not installed; the peers cannot run here")
-    sys.exit(77)
+    skip("Debian's python3-torch (and python3-yaml) are not installed; the peers cannot run here")
 if not os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
-    print("SKIP: Fashion-MNIST (dataset-fashion-mnist) is not installed")
-    sys.exit(77)
+    skip("Fashion-MNIST (dataset-fashion-mnist) is not installed")
 
 env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=PEERS)
 

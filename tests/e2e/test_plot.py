@@ -8,7 +8,7 @@ import shutil
 import struct
 import subprocess
 import sys
-from e2e_util import check, done, run, source, summary, tmpdir
+from e2e_util import check, done, run, skip, source, summary, tmpdir
 
 PLOT = source("scripts", "plot_runs.py")
 
@@ -30,8 +30,7 @@ def png_info(path):
 
 rc, out, err = plot("--check")
 if rc == 3:
-    print(f"SKIP: matplotlib not installed ({err.strip()})")
-    sys.exit(0)
+    skip(f"matplotlib not installed ({err.strip()})")
 check(rc == 0, f"plot_runs.py --check: {out.strip()} {err.strip()[-300:]}")
 
 base = tmpdir()

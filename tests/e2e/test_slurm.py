@@ -21,11 +21,10 @@ import shutil
 import subprocess
 import sys
 import time
-from e2e_util import args, check, done, source, summary, tmpdir
+from e2e_util import args, check, done, skip, source, summary, tmpdir
 
 if os.geteuid() != 0:
-    print("skipped: needs root to start munged, slurmctld and slurmd")
-    sys.exit(0)
+    skip("needs root to start munged, slurmctld and slurmd")
 missing = [t for t in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
            if not shutil.which(t) and not os.path.exists(f"/usr/sbin/{t}")]
 if missing:

@@ -856,7 +856,7 @@ TEST_CASE("normalizer: per-feature and global z-scores, constant columns, checks
 TEST_CASE("Fashion-MNIST (Debian's dataset-fashion-mnist) loads", "[data][fmnist]") {
   const std::string dir = "/usr/share/datasets/fashion-mnist/";
   if (!fs::is_directory(dir)) {
-    WARN("skipped: " << dir << " does not exist (install dataset-fashion-mnist)");
+    WARN("AMP_TEST_SKIPPED: " << dir << " does not exist (install dataset-fashion-mnist)");
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();

@@ -335,7 +335,7 @@ TEST_CASE("load_datasets: data.format tokens, eval shards and the inferred vocab
 TEST_CASE("the fortunes corpus of configs/gpt_fortunes_fp16.yaml loads", "[data][lm][fortunes]") {
   const std::string dir = "/usr/share/games/fortunes/";
   if (!fs::exists(dir + "cookie")) {
-    WARN("skipped: " << dir << "cookie does not exist (install the fortunes package: scripts/setup.sh)");
+    WARN("AMP_TEST_SKIPPED: " << dir << "cookie does not exist (install the fortunes package: scripts/setup.sh)");
     return;
   }
   const Config cfg = load_config(std::string(AMP_SOURCE_DIR) + "/configs/gpt_fortunes_fp16.yaml", {});
