@@ -127,35 +127,19 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
       unknown_key(key_path, YAML::Mark::null_mark(), set_rep);
     }
     const YAML::Node value = parse_yaml(arg.substr(eq + 1), set_rep, key_path);
-    apply_key(cfg, *key, value, set_rep, "--set");
+    apply_key(cfg, *key, value, set_rep, "--set " + arg);
   }
   validate(cfg);
   cfg.precision.scaler.mode = resolved_scale_mode(cfg);
   return cfg;
 }
 
-std::string config_to_yaml(const Config& const_cfg) {
-  Config& cfg = const_cast<Config&>(const_cfg);  // field accessors are non-const; nothing is written
+namespace {
+
+// A key's value as config.yaml prints it (YAML; strings and choices double-quoted).
+std::string value_text(const Key& k, Config& cfg) {
   std::ostringstream os;
-  std::vector<std::string> open;  // currently open sections
-  for (const auto& k : keys()) {
-    std::vector<std::string> parts;
-    std::string p = k.path;
-    for (size_t s = 0, d; ; s = d + 1) {
-      d = p.find('.', s);
-      parts.push_back(p.substr(s, d == std::string::npos ? std::string::npos : d - s));
-      if (d == std::string::npos) break;
-    }
-    const size_t depth = parts.size() - 1;
-    size_t common = 0;
-    while (common < open.size() && common < depth && open[common] == parts[common]) ++common;
-    open.resize(common);
-    for (size_t i = common; i < depth; ++i) {
-      os << std::string(2 * i, ' ') << parts[i] << ":\n";
-      open.push_back(parts[i]);
-    }
-    os << std::string(2 * depth, ' ') << parts.back() << ": ";
-    FieldRef ref = k.field(cfg);
+  FieldRef ref = k.field(cfg);
     std::visit(
         [&](auto& alt) {
           using A = std::decay_t<decltype(alt)>;
@@ -216,6 +200,40 @@ std::string config_to_yaml(const Config& const_cfg) {
           }
         },
         ref);
+  return os.str();
+}
+
+}  // namespace
+
+std::map<std::string, std::string> config_values(const Config& const_cfg) {
+  Config& cfg = const_cast<Config&>(const_cfg);  // field accessors are non-const; nothing is written
+  std::map<std::string, std::string> out;
+  for (const auto& k : keys()) out[k.path] = value_text(k, cfg);
+  return out;
+}
+
+std::string config_to_yaml(const Config& const_cfg) {
+  Config& cfg = const_cast<Config&>(const_cfg);  // field accessors are non-const; nothing is written
+  std::ostringstream os;
+  std::vector<std::string> open;  // currently open sections
+  for (const auto& k : keys()) {
+    std::vector<std::string> parts;
+    std::string p = k.path;
+    for (size_t s = 0, d; ; s = d + 1) {
+      d = p.find('.', s);
+      parts.push_back(p.substr(s, d == std::string::npos ? std::string::npos : d - s));
+      if (d == std::string::npos) break;
+    }
+    const size_t depth = parts.size() - 1;
+    size_t common = 0;
+    while (common < open.size() && common < depth && open[common] == parts[common]) ++common;
+    open.resize(common);
+    for (size_t i = common; i < depth; ++i) {
+      os << std::string(2 * i, ' ') << parts[i] << ":\n";
+      open.push_back(parts[i]);
+    }
+    os << std::string(2 * depth, ' ') << parts.back() << ": ";
+    os << value_text(k, cfg);
     os << "\n";
   }
   return os.str();

@@ -136,6 +136,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 // The resolved configuration as YAML text, every key in table order (also what --dry-run prints).
 std::string config_to_yaml(const Config& c);
+// Every key's value as config_to_yaml prints it, by key path: what a checkpoint records, so that a
+// resume can name the keys that changed.
+std::map<std::string, std::string> config_values(const Config& c);
 
 // 64-bit digest of the resolved configuration text and the program version; ranks compare it.
 uint64_t config_hash(const Config& c);

@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/format.h"
+#include "core/host_memory.h"
 #include "core/hash.h"
 
 namespace amp {
@@ -117,6 +119,18 @@ DataSets load_datasets(const Config& cfg) {
       out.train = std::move(all);
     }
   } else {
+    // The synthetic set lives in host memory as FP32 features and targets: refused up front when
+    // it cannot fit (it was std::bad_alloc, naming nothing).
+    const double bytes = double(d.synthetic.train_samples + d.synthetic.eval_samples) *
+                         double(d.synthetic.features + d.synthetic.outputs) * 4.0;
+    const size_t avail = host_memory_available();
+    if (avail > 0 && bytes > double(avail))
+      throw Error(ErrorKind::Config,
+                  strcat("config error: ", cfg.origin.count("data.synthetic.train_samples") ? cfg.origin.at("data.synthetic.train_samples") + ": " : "",
+                         "data.synthetic.train_samples: ", d.synthetic.train_samples, " + ", d.synthetic.eval_samples,
+                         " samples of ", d.synthetic.features, " features and ", d.synthetic.outputs, " outputs need ",
+                         format_bytes(bytes), " of host memory; ", format_bytes(double(avail)),
+                         " are available; generate fewer samples"));
     SyntheticOptions opt;
     opt.n = size_t(d.synthetic.train_samples);
     opt.features = size_t(d.synthetic.features);

@@ -40,9 +40,16 @@ std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceM
   o.vocab_pad = vocab_pad_for(cfg.model.vocab_pad, o.vocab);
   size_t bytes = 0, params = 0;
   const bool fits = Gpt::bytes_needed(o, max_rows, compute, &bytes, &params) && add_accumulation(cfg, params, &bytes);
-  if (!fits || (bytes_available > 0 && bytes > bytes_available))
-    too_large(cfg, "model.n_embd", strcat(o.n_layer, " layers x ", o.n_embd, " x vocab ", o.vocab), fits, params, bytes,
-              max_rows, bytes_available);
+  if (!fits || (bytes_available > 0 && bytes > bytes_available)) {
+    // Name what is too large: the context (activations grow with batch x seq_len x (width + heads x
+    // seq_len)) or the width (the parameters' training state).
+    const double state = double(params) * double(4 + 4 + 8 + 2 * dtype_size(compute));
+    const bool activations = !fits || double(bytes) - state > state;
+    too_large(cfg, activations ? "model.seq_len" : "model.n_embd",
+              strcat(o.n_layer, " layers x ", o.n_embd, " x vocab ", o.vocab, ", context ", o.seq_len,
+                     activations ? " (its activations dominate)" : ""),
+              fits, params, bytes, max_rows, bytes_available);
+  }
   return std::make_unique<Gpt>(mem, ops, o, compute, max_rows);
 }
 

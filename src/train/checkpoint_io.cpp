@@ -118,6 +118,7 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
                {"optimizer", optimizer_name(cfg_.optimizer.params.kind)},
                {"loss_scale_mode", scale_mode_name(cfg_.precision.scaler.mode)},
                {"config_hash", hex64(config_hash(cfg_))},
+               {"config", config_values(cfg_)},
                {"params_hash", hex64(hash64(master.data(), master.size() * sizeof(float)))},
                {"layout", layout_json(layout_)},
                {"scaler", {{"scale", scaler.scale},
@@ -171,8 +172,24 @@ void CheckpointIO::check_header(const Checkpoint& ck, const std::string& path) c
                          cfg_.run.epochs, " epochs; raise run.epochs to train on from it, or start the new run in "
                          "another run.out_dir / checkpoint.dir"));
   }
-  if (header_field<std::string>(ck, "config_hash", "") != hex64(config_hash(cfg_)))
+  // What changed since the checkpoint, by key (checkpoint.resume itself always differs on a resume);
+  // older checkpoints carry only the hash.
+  const auto cfg_it = ck.header.find("config");
+  if (cfg_it != ck.header.end() && cfg_it->is_object()) {
+    std::string changed;
+    int n = 0;
+    for (const auto& [key, now] : config_values(cfg_)) {
+      if (key == "checkpoint.resume") continue;
+      const auto then = cfg_it->find(key);
+      const std::string before = then != cfg_it->end() && then->is_string() ? then->get<std::string>() : "(absent)";
+      if (before == now) continue;
+      if (n++ < 8) changed += strcat(changed.empty() ? "" : ", ", key, " ", before, " -> ", now);
+    }
+    if (n > 8) changed += strcat(", and ", n - 8, " more");
+    if (n > 0) reporter_.message(strcat("note: ", path, " was written with another configuration (", changed, "); continuing with this one"));
+  } else if (header_field<std::string>(ck, "config_hash", "") != hex64(config_hash(cfg_))) {
     reporter_.message("note: " + path + " was written with a different configuration; continuing with this one");
+  }
 }
 
 int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {

@@ -113,7 +113,12 @@ void Trainer::setup_local() {
   compute_ = cfg_.precision.compute;
 
   drills_.fail_setup("data");
-  data_ = load_datasets(cfg_);
+  try {
+    data_ = load_datasets(cfg_);
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorKind::Data, strcat("data error: out of host memory loading the data (data.format ", cfg_.data.format,
+                                        "); use fewer or smaller data files, or a machine with more memory"));
+  }
   data_digest_ = dataset_digest(data_.train, dataset_digest(data_.eval, 0));
   batch_ = size_t(cfg_.data.batch_size);
   accum_ = size_t(cfg_.data.grad_accum_steps);

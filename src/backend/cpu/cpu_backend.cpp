@@ -9,6 +9,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/convert.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace amp {
 
@@ -38,15 +39,8 @@ Buffer CpuBackend::alloc(size_t bytes) {
 }
 
 size_t CpuBackend::memory_available(int ranks_on_node) const {
-  // MemAvailable (what the kernel can give without swapping), shared by the node's ranks.
-  std::FILE* f = std::fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  unsigned long long kib = 0;
-  while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-  std::fclose(f);
-  return size_t(kib) * 1024 / size_t(ranks_on_node > 0 ? ranks_on_node : 1);
+  // MemAvailable, shared by the node's ranks.
+  return host_memory_available() / size_t(ranks_on_node > 0 ? ranks_on_node : 1);
 }
 
 void CpuBackend::upload(void* dst, const void* host_src, size_t bytes) { std::memcpy(dst, host_src, bytes); }
