@@ -54,13 +54,13 @@ FAKE=${AMP_GPU_CHECK_FAKE:-}
 [ -n "$FAKE" ] && [ $DRY = 0 ] && { echo "gpu_check: AMP_GPU_CHECK_FAKE is for dry runs only" >&2; exit 2; }
 
 # Phase deadlines (seconds after START). The build leaves the tests at least 30 s, the tests leave
-# the headline 200 s, the headline leaves the end-to-end runs and the benchmarks what remains
-# until the reserve.
+# the headline and what follows 200 s, the headline leaves the end-to-end runs and the benchmarks
+# at least 80 s.
 [ "$BUDGET" -ge 240 ] 2>/dev/null || { echo "gpu_check: AMP_GPU_CHECK_BUDGET must be at least 240 seconds" >&2; exit 2; }
 END_ALL=$((BUDGET - RESERVE - GRACE))
 TESTS_END=$((BUDGET - 200))
 BUILD_END=$((TESTS_END - 30))
-HEADLINE_END=$((BUDGET - 60))
+HEADLINE_END=$((BUDGET - 100))
 
 JOBS=$(nproc 2>/dev/null || echo 16)
 LOGS=$(mktemp -d)  # archived

@@ -136,7 +136,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 namespace {
 
-// A key's value as config.yaml prints it (YAML; strings and choices double-quoted).
+// A key's value as config_to_yaml prints it (YAML; strings and choices double-quoted).
 std::string value_text(const Key& k, Config& cfg) {
   std::ostringstream os;
   FieldRef ref = k.field(cfg);

@@ -32,6 +32,7 @@ std::string file_kind(std::filesystem::file_type type) {
 std::string regular_file_problem(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return std::string("cannot open: ") + std::strerror(errno);
+  if (S_ISDIR(st.st_mode)) return "cannot open: Is a directory";
   if (!S_ISREG(st.st_mode)) return "not a regular file (" + file_kind(st.st_mode) + ")";
   return "";
 }

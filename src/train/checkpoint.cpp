@@ -133,11 +133,37 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int ke
   put<uint64_t>(out, hash64(out.data(), out.size()));
   const std::string path = (std::filesystem::path(dir) / file_name(step)).string();
   write_file_atomic(path, out);
-  // Keep the newest `keep`; the one just written is among them. Only regular files are listed, so a
-  // FIFO or folder that happens to carry a checkpoint's name is never removed.
-  const std::vector<std::string> all = list_checkpoints(dir);
-  for (size_t i = size_t(std::max(keep, 1)); i < all.size(); ++i) std::filesystem::remove(all[i], ec);
+  // Keep this run's newest `keep`; the one just written is among them. Only regular files are
+  // listed, so a FIFO or folder that happens to carry a checkpoint's name is never removed, and only
+  // this run's checkpoints count and go: another run's never (its run_id differs).
+  const std::string id = header.value("run_id", std::string());
+  size_t mine = 0;
+  for (const std::string& p : list_checkpoints(dir)) {
+    if (checkpoint_run_id(p) != id) continue;
+    if (++mine > size_t(std::max(keep, 1))) std::filesystem::remove(p, ec);
+  }
   return path;
+}
+
+std::string checkpoint_run_id(const std::string& path) {
+  // The fixed prefix and the JSON header only: the sections (the weights) are not read.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";
+  const FdCloser closer{fd};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  std::string prefix(kPrefix, '\0');
+  if (::pread(fd, &prefix[0], kPrefix, 0) != ssize_t(kPrefix) || std::memcmp(prefix.data(), kMagic, sizeof kMagic) != 0)
+    return "";
+  const uint64_t header_len = get<uint64_t>(prefix, 16);
+  if (header_len > uint64_t(st.st_size) || header_len > (uint64_t(64) << 20)) return "";
+  std::string header(size_t(header_len), '\0');
+  if (::pread(fd, &header[0], header.size(), off_t(kPrefix)) != ssize_t(header.size())) return "";
+  const json j = json::parse(header, nullptr, false);
+  if (!j.is_object()) return "";
+  const auto it = j.find("run_id");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 std::string read_file_bytes(const std::string& path) {

@@ -39,8 +39,12 @@ struct Checkpoint {
 };
 
 // Serializes and writes `ck` to dir/ckpt_step<step>.bin atomically; removes the oldest
-// checkpoints beyond `keep`. Returns the path written.
+// checkpoints of the same run (header "run_id") beyond `keep`, never another run's. Returns the
+// path written.
 std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int keep);
+// The "run_id" of a checkpoint's header, read without its sections; "" when the file has none
+// (written before runs had identities) or is not a checkpoint.
+std::string checkpoint_run_id(const std::string& path);
 
 // Reads and verifies a checkpoint. Throws Error(Checkpoint) "checkpoint error: PATH: what is wrong"
 // (missing, not a regular file, unreadable, truncated, bad magic, unknown format, malformed header

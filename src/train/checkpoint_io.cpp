@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 
 #include "amp/scaler_resume.h"
@@ -106,6 +107,7 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
   ck.sections["rank_sums"] = bytes_of(sums.data(), sums.size());
   ck.header = {{"program", "amp_ddp"},
                {"version", AMP_VERSION},
+               {"run_id", run_id_},
                {"step", step},
                {"epoch", sampler_.epochs_done(step)},
                {"world_size", world_.size()},
@@ -225,7 +227,6 @@ int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
     apply(ck, path, record);
     step = ck.step();
   });
-  if (world_.rank() == 0) set_aside_newer(step);
   if (world_.rank() == 0 && step == end_step())
     reporter_.message(strcat("the checkpoint is at step ", step, ", the last of this run (",
                              cfg_.run.steps > 0 ? "run.steps" : "run.epochs", "): nothing left to train"));
@@ -375,17 +376,27 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
   record.wall_seconds = wall_seconds;
 }
 
-// After a roll-back to an older checkpoint, the newer ones belong to the run this one replaces:
-// they are moved to abandoned/ (kept, not deleted), so that resume=auto and checkpoint.keep see
-// only this run's line of checkpoints.
+// After a roll-back to an older checkpoint, this run's newer ones belong to the line this one
+// replaces: they go to abandoned/<time>-step<N>/ (kept, not deleted; each roll-back its own folder,
+// so a second never overwrites the first's), so that resume=auto and checkpoint.keep see only
+// the new line. (Other runs' checkpoints were moved aside before: run_identity.h.)
 void CheckpointIO::set_aside_newer(int64_t step) {
   const std::string dir = cfg_.resolved_checkpoint_dir();
+  std::vector<std::string> newer;
+  for (const std::string& p : list_checkpoints(dir))
+    if (step_of_name(p) > step) newer.push_back(p);
+  if (newer.empty()) return;
+  char stamp[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", std::gmtime(&t));
+  std::filesystem::path folder = std::filesystem::path(dir) / "abandoned" / strcat(stamp, "-step", step);
+  for (int k = 2; std::filesystem::exists(folder); ++k)
+    folder = std::filesystem::path(dir) / "abandoned" / strcat(stamp, "-step", step, "-", k);
   std::vector<std::string> moved;
-  for (const std::string& p : list_checkpoints(dir)) {
-    if (step_of_name(p) <= step) continue;
-    const std::filesystem::path to = std::filesystem::path(dir) / "abandoned" / std::filesystem::path(p).filename();
+  for (const std::string& p : newer) {
+    const std::filesystem::path to = folder / std::filesystem::path(p).filename();
     std::error_code ec;
-    std::filesystem::create_directories(to.parent_path(), ec);
+    std::filesystem::create_directories(folder, ec);
     if (!ec) std::filesystem::rename(p, to, ec);
     if (ec)
       warn(strcat("could not move ", p, " (newer than the resumed step ", step, ") aside: ", ec.message(),
@@ -397,7 +408,7 @@ void CheckpointIO::set_aside_newer(int64_t step) {
     std::string list;
     for (const auto& m : moved) list += (list.empty() ? "" : ", ") + m;
     reporter_.message(strcat("moved ", moved.size(), " checkpoint(s) newer than step ", step,
-                             " (from the run this one replaces) to ", dir, "/abandoned/: ", list));
+                             " (from the line this run replaces) to ", folder.string(), "/: ", list));
   }
 }
 

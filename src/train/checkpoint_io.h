@@ -44,6 +44,13 @@ class CheckpointIO {
   // checkpoint.resume (auto or a path): loads and applies on every rank. Returns the step resumed
   // from (0: starting from scratch) and fills record and *from.
   int64_t resume(RunRecord& record, std::string* from);
+  // Rank 0: the run id written into every checkpoint (run_identity.h).
+  void set_run_id(std::string id) { run_id_ = std::move(id); }
+  // Rank 0, after resuming from an older checkpoint than the folder's newest (a roll-back): this
+  // run's newer checkpoints belong to the line it replaces and go to abandoned/<time>-step<N>/
+  // (kept, never overwritten by a later roll-back), so resume=auto and checkpoint.keep follow the
+  // new line.
+  void set_aside_newer(int64_t step);
 
  private:
   // The run's whole state on the host (gathered on every rank when sharded, else on rank 0).
@@ -54,7 +61,6 @@ class CheckpointIO {
                     const RunRecord& record, const HostState& st);
   void check_header(const Checkpoint& ck, const std::string& path) const;  // rank 0, before sending
   void apply(const Checkpoint& ck, const std::string& path, RunRecord& record);
-  void set_aside_newer(int64_t step);
 
   const Config& cfg_;
   Communicator& world_;
@@ -66,6 +72,7 @@ class CheckpointIO {
   uint64_t samples_before_ = 0;  // training samples consumed (all ranks) up to resumed_step_
   Reporter& reporter_;
   const Drills& drills_;
+  std::string run_id_;
 };
 
 }  // namespace amp

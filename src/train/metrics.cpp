@@ -1,5 +1,7 @@
 #include "train/metrics.h"
 
+#include <chrono>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -79,7 +81,9 @@ MetricsWriter::~MetricsWriter() {
 
 void MetricsWriter::record(const nlohmann::json& j) {
   if (fd_ < 0 || !failure_.empty()) return;
-  const std::string line = j.dump() + "\n";
+  nlohmann::json stamped = j;  // every record carries its wall-clock time (Unix seconds)
+  stamped["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string line = stamped.dump() + "\n";
   // One write() per record on an O_APPEND descriptor; if it fails or falls short (disk full), the
   // partial record is cut off again, so the file never holds a torn line.
   const off_t before = ::lseek(fd_, 0, SEEK_END);

@@ -17,7 +17,8 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  // One line, written with one write() call. A failed write (disk full) leaves no torn record:
+  // One line with its wall-clock "time" (Unix seconds) added, written with one write() call. A
+  // failed write (disk full) leaves no torn record:
   // it sets failure() and later records are dropped; the trainer stops the run when it sees it.
   void record(const nlohmann::json& j);
   const std::string& failure() const { return failure_; }

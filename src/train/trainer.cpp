@@ -17,6 +17,7 @@
 #include "data/tokenizer.h"
 #include "model/make_model.h"
 #include "model/sampling.h"
+#include "train/run_identity.h"
 #include "train/signals.h"
 
 namespace amp {
@@ -76,9 +77,17 @@ void Trainer::setup() {
     total_steps_ = checkpoints_->end_step();
     schedule_.total_steps = total_steps_;
   }
+  // The run's identity (fresh, or the resumed checkpoint's), and its folders holding it alone.
+  run_agreed(world_, [&] { establish_identity(); });
   seen_ = step_->amp().read();
   // A resumed run keeps the records up to its checkpoint and appends after them.
   run_agreed(world_, [&] { reporter_.open_metrics(start_step_ - 1); });
+  // Each process of the run starts its part of metrics.jsonl with who it is.
+  reporter_.metrics().record({{"step", start_step_ - 1},
+                              {"event", start_step_ > 1 ? "resume" : "start"},
+                              {"run_id", run_id_},
+                              {"world_size", nranks_},
+                              {"global_batch", sampler_->global_batch()}});
   if (cfg_.checkpoint.on_signal) {
     announce_stop_signals(rank_ == 0);
     install_stop_signals();
@@ -178,12 +187,11 @@ void Trainer::setup_output() {
   const std::string out = cfg_.resolved_out_dir(), ck = cfg_.resolved_checkpoint_dir();
   locks_.push_back(std::make_unique<RunDirLock>(out, "run.out_dir"));
   check_writable(out, "run.out_dir", 1 << 20);
+  // The checkpoint folder is locked too, also inside out_dir: another run pointing its
+  // checkpoint.dir at it (this run's out_dir/checkpoints, say) is refused.
+  locks_.push_back(std::make_unique<RunDirLock>(ck, "checkpoint.dir"));
   const bool writes_ckpt = cfg_.checkpoint.final || cfg_.checkpoint.interval > 0 || cfg_.checkpoint.on_signal;
   if (!writes_ckpt) return;
-  std::error_code ec;
-  const bool inside = std::filesystem::weakly_canonical(ck, ec).string().rfind(
-                          std::filesystem::weakly_canonical(out, ec).string() + "/", 0) == 0;
-  if (!inside) locks_.push_back(std::make_unique<RunDirLock>(ck, "checkpoint.dir"));
   // A checkpoint: masters and optimizer state (FP32), the header; the temporary file is written
   // beside the previous ones before the oldest is removed.
   const size_t states = (step_->has_state(1) ? 1 : 0) + (step_->has_state(2) ? 1 : 0);
@@ -197,6 +205,23 @@ std::string Trainer::save(int64_t step) {
   RunRecord r = record_;
   r.wall_seconds += now_seconds() - run_start_;  // the wall time up to here, for the segment that resumes
   return checkpoints_->save(step, r);
+}
+
+// Rank 0: the run id is the resumed checkpoint's (a checkpoint written before runs had ids: the
+// run folder's, else a new one) or, fresh, a new one. Whatever the folders hold of other runs is
+// moved aside before this run writes anything; a roll-back's newer checkpoints then go to
+// abandoned/.
+void Trainer::establish_identity() {
+  if (rank_ != 0) return;
+  const std::string out = cfg_.resolved_out_dir(), ck = cfg_.resolved_checkpoint_dir();
+  std::string id = resumed_from_.empty() ? std::string() : checkpoint_run_id(resumed_from_);
+  const bool legacy = !resumed_from_.empty() && id.empty();
+  if (id.empty()) id = legacy && !recorded_run_id(out).empty() ? recorded_run_id(out) : new_run_id();
+  for (const std::string& line : keep_runs_apart(out, ck, id, legacy)) reporter_.message(line);
+  write_run_json(out, id);
+  run_id_ = id;
+  checkpoints_->set_run_id(id);
+  if (start_step_ > 1) checkpoints_->set_aside_newer(start_step_ - 1);
 }
 
 Trainer::Stop Trainer::stop_requested(int64_t step) {
@@ -322,6 +347,7 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
   // Every segment of the run (processes before a resume included): the run's mean throughput.
   nlohmann::json j = {
       {"version", AMP_VERSION},
+      {"run_id", run_id_},
       {"backend", be_->name()},
       {"precision", precision_name(compute_)},
       {"loss_scale_mode", scale_mode_name(cfg_.precision.scaler.mode)},

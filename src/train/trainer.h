@@ -56,6 +56,7 @@ class Trainer {
   void setup();
   void setup_local();   // no collective inside: failures are agreed on at its end
   void setup_output();  // rank 0: run folder lock, writability
+  void establish_identity();  // rank 0: the run id, other runs' files moved aside (run_identity.h)
   bool overlap_buckets() const;
   void observe(int64_t step);
   void log_interval(int64_t step, const AmpScalars& now);
@@ -101,6 +102,7 @@ class Trainer {
   AmpScalars seen_;  // the last mixed-precision scalars read from the backend
   int64_t start_step_ = 1;  // 1, or the step after the checkpoint resumed from
   std::string resumed_from_;
+  std::string run_id_;  // rank 0
   double run_start_ = 0;
   StepObserver observer_;
   bool warned_no_tokenizer_ = false;

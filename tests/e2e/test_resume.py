@@ -61,8 +61,9 @@ rc, out, err = run(cfg, [f"run.out_dir={lin}", "checkpoint.interval=20", "checkp
                          f"checkpoint.resume={os.path.join(lck, 'ckpt_step0000000020.bin')}",
                          "faults.raise_signal=[{step: 30, rank: 0}]"])
 check(rc == 0 and "moved 2 checkpoint(s) newer than step 20" in out
-      and sorted(os.listdir(os.path.join(lck, "abandoned"))) == ["ckpt_step0000000040.bin", "ckpt_step0000000060.bin"],
-      f"roll-back to step 20 moves 40 and 60 to abandoned/ ({out[-400:]} {err[-200:]})")
+      and [sorted(os.listdir(d)) for d in glob.glob(os.path.join(lck, "abandoned", "*-step20"))] ==
+      [["ckpt_step0000000040.bin", "ckpt_step0000000060.bin"]],
+      f"roll-back to step 20 moves 40 and 60 to abandoned/<time>-step20/ ({out[-400:]} {err[-200:]})")
 rc, out, err = run(cfg, [f"run.out_dir={lin}", "checkpoint.interval=20", "checkpoint.keep=5", "checkpoint.resume=auto"])
 check(rc == 0 and "ckpt_step0000000030.bin at step 30" in out, f"resume=auto continues the new line at step 30 ({out[-300:]})")
 
@@ -87,7 +88,9 @@ deadline = time.time() + 120
 while time.time() < deadline and len(glob.glob(os.path.join(ckdir, "ckpt_*.bin"))) < 2:
     time.sleep(0.2)
 victim = None
-for pid in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split():
+# The ranks are children of mpirun, which scripts/mpirun.sh starts in a session of its own.
+mpirun_pids = subprocess.run(["pgrep", "-P", str(p.pid), "-x", "mpirun"], capture_output=True, text=True).stdout.split()
+for pid in subprocess.run(["pgrep", "-P", ",".join(mpirun_pids) or "0"], capture_output=True, text=True).stdout.split():
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             if b"OMPI_COMM_WORLD_RANK=1\0" in f.read():

@@ -265,7 +265,7 @@ TEST_CASE("scaler resume: a shorter growth interval still grows (the tracker is 
   CHECK(raw.scale == 2.0f);
 }
 
-TEST_CASE("scaler resume: another mode starts fresh, the counters carry on; clamps apply", "[scaler]") {
+TEST_CASE("scaler resume: another mode starts fresh, the counters carry on, clamps apply", "[scaler]") {
   ScalerParams dyn = dynamic(5);
   const ScalerState s = run_scaler(dyn, 40, 6);
   ScalerParams stat = dyn;

@@ -132,7 +132,12 @@ TEST_CASE("metrics: one JSON line per record, and resume truncation keeps record
   std::vector<std::string> lines;
   for (std::string l; std::getline(in, l);) lines.push_back(l);
   REQUIRE(lines.size() == 3);
-  CHECK(lines[0] == "{\"loss\":1.0,\"step\":1}");
+  // One JSON object per line, stamped with its wall-clock time.
+  const nlohmann::json first = nlohmann::json::parse(lines[0]);
+  CHECK(first["loss"] == 1.0);
+  CHECK(first["step"] == 1);
+  CHECK(first["time"].get<double>() > 1.7e9);  // Unix seconds, after 2023
+  CHECK(first.size() == 3);
   CHECK(lines[2].find("\"step\":3") != std::string::npos);
   // A resumed writer appends after them; a disabled one (other ranks) writes nothing.
   {

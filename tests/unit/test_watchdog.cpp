@@ -132,7 +132,7 @@ TEST_CASE("watchdog: set-up waits are named as such and the timeout can change",
   CHECK_THAT(f0.message, Contains("waiting for rank(s) 1,"));
 }
 
-TEST_CASE("watchdog: a rank busy outside any collective is slow, not stuck; a deadlock still fires", "[watchdog]") {
+TEST_CASE("watchdog: a rank busy outside any collective is slow, not stuck, a deadlock still fires", "[watchdog]") {
   // Rank 0 waits in an all-reduce while rank 1 writes a big checkpoint (busy, in no collective):
   // the wait outlasts the timeout several times without ending the job (the hostile round's
   // exit 6 on a healthy run). Once rank 1 stops answering (it died), rank 0 fires.
