@@ -26,10 +26,18 @@ on_signal() {
   if ((signals == 1)); then
     echo "mpirun.sh: SIG$1: asking every rank to finish its step, checkpoint and stop (again to stop at once)" >&2
     kill -USR1 "$pid" 2>/dev/null
+  elif [[ -z "$(pgrep -P "$pid" 2>/dev/null)" ]]; then
+    echo "mpirun.sh: SIG$1 again: the ranks have already stopped" >&2  # their clean stop stands
   else
     echo "mpirun.sh: SIG$1 again: stopping the ranks at once" >&2
     kill -TERM "$pid" 2>/dev/null
   fi
+}
+# A pause that a signal interrupts: bash runs a trap only between commands, so during a plain
+# `sleep` two signals would arrive as one.
+pause() {
+  sleep "$1" &
+  wait $! 2>/dev/null
 }
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
@@ -42,14 +50,18 @@ while kill -0 "$pid" 2>/dev/null; do
   while read -r child; do
     [[ " ${ranks[*]} " == *" $child "* ]] || ranks+=("$child")
   done < <(pgrep -P "$pid" 2>/dev/null)
-  sleep 0.2
+  pause 0.2
 done
 rc=0
-wait "$pid" 2>/dev/null || rc=$?
+while :; do  # a trap interrupts wait; the exit code is mpirun's only once it has exited
+  wait "$pid" 2>/dev/null
+  rc=$?
+  kill -0 "$pid" 2>/dev/null || break
+done
 for ((i = 0; i < 300; ++i)); do  # at most 60 s for ranks mpirun left behind
   alive=0
   for r in "${ranks[@]}"; do kill -0 "$r" 2>/dev/null && alive=1; done
   ((alive)) || break
-  sleep 0.2
+  pause 0.2
 done
 exit "$rc"

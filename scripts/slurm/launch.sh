@@ -148,7 +148,8 @@ child=$!
 ranks=()
 while kill -0 "$child" 2>/dev/null; do  # polled: a trap runs between two looks
   while read -r r; do [[ " ${ranks[*]} " == *" $r "* ]] || ranks+=("$r"); done < <(pgrep -P "$child" 2>/dev/null)
-  sleep 0.2
+  sleep 0.2 &  # a wait that a signal interrupts (during a plain sleep two signals arrive as one)
+  wait $! 2>/dev/null
 done
 rc=0
 wait "$child" 2>/dev/null || rc=$?

@@ -89,7 +89,8 @@ void MixedPrecision::check_divergence(const ScalerState& s, int64_t divergence_s
               strcat("divergence error: training diverged at step ", s.last_overflow_iteration,
                      ": gradients were non-finite for ", s.overflow_at_min,
                      " consecutive steps with the loss scale at its minimum (", s.scale, "); last in ", overflow_where(s),
-                     ". Lower optimizer.lr, enable optimizer.grad_clip, or use bf16"),
+                     ". Lower optimizer.lr", grad_dtype_ == DType::F16 ? ", enable optimizer.grad_clip, or use bf16"
+                                                                        : " or enable optimizer.grad_clip"),
               true);
 }
 

@@ -1,5 +1,6 @@
 #include "amp/scaler_resume.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -21,7 +22,7 @@ const char* mode_name(ScaleMode m) {
 }  // namespace
 
 ScalerResume scaler_resume(const ScalerState& saved, const std::string& mode_then, const ScalerParams& now, int64_t step,
-                           int64_t tensors, int64_t world_then, std::string* error) {
+                           int64_t tensors, int64_t world_then, std::string* error, int64_t hysteresis_then) {
   const ScalerState& s = saved;
   error->clear();
   auto out_of_range = [&](const char* field, long double v, const std::string& range) {
@@ -76,6 +77,14 @@ ScalerResume scaler_resume(const ScalerState& saved, const std::string& mode_the
   // Upper bounds only: a state the same settings produced is unchanged (bit-exact resume), and a
   // hysteresis counter at or below 0 (backing off on every overflow until the next growth) stays so.
   clamp(t.growth_tracker, int32_t(0), int32_t(now.growth_interval - 1), "growth tracker", "growth_interval");
+  if (hysteresis_then > 0 && hysteresis_then != now.hysteresis) {
+    // The overflows absorbed since the last growth (hysteresis_then - left) stay used.
+    const int64_t moved = std::max<int64_t>(int64_t(t.hysteresis_left) + (int64_t(now.hysteresis) - hysteresis_then),
+                                            int64_t(INT32_MIN));
+    changed += strcat(changed.empty() ? "" : "; ", "hysteresis left ", t.hysteresis_left, " -> ",
+                      std::min<int64_t>(moved, now.hysteresis), " (hysteresis ", hysteresis_then, " -> ", now.hysteresis, ")");
+    t.hysteresis_left = int32_t(std::min<int64_t>(moved, now.hysteresis));
+  }
   clamp(t.hysteresis_left, INT32_MIN, int32_t(now.hysteresis), "hysteresis left", "hysteresis");
   if (!changed.empty()) r.note = "the loss scaler's state was adapted to this run's settings: " + changed;
   return r;

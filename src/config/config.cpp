@@ -38,6 +38,12 @@ void validate(const Config& c) {
     throw Error(ErrorKind::Config, "config error: " + where + ": " + key + ": " + msg);
   };
   if (c.run.steps == 0 && c.run.epochs == 0) fail("run.epochs", "set run.steps or run.epochs to a positive value");
+  // run.name names the folder runs/<name> (when run.out_dir is not given): one plain name.
+  if (c.run.out_dir.empty() &&
+      (c.run.name.empty() || c.run.name == "." || c.run.name == ".." || c.run.name.find('/') != std::string::npos))
+    fail("run.name", "\"" + c.run.name + "\" is not a folder name (the run folder is runs/<run.name>); give a name "
+                     "without '/', or set run.out_dir");
+  if (c.checkpoint.resume.empty()) fail("checkpoint.resume", "is empty: use none, auto or the path of a checkpoint");
   if (c.data.format == "idx") {
     if (c.data.train_images.empty()) fail("data.train_images", "required when data.format is idx");
     if (c.data.train_labels.empty()) fail("data.train_labels", "required when data.format is idx");
@@ -70,8 +76,17 @@ void validate(const Config& c) {
     fail("sample.prompt", "must not be empty: generation continues at least one token (or set sample.tokens to 0)");
   const ScalerParams& ls = c.precision.scaler;
   if (ls.min_scale > ls.max_scale) fail("precision.loss_scale.min_scale", "must not exceed max_scale");
-  if (resolved_scale_mode(c) == ScaleMode::Dynamic && (ls.init_scale < ls.min_scale || ls.init_scale > ls.max_scale))
-    fail("precision.loss_scale.init_scale", "must lie in [min_scale, max_scale]");
+  if (resolved_scale_mode(c) == ScaleMode::Dynamic && (ls.init_scale < ls.min_scale || ls.init_scale > ls.max_scale)) {
+    // Blame the bound the user set when init_scale is the default (--set max_scale=1024, say).
+    const auto set = [&](const char* key) { return c.origin.count(key) && c.origin.at(key) != "default"; };
+    const bool below = ls.init_scale < ls.min_scale;
+    const char* bound = below ? "precision.loss_scale.min_scale" : "precision.loss_scale.max_scale";
+    if (!set("precision.loss_scale.init_scale") && set(bound))
+      fail(bound, strcat(below ? ls.min_scale : ls.max_scale, " is ", below ? "above" : "below", " init_scale (",
+                         ls.init_scale, ", the default): set precision.loss_scale.init_scale inside [min_scale, max_scale] too"));
+    fail("precision.loss_scale.init_scale", strcat(ls.init_scale, " must lie in [min_scale, max_scale] = [", ls.min_scale,
+                                                   ", ", ls.max_scale, "]"));
+  }
   if (!std::isfinite(ls.init_scale)) fail("precision.loss_scale.init_scale", "must be finite");
   if (c.optimizer.schedule == LrSchedule::Kind::WarmupCosine && c.optimizer.min_lr > c.optimizer.lr)
     fail("optimizer.min_lr", "must not exceed optimizer.lr");

@@ -27,7 +27,7 @@ const std::vector<Key>& keys() {
       {"run.max_loss_ratio", "10000", "stop as diverged (exit 5) when a log interval's mean training loss exceeds this multiple of step 1's (0: off)", F(run.max_loss_ratio), at_least(0)},
       {"run.progress", "\"auto\"", "progress output (auto: bar on a terminal, lines otherwise)", F(run.progress), {}, {"auto", "bar", "lines", "off"}},
       {"run.sample_interval", "0", "gpt: steps between text samples (0: only at the end of the run)", F(run.sample_interval), count_upto(kMaxSteps)},
-      {"run.max_loss_vs_uniform", "4", "classifiers and language models: stop as diverged (exit 5) when a log interval's mean cross-entropy exceeds this multiple of ln(classes), the loss of predicting every class alike (0: off)", F(run.max_loss_vs_uniform), at_least(0)},
+      {"run.max_loss_vs_uniform", "4", "classifiers and language models: stop as diverged (exit 5) when a log interval's mean cross-entropy exceeds this multiple of ln(classes), the loss of predicting every class alike, and step 1's loss (0: off)", F(run.max_loss_vs_uniform), at_least(0)},
       // model
       {"model.type", "\"mlp\"", "model family: mlp (model.hidden), gpt (decoder-only transformer: model.n_layer ...; data.format text or tokens)", F(model.type), {}, {"mlp", "gpt"}},
       {"model.hidden", "[1024, 1024]", "hidden layer widths (input and output come from the data)", F(model.hidden), positive_upto(kMaxWidth)},

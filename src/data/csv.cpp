@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/format.h"
 #include "data/dataset.h"
 
 namespace amp {
@@ -177,10 +178,10 @@ Dataset load_csv(const std::string& path, const CsvOptions& opt) {
       double v = 0.0;
       const ParseResult r = parse_number(cells[c], v);
       if (r == ParseResult::NotANumber)
-        data_error(path, line_no, ":", c + 1, ": expected a number, got \"", cells[c], "\"");
+        data_error(path, line_no, ":", c + 1, ": expected a number, got \"", printable(cells[c]), "\"");
       if (r == ParseResult::NotFinite)
         data_error(path, line_no, ":", c + 1, ": expected a finite number within FP32's range (|x| <= 3.4e38), got \"",
-                   cells[c], "\"");
+                   printable(cells[c]), "\"");
       if (c != target) {
         d.x.push_back(static_cast<float>(v));
       } else if (opt.task == Task::Regression) {
@@ -188,7 +189,7 @@ Dataset load_csv(const std::string& path, const CsvOptions& opt) {
       } else {
         if (v < 0 || v != std::floor(v) || v >= double(INT_MAX))
           data_error(path, line_no, ":", c + 1,
-                     ": class label must be a non-negative integer, got \"", cells[c], "\"");
+                     ": class label must be a non-negative integer, got \"", printable(cells[c]), "\"");
         const auto label = static_cast<int64_t>(v);
         if (opt.n_classes > 0 && label >= opt.n_classes)
           data_error(path, line_no, ":", c + 1, ": label ", label, " is out of range [0, ",

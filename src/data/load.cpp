@@ -124,13 +124,16 @@ DataSets load_datasets(const Config& cfg) {
     const double bytes = double(d.synthetic.train_samples + d.synthetic.eval_samples) *
                          double(d.synthetic.features + d.synthetic.outputs) * 4.0;
     const size_t avail = host_memory_available();
-    if (avail > 0 && bytes > double(avail))
+    if (avail > 0 && bytes > double(avail)) {
+      // Named by the larger of the two counts (the one to lower).
+      const bool eval_larger = d.synthetic.eval_samples > d.synthetic.train_samples;
+      const std::string key = eval_larger ? "data.synthetic.eval_samples" : "data.synthetic.train_samples";
       throw Error(ErrorKind::Config,
-                  strcat("config error: ", cfg.origin.count("data.synthetic.train_samples") ? cfg.origin.at("data.synthetic.train_samples") + ": " : "",
-                         "data.synthetic.train_samples: ", d.synthetic.train_samples, " + ", d.synthetic.eval_samples,
-                         " samples of ", d.synthetic.features, " features and ", d.synthetic.outputs, " outputs need ",
-                         format_bytes(bytes), " of host memory; ", format_bytes(double(avail)),
-                         " are available; generate fewer samples"));
+                  strcat("config error: ", cfg.origin.count(key) ? cfg.origin.at(key) + ": " : "", key, ": ",
+                         d.synthetic.train_samples, " training + ", d.synthetic.eval_samples, " evaluation samples of ",
+                         d.synthetic.features, " features and ", d.synthetic.outputs, " outputs need ", format_bytes(bytes),
+                         " of host memory; ", format_bytes(double(avail)), " are available; generate fewer samples"));
+    }
     SyntheticOptions opt;
     opt.n = size_t(d.synthetic.train_samples);
     opt.features = size_t(d.synthetic.features);

@@ -34,10 +34,12 @@ int32_t sample_token(const std::vector<float>& logits, double temperature, size_
 }
 
 std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,
-                              const std::function<std::vector<float>(const std::vector<int32_t>&)>& next_logits) {
+                              const std::function<std::vector<float>(const std::vector<int32_t>&)>& next_logits,
+                              const std::function<bool()>& stop) {
   std::vector<int32_t> out = prompt;
   Rng rng(mix_seed(opt.seed, 0x5A3Bull, 0));
-  for (size_t i = 0; i < opt.tokens; ++i) out.push_back(sample_token(next_logits(out), opt.temperature, opt.top_k, rng.uniform(0.0, 1.0)));
+  for (size_t i = 0; i < opt.tokens && !(stop && stop()); ++i)
+    out.push_back(sample_token(next_logits(out), opt.temperature, opt.top_k, rng.uniform(0.0, 1.0)));
   return out;
 }
 

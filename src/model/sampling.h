@@ -22,7 +22,9 @@ struct SampleOptions {
 int32_t sample_token(const std::vector<float>& logits, double temperature, size_t top_k, double u);
 
 // Extends `prompt` by opt.tokens tokens; next_logits(context) gives the logits of the next token.
+// When stop is given and returns true before a token, generation ends there (the tokens so far).
 std::vector<int32_t> generate(const std::vector<int32_t>& prompt, const SampleOptions& opt,
-                              const std::function<std::vector<float>(const std::vector<int32_t>&)>& next_logits);
+                              const std::function<std::vector<float>(const std::vector<int32_t>&)>& next_logits,
+                              const std::function<bool()>& stop = {});
 
 }  // namespace amp

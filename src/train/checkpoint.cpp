@@ -88,6 +88,12 @@ int64_t header_step(const json& header, const std::string& path) {
   return int64_t(step);
 }
 
+
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
+
 // The step digits of a checkpoint file name, "" if the name is not one.
 std::string name_digits(const std::string& name) {
   const size_t np = sizeof kNamePrefix - 1, ns = sizeof kNameSuffix - 1;
@@ -98,12 +104,14 @@ std::string name_digits(const std::string& name) {
   return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) ? digits : "";
 }
 
-struct FdCloser {
-  int fd;
-  ~FdCloser() { ::close(fd); }
-};
-
 }  // namespace
+
+int64_t name_step(const std::string& path) {
+  std::string digits = name_digits(std::filesystem::path(path).filename().string());
+  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
+  if (digits.empty() || digits.size() > 18) return -1;  // 18 digits always fit an int64_t
+  return int64_t(std::stoll(digits));
+}
 
 int64_t Checkpoint::step() const { return header_step(header, path.empty() ? std::string("checkpoint header") : path); }
 
@@ -145,26 +153,40 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int ke
   return path;
 }
 
-std::string checkpoint_run_id(const std::string& path) {
+bool valid_run_id(const std::string& id) {
+  if (id.size() != 16) return false;
+  for (char c : id)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+CheckpointIdentity checkpoint_identity(const std::string& path) {
   // The fixed prefix and the JSON header only: the sections (the weights) are not read.
+  CheckpointIdentity id;
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return id;
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return "";
+  if (fd < 0) return id;
   const FdCloser closer{fd};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return id;
   std::string prefix(kPrefix, '\0');
   if (::pread(fd, &prefix[0], kPrefix, 0) != ssize_t(kPrefix) || std::memcmp(prefix.data(), kMagic, sizeof kMagic) != 0)
-    return "";
+    return id;
   const uint64_t header_len = get<uint64_t>(prefix, 16);
-  if (header_len > uint64_t(st.st_size) || header_len > (uint64_t(64) << 20)) return "";
+  if (header_len > uint64_t(st.st_size) || header_len > (uint64_t(64) << 20)) return id;
   std::string header(size_t(header_len), '\0');
-  if (::pread(fd, &header[0], header.size(), off_t(kPrefix)) != ssize_t(header.size())) return "";
+  if (::pread(fd, &header[0], header.size(), off_t(kPrefix)) != ssize_t(header.size())) return id;
   const json j = json::parse(header, nullptr, false);
-  if (!j.is_object()) return "";
+  if (!j.is_object()) return id;
+  id.readable = true;
   const auto it = j.find("run_id");
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+  if (it != j.end() && it->is_string()) id.run_id = it->get<std::string>();
+  const auto st_it = j.find("step");
+  if (st_it != j.end() && st_it->is_number_integer() && st_it->get<int64_t>() >= 0) id.step = st_it->get<int64_t>();
+  return id;
 }
+
+std::string checkpoint_run_id(const std::string& path) { return checkpoint_identity(path).run_id; }
 
 std::string read_file_bytes(const std::string& path) {
   // stat before open: opening a FIFO for reading blocks until a writer comes, possibly forever.
@@ -320,10 +342,26 @@ std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<st
   return out;
 }
 
-std::string find_latest_intact(const std::string& dir, std::vector<std::string>* skipped) {
+std::string find_latest_intact(const std::string& dir, std::vector<std::string>* skipped, const std::string& run_id) {
   for (const std::string& p : list_checkpoints(dir, skipped)) {
     try {
-      load_checkpoint(p);
+      const Checkpoint ck = load_checkpoint(p);
+      const int64_t named = name_step(p);
+      if (ck.step() != named) {
+        if (skipped)
+          skipped->push_back(strcat("checkpoint error: ", p, ": named step ", named, " but holds step ", ck.step(),
+                                    " (renamed?); not resumed"));
+        continue;
+      }
+      const auto it = ck.header.find("run_id");
+      const std::string id = it != ck.header.end() && it->is_string() ? it->get<std::string>() : "";
+      if (!run_id.empty() && id != run_id) {
+        if (skipped)
+          skipped->push_back(strcat("checkpoint error: ", p, ": written by ",
+                                    id.empty() ? std::string("an earlier run (no run id)") : "run " + id,
+                                    ", not by this folder's run ", run_id, " (run.json)"));
+        continue;
+      }
       return p;
     } catch (const Error& e) {
       if (skipped) skipped->push_back(e.what());

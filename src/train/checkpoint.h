@@ -42,9 +42,17 @@ struct Checkpoint {
 // checkpoints of the same run (header "run_id") beyond `keep`, never another run's. Returns the
 // path written.
 std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int keep);
-// The "run_id" of a checkpoint's header, read without its sections; "" when the file has none
-// (written before runs had identities) or is not a checkpoint.
+// Who wrote a checkpoint, from its prefix and JSON header only (the sections are not read).
+struct CheckpointIdentity {
+  bool readable = false;  // a regular file whose prefix and header parse (the checksum is not checked)
+  std::string run_id;     // "" when the header has none (written before runs had identities)
+  int64_t step = -1;      // the header's step (-1 when missing or not an integer)
+};
+CheckpointIdentity checkpoint_identity(const std::string& path);
+// checkpoint_identity(path).run_id.
 std::string checkpoint_run_id(const std::string& path);
+// Run ids are 16 lower-case hex digits (they name folders: previous/<id>/).
+bool valid_run_id(const std::string& id);
 
 // Reads and verifies a checkpoint. Throws Error(Checkpoint) "checkpoint error: PATH: what is wrong"
 // (missing, not a regular file, unreadable, truncated, bad magic, unknown format, malformed header
@@ -55,12 +63,17 @@ Checkpoint parse_checkpoint(const std::string& data, const std::string& path);
 // A regular file's bytes; anything else (FIFO, directory, device) is refused without blocking.
 std::string read_file_bytes(const std::string& path);
 
+// The step in a checkpoint file's name (ckpt_step<digits>.bin); -1 if the name is not one.
+int64_t name_step(const std::string& path);
+
 // Checkpoint files (regular files, or links to them, named ckpt_step<digits>.bin) in dir, newest step
 // first. Entries so named that are not regular files are left out, each described in *skipped if given.
 std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<std::string>* skipped = nullptr);
 
-// The newest checkpoint in dir that loads and verifies; "" if none. Each one skipped is described
-// in *skipped by its error message ("checkpoint error: PATH: reason").
-std::string find_latest_intact(const std::string& dir, std::vector<std::string>* skipped);
+// The newest checkpoint in dir that loads and verifies, whose file name's step is its header's and,
+// when run_id is not empty, that run_id wrote; "" if none. Each one skipped is described in
+// *skipped ("checkpoint error: PATH: reason").
+std::string find_latest_intact(const std::string& dir, std::vector<std::string>* skipped,
+                               const std::string& run_id = "");
 
 }  // namespace amp

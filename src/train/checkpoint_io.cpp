@@ -13,6 +13,7 @@
 #include "comm/agree.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "train/run_identity.h"
 
 namespace amp {
 
@@ -30,6 +31,21 @@ std::vector<char> bytes_of(const T* p, size_t n) {
   return std::vector<char>(c, c + n * sizeof(T));
 }
 
+// The value the writer's config had for key (its "config" map), "" when the header does not say.
+std::string config_then(const Checkpoint& ck, const std::string& key) {
+  const auto cfg = ck.header.find("config");
+  if (cfg == ck.header.end() || !cfg->is_object()) return "";
+  const auto it = cfg->find(key);
+  return it != cfg->end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// Model keys that decide the function the weights compute beyond the parameter shapes (which the
+// layout check covers); model.init and model.init_std only shape a fresh start, and
+// model.vocab_pad only the logits' stride (bit-identical results).
+constexpr const char* kModelFunctionKeys[] = {"model.type", "model.activation", "model.n_head", "model.n_layer",
+                                              "model.n_embd", "model.hidden", "model.seq_len", "model.vocab_size",
+                                              "model.loss_weight"};
+
 // A header field read here: missing -> fallback; present with the wrong type -> a Checkpoint error
 // naming it (never a json exception).
 template <typename T>
@@ -46,17 +62,6 @@ T header_field(const Checkpoint& ck, const char* key, T fallback) {
   return it->get<T>();
 }
 
-// The step of a checkpoint file from its name (ckpt_step<digits>.bin); -1 if it has none.
-int64_t step_of_name(const std::string& path) {
-  const std::string name = std::filesystem::path(path).filename().string();
-  const std::string prefix = "ckpt_step";
-  if (name.rfind(prefix, 0) != 0) return -1;
-  errno = 0;
-  char* end = nullptr;
-  const long long step = std::strtoll(name.c_str() + prefix.size(), &end, 10);
-  if (errno == ERANGE || end == name.c_str() + prefix.size() || std::string(end) != ".bin" || step < 0) return -1;
-  return int64_t(step);
-}
 
 }  // namespace
 
@@ -133,6 +138,7 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
                {"last_eval_loss", record.last_eval_loss},
                {"last_eval_accuracy", record.last_eval_accuracy},
                {"train_seconds", record.train_seconds},
+               {"interval_seconds", finite_or_null(record.interval_seconds)},
                {"wall_seconds", record.wall_seconds},
                {"sizeof_scaler", sizeof(ScalerState)}};
   return save_checkpoint(cfg_.resolved_checkpoint_dir(), ck, int(cfg_.checkpoint.keep));
@@ -150,15 +156,30 @@ void CheckpointIO::check_header(const Checkpoint& ck, const std::string& path) c
   };
   const int64_t world = header_field<int64_t>(ck, "world_size", -1);
   if (world < 1) mismatch("world size", world, world_.size());
+  const std::string run_id = header_field<std::string>(ck, "run_id", "");
+  if (ck.header.contains("run_id") && !valid_run_id(run_id))
+    throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": header field \"run_id\" is not a run id "
+                                              "(16 hex digits): the file is corrupt or was not written by this program"));
+  const int64_t zero = header_field<int64_t>(ck, "zero", 0);
+  if (zero != 0 && zero != 1)
+    throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": header field \"zero\" is ", zero, ", not 0 or 1"));
   const nlohmann::json layout = ck.header.contains("layout") ? ck.header["layout"] : nlohmann::json();
   if (layout != layout_json(layout_)) mismatch("another model: parameter tensors", layout, layout_json(layout_));
   const std::string prec = header_field<std::string>(ck, "precision", "");
   if (prec != precision_name(compute_)) mismatch("precision", prec, precision_name(compute_));
   const std::string opt = header_field<std::string>(ck, "optimizer", "");
   if (opt != optimizer_name(cfg_.optimizer.params.kind)) mismatch("optimizer", opt, optimizer_name(cfg_.optimizer.params.kind));
-  if (header_field<int64_t>(ck, "sizeof_scaler", 0) != int64_t(sizeof(ScalerState)))
-    mismatch("a different scaler-state layout (program version)", header_field<std::string>(ck, "version", ""),
-             AMP_VERSION);
+  if (const int64_t bytes = header_field<int64_t>(ck, "sizeof_scaler", 0); bytes != int64_t(sizeof(ScalerState)))
+    throw Error(ErrorKind::Checkpoint,
+                strcat("checkpoint error: ", path, ": its loss-scaler state is laid out in ", bytes, " bytes (program ",
+                       header_field<std::string>(ck, "version", "?"), "), this program's in ", sizeof(ScalerState),
+                       " bytes (", AMP_VERSION, "): another build wrote it"));
+  // The same shapes can compute another function (heads, activation): another model too.
+  const std::map<std::string, std::string> values = config_values(cfg_);
+  for (const char* key : kModelFunctionKeys) {
+    const std::string then = config_then(ck, key), now = values.at(key);
+    if (!then.empty() && then != now) mismatch(strcat("another model: ", key), then, now);
+  }
   // Beyond this run's end: steps, or (run.epochs) the data position the checkpoint recorded.
   if (cfg_.run.steps > 0 && ck.step() > cfg_.run.steps)
     throw Error(ErrorKind::Checkpoint,
@@ -180,7 +201,7 @@ void CheckpointIO::check_header(const Checkpoint& ck, const std::string& path) c
   if (cfg_it != ck.header.end() && cfg_it->is_object()) {
     std::string changed;
     int n = 0;
-    for (const auto& [key, now] : config_values(cfg_)) {
+    for (const auto& [key, now] : values) {
       if (key == "checkpoint.resume") continue;
       const auto then = cfg_it->find(key);
       const std::string before = then != cfg_it->end() && then->is_string() ? then->get<std::string>() : "(absent)";
@@ -194,6 +215,25 @@ void CheckpointIO::check_header(const Checkpoint& ck, const std::string& path) c
   }
 }
 
+// A checkpoint this run folder set aside (checkpoints/abandoned/: a line a roll-back replaced;
+// previous/: another run) cannot be continued here: its line's records and checkpoints would
+// interleave with the current line's. It can be continued in a run folder of its own.
+void CheckpointIO::refuse_set_aside(const std::string& path) const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path file = fs::weakly_canonical(path, ec);
+  for (const fs::path& dir : {fs::path(cfg_.resolved_checkpoint_dir()) / "abandoned",
+                              fs::path(cfg_.resolved_out_dir()) / "previous"}) {
+    const std::string rel = file.lexically_relative(fs::weakly_canonical(dir, ec)).string();
+    if (rel.empty() || rel == "." || rel.rfind("..", 0) == 0) continue;
+    throw Error(ErrorKind::Config,
+                strcat("config error: ", cfg_.origin.at("checkpoint.resume"), ": checkpoint.resume: ", path,
+                       " was set aside by this run folder (", dir.string(), "/), so continuing it here would mix two "
+                       "lines of training in one metrics.jsonl and checkpoint folder; continue it in a run folder of "
+                       "its own (another run.out_dir), or copy that line's folder back as a whole"));
+  }
+}
+
 int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
   // Rank 0 finds, reads and checks the checkpoint (agreed: a failure there ends every rank); then
   // every rank receives its size (0: nothing to resume) and its bytes.
@@ -202,8 +242,10 @@ int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
     if (world_.rank() != 0) return;
     const std::string dir = cfg_.resolved_checkpoint_dir();
     if (cfg_.checkpoint.resume == "auto") {
+      // The run this folder holds (run.json) is the one continued; another run's checkpoints
+      // (copied in, or left by an older program) are skipped, and moved aside once this run starts.
       std::vector<std::string> skipped;
-      path = find_latest_intact(dir, &skipped);
+      path = find_latest_intact(dir, &skipped, recorded_run_id(cfg_.resolved_out_dir()));
       for (const auto& s : skipped) reporter_.message("skipping " + s);
       if (path.empty()) {
         reporter_.message("checkpoint.resume is auto but " + dir + " holds no intact checkpoint: starting from step 1");
@@ -211,6 +253,7 @@ int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
       }
     } else {
       path = cfg_.checkpoint.resume;
+      refuse_set_aside(path);
     }
     data = read_file_bytes(path);
     check_header(parse_checkpoint(data, path), path);
@@ -257,6 +300,12 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
     return strcat("padding element ", i);
   };
   const std::vector<float> master = floats(section("master", n * sizeof(float)));
+  // The header's hash of the masters: a master section from another file does not pass.
+  const std::string hash_then = header_field<std::string>(ck, "params_hash", "");
+  if (const std::string hash_now = hex64(hash64(master.data(), master.size() * sizeof(float)));
+      !hash_then.empty() && hash_then != hash_now)
+    bad(strcat("its master weights hash to ", hash_now, ", not to the header's params_hash ", hash_then,
+               ": the sections were replaced or corrupted"));
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(master[i]))
       bad(strcat("master weight ", where(i), " is not finite (", master[i], "): the run it comes from had diverged"));
@@ -284,9 +333,11 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
   ScalerState saved;
   std::memcpy(&saved, section("scaler", sizeof saved).data(), sizeof saved);
   std::string scaler_error;
+  const std::string hysteresis_then = config_then(ck, "precision.loss_scale.hysteresis");
   const ScalerResume scaler = scaler_resume(saved, header_field<std::string>(ck, "loss_scale_mode", ""),
                                             cfg_.precision.scaler, step, int64_t(layout_.tensors.size()), world_then,
-                                            &scaler_error);
+                                            &scaler_error,
+                                            hysteresis_then.empty() ? -1 : std::strtoll(hysteresis_then.c_str(), nullptr, 10));
   if (!scaler_error.empty()) bad(scaler_error);
   // Every rank continues its own half-finished log interval; with another world size rank 0
   // carries the old ranks' sums together.
@@ -313,6 +364,11 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
   const double last_eval_accuracy = header_field<double>(ck, "last_eval_accuracy", -1.0);
   const double train_seconds = header_field<double>(ck, "train_seconds", 0.0);
   const double wall_seconds = header_field<double>(ck, "wall_seconds", train_seconds);
+  // The half-finished interval's training time (older checkpoints: unknown, unless it is empty).
+  const auto it_s = ck.header.find("interval_seconds");
+  const double interval_seconds = it_s != ck.header.end() && !it_s->is_null() ? header_field<double>(ck, "interval_seconds", 0.0)
+                                  : interval == 0                             ? 0.0
+                                                                              : std::nan("");
   auto in_range = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
   if (!in_range(first_loss, 0.0, 3.4e38)) bad(strcat("header field \"first_loss\" is ", first_loss));
   if (!(last_eval_loss == -1.0 || in_range(last_eval_loss, 0.0, 3.4e38)))
@@ -321,6 +377,8 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
     bad(strcat("header field \"last_eval_accuracy\" is ", last_eval_accuracy));
   if (!in_range(train_seconds, 0.0, 1e12)) bad(strcat("header field \"train_seconds\" is ", train_seconds));
   if (!in_range(wall_seconds, 0.0, 1e12)) bad(strcat("header field \"wall_seconds\" is ", wall_seconds));
+  if (!std::isnan(interval_seconds) && !in_range(interval_seconds, 0.0, train_seconds))
+    bad(strcat("header field \"interval_seconds\" is ", interval_seconds, " (train_seconds ", train_seconds, ")"));
 
   // Where the data stands: recorded by the writer (any global batch); older checkpoints hold only
   // the step and their global batch, which was constant over their run.
@@ -333,7 +391,7 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
   DataPosition pos{int64_t(uint64_t(step) / spe_then), uint64_t(step) % spe_then * uint64_t(batch_then)};
   pos.epoch = header_field<int64_t>(ck, "data_epoch", pos.epoch);
   pos.offset = uint64_t(header_field<int64_t>(ck, "data_offset", int64_t(pos.offset)));
-  if (pos.epoch < 0 || pos.offset > n_samples)
+  if (pos.epoch < 0 || pos.epoch > step || pos.offset > n_samples)  // every epoch takes a step at least
     bad(strcat("the data position (epoch ", pos.epoch, ", sample ", pos.offset, ") is outside the ", n_samples,
                " training samples"));
   const int64_t samples = header_field<int64_t>(ck, "samples_consumed", step * batch_then);
@@ -373,6 +431,7 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
   record.last_eval_loss = last_eval_loss;
   record.last_eval_accuracy = last_eval_accuracy;
   record.train_seconds = train_seconds;
+  record.interval_seconds = interval_seconds;
   record.wall_seconds = wall_seconds;
 }
 
@@ -380,11 +439,18 @@ void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecor
 // replaces: they go to abandoned/<time>-step<N>/ (kept, not deleted; each roll-back its own folder,
 // so a second never overwrites the first's), so that resume=auto and checkpoint.keep see only
 // the new line. (Other runs' checkpoints were moved aside before: run_identity.h.)
-void CheckpointIO::set_aside_newer(int64_t step) {
+void CheckpointIO::set_aside_newer(int64_t step, const std::string& resumed_from) {
   const std::string dir = cfg_.resolved_checkpoint_dir();
+  std::error_code ec;
+  const std::filesystem::path from = std::filesystem::weakly_canonical(resumed_from, ec);
   std::vector<std::string> newer;
-  for (const std::string& p : list_checkpoints(dir))
-    if (step_of_name(p) > step) newer.push_back(p);
+  bool same_step = false;  // a checkpoint at the resumed step that is not the one resumed from
+  for (const std::string& p : list_checkpoints(dir)) {
+    const int64_t s = name_step(p);
+    const bool other_at_step = s == step && std::filesystem::weakly_canonical(p, ec) != from;
+    if (s > step || other_at_step) newer.push_back(p);
+    same_step = same_step || other_at_step;
+  }
   if (newer.empty()) return;
   char stamp[32];
   const std::time_t t = std::time(nullptr);
@@ -399,7 +465,7 @@ void CheckpointIO::set_aside_newer(int64_t step) {
     std::filesystem::create_directories(folder, ec);
     if (!ec) std::filesystem::rename(p, to, ec);
     if (ec)
-      warn(strcat("could not move ", p, " (newer than the resumed step ", step, ") aside: ", ec.message(),
+      warn(strcat("could not move ", p, " (of the line replaced at step ", step, ") aside: ", ec.message(),
                   "; resume=auto would pick it"));
     else
       moved.push_back(std::filesystem::path(p).filename().string());
@@ -407,7 +473,7 @@ void CheckpointIO::set_aside_newer(int64_t step) {
   if (!moved.empty()) {
     std::string list;
     for (const auto& m : moved) list += (list.empty() ? "" : ", ") + m;
-    reporter_.message(strcat("moved ", moved.size(), " checkpoint(s) newer than step ", step,
+    reporter_.message(strcat("moved ", moved.size(), " checkpoint(s) ", same_step ? "at or after" : "newer than", " step ", step,
                              " (from the line this run replaces) to ", folder.string(), "/: ", list));
   }
 }

@@ -49,8 +49,9 @@ class CheckpointIO {
   // Rank 0, after resuming from an older checkpoint than the folder's newest (a roll-back): this
   // run's newer checkpoints belong to the line it replaces and go to abandoned/<time>-step<N>/
   // (kept, never overwritten by a later roll-back), so resume=auto and checkpoint.keep follow the
-  // new line.
-  void set_aside_newer(int64_t step);
+  // new line. So does one at the resumed step itself that is not the file resumed from (the run
+  // continued a copy from elsewhere).
+  void set_aside_newer(int64_t step, const std::string& resumed_from);
 
  private:
   // The run's whole state on the host (gathered on every rank when sharded, else on rank 0).
@@ -60,6 +61,7 @@ class CheckpointIO {
   std::string write(int64_t step, const ScalerState& scaler, const std::vector<RankIntervalSums>& sums,
                     const RunRecord& record, const HostState& st);
   void check_header(const Checkpoint& ck, const std::string& path) const;  // rank 0, before sending
+  void refuse_set_aside(const std::string& path) const;  // a resume path in abandoned/ or previous/
   void apply(const Checkpoint& ck, const std::string& path, RunRecord& record);
 
   const Config& cfg_;

@@ -73,17 +73,21 @@ void Guards::check_loss(int64_t step, double loss, double first_loss, double uni
   if (!std::isfinite(loss))
     throw Error(ErrorKind::Divergence,
                 strcat("divergence error: the mean training loss of the interval ending at step ", step, " is ", loss,
-                       " (the forward pass overflowed or the weights diverged). Lower optimizer.lr, enable "
-                       "optimizer.grad_clip, or use bf16"),
+                       " (the forward pass overflowed or the weights diverged). Lower optimizer.lr",
+                       cfg_.precision.compute == DType::F16 ? ", enable optimizer.grad_clip, or use bf16"
+                                                            : " or enable optimizer.grad_clip"),
                 true);
-  // A cross-entropy far above the uniform prediction's is confidently wrong: no healthy run gets
-  // there (they start near it and fall), a diverged one does at once (a GPT at 3000 nats, 5.5 uniform).
+  // A cross-entropy far above the uniform prediction's that has also risen above step 1's is
+  // confidently wrong and getting worse: a diverged run gets there at once (a GPT at 3000 nats, 5.5
+  // uniform), a healthy one never (it may start far above uniform, with a wide initialization, but
+  // falls from there).
   const double vs_uniform = cfg_.run.max_loss_vs_uniform;
-  if (vs_uniform > 0 && uniform_loss > 0 && loss > vs_uniform * uniform_loss)
+  if (vs_uniform > 0 && uniform_loss > 0 && loss > vs_uniform * uniform_loss && (first_loss <= 0 || loss > first_loss))
     throw Error(ErrorKind::Divergence,
                 strcat("divergence error: the mean training loss reached ", loss, " at step ", step, ", more than ",
                        vs_uniform, " times the loss of predicting every class alike (ln of the classes: ", uniform_loss,
-                       "; run.max_loss_vs_uniform). Lower optimizer.lr or enable optimizer.grad_clip"),
+                       "; run.max_loss_vs_uniform) and above step 1's (", first_loss,
+                       "). Lower optimizer.lr or enable optimizer.grad_clip"),
                 true);
   const double ratio = cfg_.run.max_loss_ratio;
   if (ratio > 0 && first_loss > 0 && loss > ratio * first_loss)

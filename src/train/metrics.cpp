@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace amp {
 
@@ -49,6 +50,12 @@ void write_file_atomic(const std::string& path, const std::string& data) {
 }
 
 void truncate_metrics(const std::string& path, int64_t last_step) {
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return;
+  // Read only a regular file: a FIFO would block, a device (/dev/zero) never end.
+  if (const std::string problem = regular_file_problem(path); !problem.empty())
+    throw Error(ErrorKind::Output, strcat("output error: ", path, ": ", problem,
+                                          "; the run appends its records to this file: move that away"));
   std::ifstream in(path);
   if (!in) return;
   std::string kept, line;
@@ -69,10 +76,10 @@ MetricsWriter::MetricsWriter(const std::string& out_dir, bool enabled, bool appe
   if (!enabled_) return;
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
-  if (ec) throw Error(ErrorKind::Config, strcat("config error: run.out_dir: cannot create ", dir_, ": ", ec.message()));
+  if (ec) throw Error(ErrorKind::Output, strcat("output error: run.out_dir: cannot create ", dir_, ": ", ec.message()));
   const std::string path = dir_ + "/metrics.jsonl";
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
-  if (fd_ < 0) throw Error(ErrorKind::Config, strcat("config error: run.out_dir: cannot write ", path, ": ", std::strerror(errno)));
+  if (fd_ < 0) throw Error(ErrorKind::Output, strcat("output error: run.out_dir: cannot write ", path, ": ", std::strerror(errno)));
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -34,13 +34,22 @@ void Reporter::start_interval() {
   pause_ = 0;
 }
 
-void Reporter::log(const IntervalView& v, RunRecord& record) {
+void Reporter::bank(RunRecord& record) {
   const double t = now_seconds();
   const double elapsed = t - interval_start_ - pause_;
+  interval_start_ = t;
   pause_ = 0;
   record.train_seconds += elapsed;
-  const double step_s = record.interval_steps ? elapsed / double(record.interval_steps) : 0.0;
-  const double sps = elapsed > 0 ? double(record.interval_steps) * double(v.global_batch) / elapsed : 0.0;
+  record.interval_seconds += elapsed;  // NaN stays NaN
+}
+
+void Reporter::log(const IntervalView& v, RunRecord& record) {
+  bank(record);
+  const double seconds = record.interval_seconds;  // every step of the interval, across a resume
+  record.interval_seconds = 0;
+  const bool timed = std::isfinite(seconds) && seconds > 0 && record.interval_steps > 0;
+  const double step_s = timed ? seconds / double(record.interval_steps) : std::nan("");
+  const double sps = timed ? double(record.interval_steps) * double(v.global_batch) / seconds : std::nan("");
   ProgressLine p;
   p.step = v.step;
   p.total = v.total_steps;
@@ -53,16 +62,16 @@ void Reporter::log(const IntervalView& v, RunRecord& record) {
   p.samples_per_s = sps;
   p.eta_s = double(v.total_steps - v.step) * (record.train_seconds / double(std::max<int64_t>(1, v.step)));
   progress_->update(p);
-  metrics_->record({{"step", v.step},
-                    {"epoch", v.epoch},
-                    {"loss", finite_or_null(v.loss)},
-                    {"scale", v.scaler->scale},
-                    {"skipped", v.scaler->overflow_steps},
-                    {"growth_tracker", v.scaler->growth_tracker},
-                    {"grad_norm", finite_or_null(v.grad_norm)},
-                    {"lr", p.lr},
-                    {"step_ms", p.step_ms},
-                    {"samples_per_second", sps}});
+  nlohmann::json r = {{"step", v.step},
+                      {"epoch", v.epoch},
+                      {"loss", finite_or_null(v.loss)},
+                      {"scale", v.scaler->scale},
+                      {"skipped", v.scaler->overflow_steps},
+                      {"growth_tracker", v.scaler->growth_tracker},
+                      {"grad_norm", finite_or_null(v.grad_norm)},
+                      {"lr", p.lr}};
+  if (timed) r["step_ms"] = p.step_ms, r["samples_per_second"] = sps;  // absent when not measured
+  metrics_->record(r);
 }
 
 void Reporter::telemetry(int64_t step, float scale, const std::vector<GradStats>& stats,

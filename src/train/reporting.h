@@ -26,6 +26,7 @@ struct RunRecord {
   double last_loss = std::nan("");  // the last logged mean training loss (NaN: none logged yet)
   double last_eval_loss = -1, last_eval_accuracy = -1;
   double train_seconds = 0;    // training time over every segment of the run, evaluations and checkpoints excluded
+  double interval_seconds = 0;  // the part of it spent on the interval_steps (NaN: not known, an older checkpoint)
   double wall_seconds = 0;     // wall time of the run's earlier segments (processes before the last resume)
 };
 
@@ -50,6 +51,10 @@ class Reporter {
   // Interval timing: pauses (evaluation, checkpoints) are kept out of the throughput.
   void start_interval();
   void pause(double seconds) { pause_ += seconds; }
+  // Adds the training time since the interval started (or was last banked) to record.train_seconds
+  // and record.interval_seconds: before a checkpoint is written and before the summary, so a run
+  // stopped mid-interval counts every step's time and a resumed one knows its interval's.
+  void bank(RunRecord& record);
   // One log line and record; advances record.train_seconds.
   void log(const IntervalView& v, RunRecord& record);
   void telemetry(int64_t step, float scale, const std::vector<GradStats>& stats, const std::vector<std::string>& names);

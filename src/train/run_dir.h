@@ -5,14 +5,15 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/format.h"
 
 namespace amp {
 
 // flock() on DIR/.amp_ddp.lock, held until destruction. Throws Error(Config) naming `key` when
-// another process holds it (its pid and host, as written in the lock file) or the folder cannot
-// be created.
+// another process holds it (its pid and host, as written in the lock file), Error(Output) when the
+// folder cannot be created or locked.
 class RunDirLock {
  public:
   RunDirLock(const std::string& dir, const std::string& key);
@@ -25,7 +26,12 @@ class RunDirLock {
 };
 
 // Creates dir, writes, syncs and removes a probe file, and checks that the file system has at
-// least need_bytes free. Throws Error(Config) naming `key` and the folder.
+// least need_bytes free. Throws Error(Output) naming `key` and the folder (exit 8), Error(Config)
+// when the path is not a folder.
 void check_writable(const std::string& dir, const std::string& key, uint64_t need_bytes);
+
+// Removes the temporary files of atomic writes (NAME.tmp.<pid>) left in dir by a process that was
+// killed mid-write; call it holding dir's lock (no other run writes there). Returns their names.
+std::vector<std::string> remove_stale_temporaries(const std::string& dir);
 
 }  // namespace amp

@@ -1,7 +1,11 @@
 #include "train/run_identity.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+
+#include <cerrno>
 #include <chrono>
-#include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 
@@ -39,13 +44,39 @@ fs::path destination(const fs::path& dir, const std::string& id) {
   return to;
 }
 
+// Moves without ever replacing what is at `to` (renameat2's RENAME_NOREPLACE where the file system
+// has it, else a check first: the destination folders are fresh, so nothing races for them).
 void move(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   fs::create_directories(to.parent_path(), ec);
-  if (!ec) fs::rename(from, to, ec);
-  if (ec)
+  int err = 0;
+  if (ec) {
+    err = ec.value();
+  } else if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) != 0) {
+    err = errno;
+    if (err == EINVAL || err == ENOSYS) {
+      err = fs::exists(fs::symlink_status(to, ec)) ? EEXIST : (::rename(from.c_str(), to.c_str()) == 0 ? 0 : errno);
+    }
+  }
+  if (err)
     throw Error(ErrorKind::Output, strcat("output error: cannot move ", from.string(), " (another run's) to ",
-                                          to.string(), ": ", ec.message(), "; move or remove it, or use another folder"));
+                                          to.string(), ": ", std::strerror(err), "; move or remove it, or use another folder"));
+}
+
+// The run id a JSON file of a run folder names ("" when none, or not a valid one). A path that is
+// not a regular file (a FIFO would block the read) is refused naming it.
+std::string json_run_id(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(file, ec))) return "";
+  if (const std::string problem = regular_file_problem(file.string()); !problem.empty())
+    throw Error(ErrorKind::Config, strcat("config error: run.out_dir: ", file.string(), ": ", problem,
+                                          "; a run folder's ", file.filename().string(),
+                                          " is a file this program writes: move that away or use another folder"));
+  std::ifstream in(file);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  const std::string id =
+      j.is_object() && j.contains("run_id") && j["run_id"].is_string() ? j["run_id"].get<std::string>() : "";
+  return valid_run_id(id) ? id : "";
 }
 
 }  // namespace
@@ -59,12 +90,7 @@ std::string new_run_id() {
   return b;
 }
 
-std::string recorded_run_id(const std::string& out_dir) {
-  std::ifstream in(fs::path(out_dir) / "run.json");
-  if (!in) return "";
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  return j.is_object() && j.contains("run_id") && j["run_id"].is_string() ? j["run_id"].get<std::string>() : "";
-}
+std::string recorded_run_id(const std::string& out_dir) { return json_run_id(fs::path(out_dir) / "run.json"); }
 
 std::vector<std::string> keep_runs_apart(const std::string& out_dir, const std::string& ckpt_dir,
                                          const std::string& run_id, bool adopt_legacy) {
@@ -76,7 +102,7 @@ std::vector<std::string> keep_runs_apart(const std::string& out_dir, const std::
   const fs::path out(out_dir), ck(ckpt_dir);
   const fs::path out_canon = fs::weakly_canonical(out, ec), ck_canon = fs::weakly_canonical(ck, ec);
   const std::string rel = ck_canon.lexically_relative(out_canon).string();
-  const bool ck_inside = !rel.empty() && rel != "." && rel.rfind("..", 0) != 0;
+  const bool ck_inside = !rel.empty() && rel.rfind("..", 0) != 0;  // "." too: checkpoint.dir == run.out_dir
   std::map<std::string, fs::path> run_home;  // id -> previous/<id> of out_dir
   auto home = [&](const std::string& id) -> const fs::path& {
     auto it = run_home.find(id);
@@ -91,8 +117,27 @@ std::vector<std::string> keep_runs_apart(const std::string& out_dir, const std::
   };
   auto who = [](const std::string& id) { return id.empty() ? std::string("an earlier run") : "run " + id; };
 
-  // The run folder's files belong to the run its run.json names (none: written before ids).
-  const std::string owner = recorded_run_id(out_dir);
+  // A checkpoint folder apart from the run folder that is itself a run folder (run.json) belongs to
+  // that run: checkpoints written there would mix with its files.
+  if (!ck_inside && ck_canon != out_canon && fs::exists(fs::symlink_status(ck / "run.json", ec)))
+    throw Error(ErrorKind::Config,
+                strcat("config error: checkpoint.dir: ", ckpt_dir, " is the run folder of ",
+                       who(recorded_run_id(ckpt_dir)), " (it holds run.json); give this run's checkpoints a folder of "
+                       "their own (the default: run.out_dir/checkpoints)"));
+  // The checkpoints' ids, from their headers; a file whose header cannot be read is nobody's
+  // (a checkpoint of this run cut short, say): left where it is, never moved as another run's.
+  std::map<std::string, std::vector<fs::path>> by_id;
+  for (const std::string& p : list_checkpoints(ckpt_dir)) {
+    const CheckpointIdentity c = checkpoint_identity(p);
+    if (c.readable) by_id[c.run_id].push_back(p);
+  }
+  // The run folder's files belong to the run its run.json names; without a readable one (written
+  // before ids, or damaged), to the run summary.json names, else to the one run the checkpoints in
+  // it name, so that an old run's files and checkpoints go to one folder.
+  std::string owner = recorded_run_id(out_dir);
+  if (owner.empty()) owner = json_run_id(out / "summary.json");
+  if (owner.empty() && ck_inside && by_id.size() == 1 && valid_run_id(by_id.begin()->first))
+    owner = by_id.begin()->first;
   const bool owner_is_us = owner == run_id || (owner.empty() && adopt_legacy);
   if (!owner_is_us) {
     std::string names;
@@ -113,14 +158,10 @@ std::vector<std::string> keep_runs_apart(const std::string& out_dir, const std::
       log.push_back(strcat("moved the roll-backs of ", who(owner), " to ", to.string(), "/"));
     }
   }
-  // Checkpoints, each by the id in its own header.
-  std::map<std::string, std::vector<fs::path>> foreign;
-  for (const std::string& p : list_checkpoints(ckpt_dir)) {
-    const std::string id = checkpoint_run_id(p);
-    if (id == run_id || (id.empty() && adopt_legacy)) continue;
-    foreign[id].push_back(p);
-  }
-  for (const auto& [id, paths] : foreign) {
+  // Checkpoints, each by the id in its own header (an id that is not one names no folder).
+  for (const auto& [header_id, paths] : by_id) {
+    if (header_id == run_id || (header_id.empty() && adopt_legacy)) continue;
+    const std::string id = valid_run_id(header_id) ? header_id : "";
     // A checkpoint folder outside this run folder that holds another run's checkpoints is that
     // run's (its own run folder may continue it): not ours to clear.
     if (!ck_inside && id != owner)

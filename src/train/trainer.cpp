@@ -91,6 +91,8 @@ void Trainer::setup() {
   if (cfg_.checkpoint.on_signal) {
     announce_stop_signals(rank_ == 0);
     install_stop_signals();
+  } else {
+    disarm_stop_signals();
   }
   if (rank_ == 0) {
     if (!resumed_from_.empty())
@@ -168,6 +170,7 @@ void Trainer::setup_local() {
   schedule_.warmup_steps = cfg_.optimizer.warmup_steps;
   schedule_.total_steps = total_steps_;
   checkpoints_ = std::make_unique<CheckpointIO>(cfg_, world_, *step_, L, compute_, *sampler_, reporter_, drills_);
+  if (model_->language_model() && cfg_.sample.tokens > 0) sample_prompt();  // refused now, not at the first sample
 }
 
 // Overlap needs a core for the communication thread: on a CPU rank whose cores all compute, the
@@ -189,7 +192,13 @@ void Trainer::setup_output() {
   check_writable(out, "run.out_dir", 1 << 20);
   // The checkpoint folder is locked too, also inside out_dir: another run pointing its
   // checkpoint.dir at it (this run's out_dir/checkpoints, say) is refused.
-  locks_.push_back(std::make_unique<RunDirLock>(ck, "checkpoint.dir"));
+  std::error_code ec;
+  if (std::filesystem::weakly_canonical(ck, ec) != std::filesystem::weakly_canonical(out, ec))
+    locks_.push_back(std::make_unique<RunDirLock>(ck, "checkpoint.dir"));
+  // What a process killed mid-write left (a checkpoint cut short by a second Ctrl-C, say).
+  for (const std::string& dir : {out, ck})
+    for (const std::string& name : remove_stale_temporaries(dir))
+      reporter_.message(strcat("removed ", dir, "/", name, ", the unfinished file of a write that was interrupted"));
   const bool writes_ckpt = cfg_.checkpoint.final || cfg_.checkpoint.interval > 0 || cfg_.checkpoint.on_signal;
   if (!writes_ckpt) return;
   // A checkpoint: masters and optimizer state (FP32), the header; the temporary file is written
@@ -221,7 +230,7 @@ void Trainer::establish_identity() {
   write_run_json(out, id);
   run_id_ = id;
   checkpoints_->set_run_id(id);
-  if (start_step_ > 1) checkpoints_->set_aside_newer(start_step_ - 1);
+  if (start_step_ > 1) checkpoints_->set_aside_newer(start_step_ - 1, resumed_from_);
 }
 
 Trainer::Stop Trainer::stop_requested(int64_t step) {
@@ -298,12 +307,47 @@ void Trainer::log_interval(int64_t step, const AmpScalars& now) {
   reporter_.start_interval();
 }
 
+// A stop signal that came during set-up (on any rank): stop before the first step, exit 0. Nothing
+// was trained, so there is nothing to checkpoint; the summary says where the run stands.
+bool Trainer::stopped_in_setup() {
+  int32_t any = cfg_.checkpoint.on_signal && stop_signal() != 0 ? 1 : 0;
+  if (nranks_ > 1) world_.allreduce(BufView{&any, 1, DType::I32}, ReduceOp::Max);
+  if (!any || start_step_ > total_steps_) return false;
+  reporter_.progress().finish();
+  nlohmann::json summary = summary_json(now_seconds() - run_start_, start_step_ - 1);
+  summary["stopped_early"] = true;
+  summary["stop_signal"] = signal_name(stop_signal() ? stop_signal() : SIGTERM);
+  if (!resumed_from_.empty()) summary["checkpoint"] = resumed_from_;
+  run_agreed(world_, [&] { reporter_.metrics().write_summary(summary); });
+  if (rank_ == 0)
+    reporter_.message(strcat("stop requested (", summary["stop_signal"].get<std::string>(), ") during set-up: stopped before step ",
+                             start_step_, resumed_from_.empty() ? std::string(", nothing trained")
+                                                                : "; run again with checkpoint.resume=auto to continue"));
+  return true;
+}
+
 void Trainer::evaluate_now(int64_t step) {
   const EvalResult r = evaluate(*model_, *be_, step_->working_params(), data_.eval, size_t(cfg_.data.eval_batch_size),
                                 world_);
   record_.last_eval_loss = r.loss;
   record_.last_eval_accuracy = r.accuracy;
   reporter_.evaluation(step, r, model_->classification(), model_->loss_name());
+}
+
+// sample.prompt as tokens of the data's tokenizer (none: the last token id). A token the model's
+// vocabulary does not hold (a byte above model.vocab_size) is a config error, found at start-up.
+std::vector<int32_t> Trainer::sample_prompt() const {
+  const std::unique_ptr<Tokenizer> tok = make_tokenizer(data_.train.tokenizer);
+  const int32_t vocab = int32_t(data_.train.vocab);
+  std::vector<int32_t> prompt = tok ? tok->encode(cfg_.sample.prompt) : std::vector<int32_t>{};
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= vocab)
+      throw Error(ErrorKind::Config,
+                  strcat("config error: ", cfg_.origin.at("sample.prompt"), ": sample.prompt: token ", i, " of the prompt (",
+                         data_.train.tokenizer, " tokenizer) is ", prompt[i], ", outside the model's vocabulary of ", vocab,
+                         " tokens (model.vocab_size); use a prompt the vocabulary holds, or a larger vocabulary"));
+  if (prompt.empty()) prompt.push_back(vocab - 1);
+  return prompt;
 }
 
 // Rank 0 continues sample.prompt with the model (language models only; no collective inside). The
@@ -313,29 +357,31 @@ void Trainer::write_sample(int64_t step) {
   if (!model_->language_model() || rank_ != 0 || cfg_.sample.tokens <= 0) return;
   const std::unique_ptr<Tokenizer> tok = make_tokenizer(data_.train.tokenizer);
   const int32_t vocab = int32_t(data_.train.vocab);
-  std::vector<int32_t> prompt = tok ? tok->encode(cfg_.sample.prompt) : std::vector<int32_t>{vocab - 1};
   if (!tok && !warned_no_tokenizer_) {
     reporter_.message(strcat("note: the token data names no tokenizer, so sample.prompt cannot be encoded: samples start "
                              "from token ", vocab - 1, " and print token ids"));
     warned_no_tokenizer_ = true;
   }
-  for (int32_t& t : prompt)  // a byte the vocabulary does not hold (model.vocab_size below 256)
-    if (t >= vocab) t = vocab - 1;
-  if (prompt.empty()) prompt.push_back(vocab - 1);
+  const std::vector<int32_t> prompt = sample_prompt();
   SampleOptions o;
   o.tokens = size_t(cfg_.sample.tokens);
   o.temperature = cfg_.sample.temperature;
   o.top_k = size_t(cfg_.sample.top_k);
   o.seed = uint64_t(cfg_.sample.seed);
   const void* params = step_->working_params();
-  const std::vector<int32_t> out =
-      generate(prompt, o, [&](const std::vector<int32_t>& context) { return model_->next_logits(params, context); });
+  // A stop signal ends the sample where it is (its step is done and checkpointed before it).
+  const auto stopping = [&] { return cfg_.checkpoint.on_signal && stop_signal() != 0; };
+  const std::vector<int32_t> out = generate(
+      prompt, o, [&](const std::vector<int32_t>& context) { return model_->next_logits(params, context); }, stopping);
   std::string text;
   if (tok) {
     text = tok->decode(out);
   } else {
     for (int32_t t : out) text += (text.empty() ? "" : " ") + std::to_string(t);
   }
+  if (out.size() < prompt.size() + o.tokens)
+    reporter_.message(strcat("note: the sample at step ", step, " was cut short after ", out.size() - prompt.size(), " of ",
+                             o.tokens, " tokens by ", signal_name(stop_signal())));
   reporter_.sample(step, text);
 }
 
@@ -400,6 +446,7 @@ int Trainer::run() {
   const bool lead = rank_ == 0;
   reporter_.start_interval();
   std::string last_saved;
+  if (stopped_in_setup()) return 0;
   for (int64_t step = start_step_; step <= total_steps_; ++step) {
     step_->run(step, start_step_, data_.train, sampler_->batch(step - 1), float(schedule_.at(step)));
     ++record_.interval_steps;
@@ -425,14 +472,15 @@ int Trainer::run() {
                          (cfg_.checkpoint.final && step == total_steps_);
     const bool do_sample = (cfg_.run.sample_interval > 0 && step % cfg_.run.sample_interval == 0) || step == total_steps_;
     if (do_eval || do_hash || do_ckpt || do_sample) {
+      reporter_.bank(record_);          // the steps' time so far, for the checkpoint
       const double t0 = now_seconds();  // kept out of the throughput numbers
       if (do_hash) guards_->check_params_in_sync(step, step_->replica_hash());
       if (do_eval && data_.eval.n > 0) evaluate_now(step);
-      if (do_sample) write_sample(step);
       if (do_ckpt) {
         last_saved = save(step);
         if (lead) reporter_.message(strcat("checkpoint step ", step, " -> ", last_saved));
       }
+      if (do_sample) write_sample(step);  // after the checkpoint: a stop signal cuts it short
       reporter_.pause(now_seconds() - t0);
     }
     const Stop stop = stop_requested(step);
@@ -442,6 +490,7 @@ int Trainer::run() {
       if (lead) std::fprintf(stderr, "%s\n", reporter_.output_failure().c_str());
       if (!do_ckpt) {
         try {
+          reporter_.bank(record_);
           last_saved = save(step);
         } catch (const Error& e) {
           if (!e.agreed()) throw;
@@ -456,6 +505,7 @@ int Trainer::run() {
     }
     if (stop == Stop::Signal && step < total_steps_) {
       // Every rank finished this step; write its checkpoint (unless just written) and stop cleanly.
+      reporter_.bank(record_);
       if (!do_ckpt) last_saved = save(step);
       reporter_.progress().finish();
       nlohmann::json summary = summary_json(now_seconds() - run_start_, step);
@@ -470,6 +520,7 @@ int Trainer::run() {
     }
   }
   reporter_.progress().finish();
+  reporter_.bank(record_);
   const nlohmann::json summary = summary_json(now_seconds() - run_start_, total_steps_);
   run_agreed(world_, [&] { reporter_.metrics().write_summary(summary); });
   if (lead) {

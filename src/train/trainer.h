@@ -66,7 +66,9 @@ class Trainer {
     return int64_t(batch_ * accum_) * int64_t(model_->loss_terms_per_sample());
   }
   void evaluate_now(int64_t step);
+  bool stopped_in_setup();  // a stop signal during set-up: summary written, true (run() returns 0)
   void write_sample(int64_t step);
+  std::vector<int32_t> sample_prompt() const;  // sample.prompt as tokens; Error(Config) beyond the vocabulary
   std::string save(int64_t step);  // guards the weights, then CheckpointIO::save
   // Why every rank stops after this step (agreed): 0 no, else a stop signal or an output failure.
   enum class Stop { None = 0, Signal = 1, OutputFailed = 2 };

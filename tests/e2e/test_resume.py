@@ -123,9 +123,9 @@ final = sorted(glob.glob(os.path.join(good, "ckpt_*.bin")))[-1]
 data = open(final, "rb").read()
 bad_dir = os.path.join(base, "bad", "checkpoints")
 os.makedirs(bad_dir)
-older = os.path.join(bad_dir, "ckpt_step0000000040.bin")
-newer = os.path.join(bad_dir, "ckpt_step0000000060.bin")
-with open(older, "wb") as f:  # an intact (step 60) checkpoint under an older name
+older = os.path.join(bad_dir, "ckpt_step0000000060.bin")
+newer = os.path.join(bad_dir, "ckpt_step0000000065.bin")  # its name is not its step either: refused first for the flip
+with open(older, "wb") as f:  # the intact step-60 checkpoint
     f.write(data)
 flipped = bytearray(data)
 flipped[len(flipped) // 2] ^= 0x40

@@ -21,11 +21,14 @@ common = ["--set", "run.steps=100000", "--set", "run.log_interval=20", "--set", 
 env = dict(os.environ, OMP_NUM_THREADS="1")
 
 
-def started(out, seconds=60):
-    """Waits until the run has logged a line (it is past set-up)."""
+def started(out, seconds=60, checkpoint=False):
+    """Waits until the run has logged a step (it is past set-up; the start record comes before any
+    step) and, with checkpoint, written a checkpoint."""
     t0 = time.time()
+    metrics = os.path.join(out, "metrics.jsonl")
     while time.time() - t0 < seconds:
-        if os.path.exists(os.path.join(out, "metrics.jsonl")) and os.path.getsize(os.path.join(out, "metrics.jsonl")) > 0:
+        logged = os.path.exists(metrics) and '"loss"' in open(metrics).read()
+        if logged and (not checkpoint or glob.glob(os.path.join(out, "checkpoints", "ckpt_step*.bin"))):
             return True
         time.sleep(0.2)
     return False
@@ -46,7 +49,7 @@ check(p.returncode == 0 and s.get("stopped_early") and s.get("stop_signal") == "
 out = os.path.join(base, "int2")
 p = subprocess.Popen([args().binary, cfg, "--set", f"run.out_dir={out}", "--set", "checkpoint.interval=1"] + common[:-6] +
                      ["--set", "checkpoint.keep=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-check(started(out), "single process started (checkpoint every step)")
+check(started(out, checkpoint=True), "single process started and checkpointed (checkpoint every step)")
 p.send_signal(signal.SIGINT)
 time.sleep(0.05)
 p.send_signal(signal.SIGINT)

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <string>
 #include <vector>
@@ -154,16 +155,40 @@ TEST_CASE("checkpoint: find_latest_intact skips a corrupted newest file", "[chec
   CHECK(amp::find_latest_intact(dir.file("absent"), &skipped) == "");
 }
 
+TEST_CASE("checkpoint: identity from the header alone; run ids are 16 hex digits", "[checkpoint]") {
+  amp_test::TempDir dir;
+  Checkpoint ck = sample(20);
+  ck.header["run_id"] = "0123456789abcdef";
+  const std::string path = amp::save_checkpoint(dir.path(), ck, 5);
+  const amp::CheckpointIdentity id = amp::checkpoint_identity(path);
+  CHECK(id.readable);
+  CHECK(id.run_id == "0123456789abcdef");
+  CHECK(id.step == 20);
+  CHECK(amp::name_step(path) == 20);
+  CHECK(amp::name_step(dir.file("ckpt_step99999999999999999999.bin")) == -1);  // beyond int64: not a step
+  CHECK(amp::name_step(dir.file("other.bin")) == -1);
+  // Cut inside its header: not readable (nobody's), never an error.
+  std::string bytes = amp::read_file_bytes(path);
+  std::ofstream(dir.file("cut.bin"), std::ios::binary) << bytes.substr(0, 30);
+  CHECK_FALSE(amp::checkpoint_identity(dir.file("cut.bin")).readable);
+  CHECK(amp::valid_run_id("0123456789abcdef"));
+  for (const char* bad : {"", "../../victim", "0123456789ABCDEF", "0123456789abcde", "0123456789abcdefa", "ZZZ/../../x"})
+    CHECK_FALSE(amp::valid_run_id(bad));
+}
+
 TEST_CASE("checkpoint: a FIFO or folder named like a checkpoint is skipped without blocking", "[checkpoint]") {
   amp_test::TempDir dir;
-  const std::string intact = amp::save_checkpoint(dir.path(), sample(10), 5);
+  std::filesystem::create_directory(dir.file("elsewhere"));
+  const std::string intact = amp::save_checkpoint(dir.file("elsewhere"), sample(10), 5);
   const std::string fifo = dir.file("ckpt_step0000000030.bin");
   const std::string folder = dir.file("ckpt_step0000000040.bin");
   const std::string dangling = dir.file("ckpt_step0000000050.bin");
+  const std::string renamed = dir.file("ckpt_step0000000012.bin");
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   std::filesystem::create_directory(folder);
   std::filesystem::create_symlink(dir.file("nowhere"), dangling);
-  std::filesystem::create_symlink(intact, dir.file("ckpt_step0000000011.bin"));  // a link to one is one
+  std::filesystem::create_symlink(intact, dir.file("ckpt_step0000000010.bin"));  // a link to one is one
+  std::filesystem::copy_file(intact, renamed);  // its name says step 12, its header 10: not resumed
 
   // Run the search on another thread, so that a regression (opening the FIFO for reading) fails the
   // test instead of hanging it: a writer opening the FIFO releases a reader blocked in open().
@@ -176,14 +201,15 @@ TEST_CASE("checkpoint: a FIFO or folder named like a checkpoint is skipped witho
   if (blocked) ::close(::open(fifo.c_str(), O_WRONLY | O_NONBLOCK));
   CHECK_FALSE(blocked);
   const auto [found, skipped] = search.get();
-  CHECK(found == dir.file("ckpt_step0000000011.bin"));
+  CHECK(found == dir.file("ckpt_step0000000010.bin"));
   const std::string all = [&] {
     std::string s;
     for (const std::string& k : skipped) s += k + "\n";
     return s;
   }();
   INFO(all);
-  CHECK(skipped.size() == 3);
+  CHECK(skipped.size() == 4);
+  CHECK(contains(all, "checkpoint error: " + renamed + ": named step 12 but holds step 10"));
   CHECK(contains(all, "checkpoint error: " + fifo + ": not a regular file (a FIFO)"));
   CHECK(contains(all, "checkpoint error: " + folder + ": not a regular file (a directory)"));
   CHECK(contains(all, "checkpoint error: " + dangling + ": not a regular file (a dangling symbolic link)"));

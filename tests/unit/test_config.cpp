@@ -126,7 +126,15 @@ TEST_CASE("cross-key rules", "[config]") {
   expect_error(t.write("d.yaml", "optimizer: {schedule: warmup_cosine, lr: 0.1, min_lr: 0.2}\n"), {},
                {"optimizer.min_lr: must not exceed optimizer.lr"});
   expect_error(t.write("e.yaml", "precision: {compute: fp16, loss_scale: {mode: dynamic, init_scale: 0.5}}\n"), {},
-               {"precision.loss_scale.init_scale: must lie in [min_scale, max_scale]"});
+               {"precision.loss_scale.init_scale: 0.5 must lie in [min_scale, max_scale]"});
+  // The bound the user set is named when init_scale is the default.
+  expect_error(t.write("f.yaml", "precision: {compute: fp16}\n"), {"precision.loss_scale.max_scale=1024"},
+               {"--set precision.loss_scale.max_scale=1024: precision.loss_scale.max_scale: 1024 is below init_scale (65536, "
+                "the default)"});
+  expect_error(t.write("g.yaml", "run: {name: \"\"}\n"), {}, {"run.name: \"\" is not a folder name"});
+  expect_error(t.write("h.yaml", "run: {name: a/b}\n"), {}, {"run.name: \"a/b\" is not a folder name"});
+  expect_error(t.write("i.yaml", "checkpoint: {resume: \"\"}\n"), {},
+               {"checkpoint.resume: is empty: use none, auto or the path of a checkpoint"});
 }
 
 TEST_CASE("--help lists the keys with their defaults", "[config]") {

@@ -289,6 +289,44 @@ TEST_CASE("scaler resume: another mode starts fresh, the counters carry on, clam
   CHECK_THAT(r.note, Catch::Contains("min_scale/max_scale"));
 }
 
+TEST_CASE("scaler resume: a changed hysteresis tolerates what a fresh run would", "[scaler]") {
+  // 300 clean steps with hysteresis 1, resumed with 5: two overflows must not back off (a fresh
+  // run with hysteresis 5 keeps its scale through them). The hostile round found the carried
+  // counter (1) clamped to at most 5 and the scale halved twice.
+  const ScalerParams one = dynamic(2000);
+  const ScalerState s = run_scaler(one, 300, 0);
+  REQUIRE(s.hysteresis_left == 1);
+  ScalerParams five = one;
+  five.hysteresis = 5;
+  std::string error;
+  ScalerResume r = scaler_resume(s, "dynamic", five, 300, 4, 1, &error, 1);
+  REQUIRE(error.empty());
+  CHECK(r.state.hysteresis_left == 5);
+  CHECK_THAT(r.note, Catch::Contains("hysteresis left 1 -> 5 (hysteresis 1 -> 5)"));
+  ScalerState fresh = scaler_init(five);
+  for (int i = 0; i < 2; ++i) {
+    scaler_update(r.state, five, true);
+    scaler_update(fresh, five, true);
+  }
+  CHECK(r.state.scale == s.scale);
+  CHECK(fresh.scale == scaler_init(five).scale);
+  // Overflows already absorbed stay used: 5 -> 2 with 3 absorbed (left 2) backs off at the next one.
+  const ScalerState used = [&] {
+    ScalerState t = scaler_init(five);
+    for (int i = 0; i < 3; ++i) scaler_update(t, five, true);
+    return t;
+  }();
+  REQUIRE(used.hysteresis_left == 2);
+  ScalerParams two = five;
+  two.hysteresis = 2;
+  r = scaler_resume(used, "dynamic", two, 3, 4, 1, &error, 5);
+  REQUIRE(error.empty());
+  CHECK(r.state.hysteresis_left == -1);
+  // Unknown (an older checkpoint): only the clamp to at most the new hysteresis.
+  r = scaler_resume(s, "dynamic", five, 300, 4, 1, &error);
+  CHECK(r.state.hysteresis_left == 1);
+}
+
 TEST_CASE("scaler resume: fields the state machine cannot produce are refused, naming the field", "[scaler]") {
   const ScalerParams p = dynamic(100);
   const ScalerState good = run_scaler(p, 50, 7);

@@ -3,15 +3,18 @@
 // the run-folder lock and checks, and the MLP's parameter layout.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <numeric>
 #include <set>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "data/sampler.h"
 #include "model/param_layout.h"
 #include "optim/lr_schedule.h"
@@ -113,6 +116,8 @@ TEST_CASE("progress formatting: durations, counts and the line's fixed key order
   CHECK(format_progress(p) ==
         "step 120/5000 | loss 0.4121 | scale 65536 | skipped 3 | grad_norm 1.02 | lr 3.00e-04 | 41.2 ms | "
         "12.3k samples/s | ETA 3m20s");
+  p.step_ms = p.samples_per_s = std::nan("");  // not measured (a resume from an older checkpoint): absent
+  CHECK(format_progress(p) == "step 120/5000 | loss 0.4121 | scale 65536 | skipped 3 | grad_norm 1.02 | lr 3.00e-04 | ETA 3m20s");
 }
 
 TEST_CASE("metrics: one JSON line per record, and resume truncation keeps records up to the step", "[metrics]") {
@@ -153,6 +158,25 @@ TEST_CASE("metrics: one JSON line per record, and resume truncation keeps record
   CHECK_FALSE(std::ifstream(t.file("other/metrics.jsonl")).good());
 }
 
+TEST_CASE("metrics: resume truncation refuses what is not a regular file instead of blocking", "[metrics]") {
+  amp_test::TempDir t;
+  REQUIRE(::mkfifo(t.file("metrics.jsonl").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(truncate_metrics(t.file("metrics.jsonl"), 3), Contains("metrics.jsonl: not a regular file (a FIFO)"));
+  truncate_metrics(t.file("absent.jsonl"), 3);  // nothing to keep: fine
+}
+
+TEST_CASE("run folders: temporaries of interrupted writes are removed, nothing else", "[rundir]") {
+  amp_test::TempDir t;
+  for (const char* name : {"ckpt_step0000000010.bin.tmp.4242", "summary.json.tmp.17", "ckpt_step0000000010.bin",
+                           "notes.tmp.txt", "x.tmp.", "keep.tmp.12a"})
+    std::ofstream(t.file(name)) << "x";
+  std::vector<std::string> removed = remove_stale_temporaries(t.path());
+  std::sort(removed.begin(), removed.end());
+  CHECK(removed == std::vector<std::string>{"ckpt_step0000000010.bin.tmp.4242", "summary.json.tmp.17"});
+  for (const char* kept : {"ckpt_step0000000010.bin", "notes.tmp.txt", "x.tmp.", "keep.tmp.12a"})
+    CHECK(std::ifstream(t.file(kept)).good());
+}
+
 TEST_CASE("metrics: a failed write leaves no torn record and stops recording", "[metrics]") {
   amp_test::TempDir t;
   REQUIRE(::symlink("/dev/full", t.file("metrics.jsonl").c_str()) == 0);
@@ -188,15 +212,18 @@ TEST_CASE("run folders: one lock holder at a time, unwritable folders named with
     check_writable("/proc/amp_no_such_dir", "checkpoint.dir", 0);
     FAIL("expected an error");
   } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::Config);
-    CHECK_THAT(e.what(), Contains("config error: checkpoint.dir: /proc/amp_no_such_dir: cannot create the folder"));
+    CHECK(e.kind() == ErrorKind::Output);  // exit 8: the run output cannot be written
+    CHECK_THAT(e.what(), Contains("output error: checkpoint.dir: /proc/amp_no_such_dir: cannot create the folder"));
   }
   try {
     check_writable(t.path(), "run.out_dir", uint64_t(1) << 62);
     FAIL("expected an error");
   } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Output);
     CHECK_THAT(e.what(), Contains("free; a checkpoint of this run needs 4.0 EiB"));
   }
+  CHECK(printable(std::string("2\0x\n\x7f", 5)) == "2\\x00x\\x0a\\x7f");  // a NUL no longer ends the message
+  CHECK(printable(std::string(100, 'a'), 4) == "aaaa...");
   CHECK(format_bytes(512) == "512 B");
   CHECK(format_bytes(1536) == "1.5 KiB");
 }
