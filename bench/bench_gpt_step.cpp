@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
   }
   const DType dt = prec == "fp32" ? DType::F32 : prec == "fp16" ? DType::F16 : DType::BF16;
   CpuBackend be(threads);
-  bench::TimedOps timed(be);
-  Gpt model(be, timed, o, dt, batch);
+  bench::TimedOps timed(be.ops());
+  Gpt model(be.memory(), timed, o, dt, batch);
   const size_t T = o.seq_len, C = o.n_embd, H = o.n_head, D = C / H, V = o.vocab, M = batch * T;
   Rng rng(2);
   std::vector<int32_t> tok(M), tgt(M);
@@ -108,11 +108,11 @@ int main(int argc, char** argv) {
     if (last) std::printf("bare GEMMs (%s operands, FP32 accumulation; median of %zu):\n", prec.c_str(), steps);
     for (const Shape& sh : shapes) {
       const int64_t ea = sh.m * sh.k * sh.batch, eb = sh.k * sh.n * sh.batch, ec = sh.m * sh.n * sh.batch;
-      Buffer a = be.alloc(size_t(ea) * 4), b = be.alloc(size_t(eb) * 4), c = be.alloc(size_t(ec) * 4);
+      Buffer a = be.memory().alloc(size_t(ea) * 4), b = be.memory().alloc(size_t(eb) * 4), c = be.memory().alloc(size_t(ec) * 4);
       std::vector<float> fill(size_t(std::max(ea, eb)));
       for (auto& x : fill) x = float(rng.normal());
-      be.cast(fill.data(), DType::F32, a.data(), dt, size_t(ea));
-      be.cast(fill.data(), DType::F32, b.data(), dt, size_t(eb));
+      be.ops().cast(fill.data(), DType::F32, a.data(), dt, size_t(ea));
+      be.ops().cast(fill.data(), DType::F32, b.data(), dt, size_t(eb));
       GemmArgs g;
       g.m = sh.m, g.n = sh.n, g.k = sh.k, g.batch = sh.batch, g.trans_a = sh.ta, g.trans_b = sh.tb;
       g.A = a.data(), g.lda = sh.ta ? sh.m : sh.k, g.stride_a = sh.m * sh.k;
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
       std::vector<double> times;
       for (size_t r = 0; r < steps + 3; ++r) {
         const double t0 = now();
-        be.gemm(g);
+        be.ops().gemm(g);
         if (r >= 3) times.push_back(now() - t0);
       }
       std::sort(times.begin(), times.end());

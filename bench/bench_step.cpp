@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   CpuBackend be(threads);
   MlpOptions mo;
   mo.dims = dims;
-  Mlp model(be, be, mo, dt, batch);
+  Mlp model(be.memory(), be.ops(), mo, dt, batch);
   // One seeded batch, staged once (the host gathering is not part of the device step).
   Dataset data;
   data.n = batch;
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
 
   // Bare GEMMs of the same shapes and dtype, as the backend runs them: FP16 (and BF16 where oneDNN
   // has no BF16 matmul on this CPU) as FP32 matmuls of widened operands.
-  const bool widened = dt == DType::F16 || (dt == DType::BF16 && !be.bf16_native());
+  const bool widened = dt == DType::F16 || (dt == DType::BF16 && !be.cpu_ops().bf16_native());
   const DType gemm_t = widened ? DType::F32 : dt;
   if (dt == DType::BF16 && widened) std::printf("bf16: no oneDNN BF16 matmul on this CPU: operands widened to FP32\n");
   std::vector<cpu::MatmulShape> shapes;
@@ -93,18 +93,18 @@ int main(int argc, char** argv) {
   double bare = 0;
   for (const auto& sh : shapes) {
     const size_t ea = sh.m * sh.k, eb = sh.k * sh.n, ec = sh.m * sh.n;
-    Buffer a = be.alloc(ea * 4), b = be.alloc(eb * 4), c = be.alloc(ec * 4), bias = be.alloc(sh.n * 4);
+    Buffer a = be.memory().alloc(ea * 4), b = be.memory().alloc(eb * 4), c = be.memory().alloc(ec * 4), bias = be.memory().alloc(sh.n * 4);
     std::vector<double> times;
     for (size_t r = 0; r < steps + 5; ++r) {
       const double t0 = now();
-      be.matmul().run(sh, a.data(), b.data(), bias.data(), c.data());
+      be.cpu_ops().matmul().run(sh, a.data(), b.data(), bias.data(), c.data());
       if (r >= 5) times.push_back(now() - t0);
     }
     std::sort(times.begin(), times.end());
     const double med = times[times.size() / 2];
     bare += med;
     std::printf("  gemm %5zux%5zux%5zu %s%s %-26s %8.3f ms  %7.1f GFLOP/s\n", sh.m, sh.n, sh.k, sh.trans_a ? "T" : "N",
-                sh.trans_b ? "T" : "N", be.matmul().implementation(sh).c_str(), med * 1e3,
+                sh.trans_b ? "T" : "N", be.cpu_ops().matmul().implementation(sh).c_str(), med * 1e3,
                 2.0 * double(sh.m * sh.n * sh.k) / med / 1e9);
   }
   std::printf("\nstep phases (%s, batch %zu, %d thread%s, mean of %zu steps):\n", prec.c_str(), batch, threads,

@@ -25,16 +25,16 @@ class StepPhases {
   // The model's parameters initialized (seed 1) into FP32 masters and their working copy in dt.
   StepPhases(CpuBackend& be, Model& model, DType dt, float init_scale)
       : be_(be), model_(model), dt_(dt), n_(model.layout().total) {
-    master_ = be.alloc(n_ * 4), lp_ = be.alloc(n_ * dtype_size(dt)), grads_ = be.alloc(n_ * dtype_size(dt));
-    g32_ = be.alloc(n_ * 4), m_ = be.alloc(n_ * 4), v_ = be.alloc(n_ * 4);
+    master_ = be.memory().alloc(n_ * 4), lp_ = be.memory().alloc(n_ * dtype_size(dt)), grads_ = be.memory().alloc(n_ * dtype_size(dt));
+    g32_ = be.memory().alloc(n_ * 4), m_ = be.memory().alloc(n_ * 4), v_ = be.memory().alloc(n_ * 4);
     const std::vector<float> w = model.init_params(1);
-    be.upload(master_.data(), w.data(), n_ * 4);
-    be.cast(master_.data(), DType::F32, lp_.data(), dt, n_);
+    be.memory().upload(master_.data(), w.data(), n_ * 4);
+    be.ops().cast(master_.data(), DType::F32, lp_.data(), dt, n_);
     ScalerParams sp;
     sp.init_scale = init_scale;
     std::vector<std::string> names;
     for (const auto& t : model.layout().tensors) names.push_back(t.name);
-    amp_ = std::make_unique<MixedPrecision>(be, be, sp, dt, model.layout().spans(), names, 0, 1);
+    amp_ = std::make_unique<MixedPrecision>(be.memory(), be.amp_kernels(), sp, dt, model.layout().spans(), names, 0, 1);
   }
 
   // Runs warmup + steps steps on the staged batch of `rows`; returns the mean step time (s).
@@ -59,10 +59,20 @@ class StepPhases {
       amp.begin_step();
       timed("forward+loss", [&] { model_.forward_loss(params, rows, amp.scale(), inv_count, true, LossSums{&loss, &correct}); });
       timed("backward", [&] { model_.backward(params, grads_.data(), rows, [](int) {}); });
-      timed("unscale+check+norm", [&] { amp.unscale_and_check(grads_.data(), g32_.as<float>()); });
+      timed("unscale+check+norm", [&] {
+        amp.unscale_and_check(grads_.data(), g32_.as<float>());
+        amp.agree(nullptr);
+        amp.check_norm(0.0f);
+      });
       timed("optimizer (+cast)", [&] {
-        be_.optimizer_step(op, &lr, 0.0f, master_.as<float>(), g32_.as<float>(), m_.as<float>(), v_.as<float>(), n_,
-                           dt_ == DType::F32 ? nullptr : lp_.data(), dt_, amp.flags(), amp.norm_sq(), amp.state());
+        OptimizerStepArgs a;
+        a.params = op;
+        a.lr = &lr;
+        a.master = master_.as<float>(), a.g32 = g32_.as<float>();
+        a.state1 = m_.as<float>(), a.state2 = v_.as<float>(), a.n = n_;
+        a.lp = dt_ == DType::F32 ? nullptr : lp_.data(), a.lp_dtype = dt_;
+        a.verdict = amp.verdict();
+        be_.optimizer().optimizer_step(a);
       });
       timed("scale update", [&] { amp.update(); });
     }

@@ -19,8 +19,6 @@
 
 namespace amp {
 
-constexpr size_t kShardAlign = 32;  // elements: 64 bytes of 16-bit values, 128 bytes of FP32
-
 // One bucket's block of one rank: elements [flat_begin, flat_begin + count) of the flat buffer
 // are elements [shard_begin, shard_begin + count) of that rank's shard.
 struct ShardPiece {

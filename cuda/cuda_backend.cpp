@@ -17,7 +17,6 @@ namespace {
 
 constexpr size_t kStagingBytes = size_t(64) << 20;   // pinned upload ring
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt workspace (32 MiB suits Hopper)
-constexpr unsigned kLossBlocks = 1024;                // partial slots of the loss reductions
 
 // Frees device memory handed out by alloc(): waits for the stream first (work enqueued on it may
 // still read the memory; cudaFree's own implicit synchronization is not documented as a promise).
@@ -42,11 +41,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   max_blocks_ = unsigned(std::max(1, prop.multiProcessorCount)) * 8u;
   stream_ = std::make_shared<Stream>(0);
   ring_ = std::make_unique<StagingRing>(kStagingBytes, &wait_check_);
-  gemm_ = std::make_unique<LtGemm>(kWorkspaceBytes);
-  general_ = std::make_unique<GeneralOps>(kWorkspaceBytes);
-  tops_ = std::make_unique<TransformerOps>();
-  loss_partials_ = DeviceBuffer<double>(kLossBlocks);
-  hit_partials_ = DeviceBuffer<long long>(kLossBlocks);
+  ops_ = std::make_unique<CudaOps>(stream_->get(), &wait_check_, kWorkspaceBytes);
 }
 
 CudaBackend::~CudaBackend() {
@@ -137,125 +132,6 @@ void CudaBackend::synchronize() {
 
 // ---- elementwise ----------------------------------------------------------------------------
 
-void CudaBackend::cast(const void* src, DType src_type, void* dst, DType dst_type, size_t n) {
-  cuda::cast(launch(), src, src_type, dst, dst_type, n);
-}
-
-void CudaBackend::activation_forward(Activation a, const Tensor& z, const Tensor& y) {
-  if (a == Activation::GeluTanh) {
-    AMP_CHECK(z.dtype == y.dtype && z.numel() == y.numel(), "gelu_tanh: shapes or dtypes differ");
-    tops_->gelu_tanh_forward(GeluArgs{z.data, y.data, z.dtype, int64_t(z.numel())}, stream_->get());
-    return;
-  }
-  cuda::activation_forward(launch(), a, z, y);
-}
-
-void CudaBackend::activation_backward(Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz) {
-  if (a == Activation::GeluTanh) {
-    AMP_CHECK(z.dtype == dy.dtype && dy.dtype == dz.dtype && z.numel() == dz.numel(), "gelu_tanh: shapes or dtypes differ");
-    tops_->gelu_tanh_backward(GeluBackwardArgs{z.data, dy.data, dz.data, z.dtype, int64_t(z.numel())}, stream_->get());
-    return;
-  }
-  cuda::activation_backward(launch(), a, z, dy, dz);
-}
-
-void CudaBackend::reserve_embedding(int64_t max_tokens, int64_t vocab) {
-  not_capturing("reserve_embedding");
-  synchronize();  // the scratch may be replaced: nothing enqueued may still use it
-  tops_->reserve(max_tokens, vocab);
-}
-
-// ---- linear layers (the GEMM mapping is derived in gemm.cpp) ------------------------------
-
-namespace {
-
-void check_gemm_types(DType ab, DType b2, DType out, const char* op) {
-  AMP_CHECK(ab == b2, op, ": operands must share a dtype (", dtype_name(ab), " vs ", dtype_name(b2), ")");
-  const bool ok = (ab == DType::F32 && out == DType::F32) ||
-                  ((ab == DType::F16 || ab == DType::BF16) && (out == ab || out == DType::F32));
-  if (!ok)
-    throw Error(ErrorKind::Internal, strcat(op, ": the CUDA backend multiplies f32 x f32 -> f32 and 16-bit x 16-bit -> "
-                                            "same 16-bit or f32, not ", dtype_name(ab), " -> ", dtype_name(out)));
-}
-
-}  // namespace
-
-void CudaBackend::gemm(const GemmCall& c) { gemm_->run(c, stream_->get()); }
-
-void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
-  AMP_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows && b.numel() == w.rows,
-            "linear_forward: shapes x ", x.rows, "x", x.cols, " w ", w.rows, "x", w.cols);
-  check_gemm_types(x.dtype, w.dtype, y.dtype, "linear_forward");
-  // A 16-bit y gets its bias (of y's dtype) from the BIAS epilogue, before the one rounding. An f32 y
-  // gets it in a second f32 pass, which rounds exactly as the epilogue would (y is already f32).
-  GemmCall c = linear_forward_call(x, w, y);
-  c.bias = y.dtype != DType::F32 && b.dtype == y.dtype ? b.data : nullptr;
-  // No heuristic preference describes the bias pointer's alignment, and epilogue kernels have been
-  // seen to fail on biases below 16 bytes: such a bias takes the separate pass (the parameter
-  // layout's 32-element boundaries keep every bias of the model at 64 bytes or more).
-  if (c.bias && (reinterpret_cast<uintptr_t>(c.bias) % 16 != 0 || !gemm_->supported(c))) {
-    // Not expected on sm_90; kept so that a cuBLASLt without this epilogue still trains.
-    if (!warned_bias_) {
-      std::fprintf(stderr, "warning: no cuBLASLt bias-epilogue GEMM for %zux%zu -> %zu (%s%s); the product goes "
-                           "through an FP32 buffer and the bias is added in a separate pass (still one rounding)\n",
-                   x.rows, x.cols, w.rows, dtype_name(y.dtype),
-                   reinterpret_cast<uintptr_t>(c.bias) % 16 != 0 ? ", bias not 16-byte aligned" : "");
-      warned_bias_ = true;
-    }
-    c.bias = nullptr;
-  }
-  if (c.bias || y.dtype == DType::F32) {
-    gemm(c);
-    if (!c.bias) cuda::add_bias_rows(launch(), b, y, y);
-    return;
-  }
-  // A 16-bit y without the epilogue: rounding the product to y's dtype and then the sum would round
-  // twice (off by far more than one rounding where the bias cancels the product), so the product
-  // goes to an FP32 buffer (y's row-major layout: ldd is y.cols) and the bias pass rounds once.
-  GemmCall c32 = c;
-  c32.d = f32_scratch(y.numel());
-  c32.dt = DType::F32;
-  gemm(c32);
-  cuda::add_bias_rows(launch(), b, Tensor{c32.d, DType::F32, y.rows, y.cols}, y);
-}
-
-float* CudaBackend::f32_scratch(size_t n) {
-  if (gemm_scratch_.size() < n) {
-    not_capturing("growing the GEMM scratch buffer (a new shape)");
-    // A captured graph may hold the old buffer's address (a larger evaluation batch grows it after
-    // the training step was captured): it is kept, never freed while the backend lives.
-    retired_scratch_.push_back(std::move(gemm_scratch_));
-    gemm_scratch_ = DeviceBuffer<float>(n);
-  }
-  return gemm_scratch_.get();
-}
-
-void CudaBackend::linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) {
-  AMP_CHECK(dy.cols == w.rows && dx.rows == dy.rows && dx.cols == w.cols, "linear_backward_input: shapes");
-  check_gemm_types(dy.dtype, w.dtype, dx.dtype, "linear_backward_input");
-  gemm(linear_backward_input_call(dy, w, dx));
-}
-
-void CudaBackend::linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
-  AMP_CHECK(dy.rows == x.rows && dw.rows == dy.cols && dw.cols == x.cols && db.numel() == dy.cols,
-            "linear_backward_weight: shapes");
-  check_gemm_types(dy.dtype, x.dtype, dw.dtype, "linear_backward_weight");
-  gemm(linear_backward_weight_call(dy, x, dw));
-  cuda::bias_grad(launch(), dy, db);
-}
-
-// ---- losses ---------------------------------------------------------------------------------
-
-void CudaBackend::softmax_xent(const SoftmaxXentArgs& a) {
-  cuda::softmax_xent(launch(), a, LossScratch{loss_partials_.get(), hit_partials_.get(), kLossBlocks});
-}
-
-void CudaBackend::mse(const Tensor& pred, const Tensor& target, const float* scale, float inv_count,
-                      const Tensor& dpred, float* loss_sum) {
-  cuda::mse(launch(), pred, target, scale, inv_count, dpred, loss_sum,
-            LossScratch{loss_partials_.get(), hit_partials_.get(), kLossBlocks});
-}
-
 // ---- mixed-precision bookkeeping ------------------------------------------------------------
 
 void CudaBackend::find_nonfinite(const void* grads, DType dtype, const std::vector<TensorSpan>& spans, size_t begin,
@@ -295,11 +171,9 @@ std::vector<GradStats> CudaBackend::grad_stats(const void* grads, DType dtype, c
   return out;
 }
 
-void CudaBackend::optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master,
-                                 const float* g32, float* state1, float* state2, size_t n, void* lp, DType lp_dtype,
-                                 const int32_t* flags, const float* norm_sq, const ScalerState* scaler) {
-  cuda::optimizer_step(launch(), p, lr, max_norm, master, g32, state1, state2, n, lp, lp_dtype, flags, norm_sq,
-                       scaler);
+void CudaBackend::optimizer_step(const OptimizerStepArgs& a) {
+  cuda::optimizer_step(launch(), a.params, a.lr, a.max_norm, a.master, a.g32, a.state1, a.state2, a.n, a.lp,
+                       a.lp_dtype, a.verdict.flags, a.verdict.norm_sq, a.verdict.scaler);
 }
 
 void CudaBackend::check_norm(const float* norm_sq, float max_norm, int32_t* flags) {

@@ -1,6 +1,6 @@
 // Elementwise kernels: ReLU/GELU forward and backward (FP32 math, results rounded to each tensor's
-// dtype, the CPU twins' expressions), the bias add of the non-epilogue path and the bias gradient
-// (column sums in FP32, one rounding each, in a fixed order). Inputs and outputs may be the same
+// dtype, the CPU twins' expressions) and the bias add of the non-epilogue path (the bias gradient
+// is row_sum's kernel, ops_general.cu). Inputs and outputs may be the same
 // memory (the MLP's backward runs in place), so they are not __restrict__.
 #include "cuda/kernel_util.cuh"
 
@@ -60,28 +60,6 @@ __global__ void __launch_bounds__(kThreads) add_bias_rows_kernel(const B* __rest
     y[i] = from_f32<Y>(to_f32(in[i]) + to_f32(b[i % cols]));
 }
 
-// Block (32 columns) x (kLanes row lanes): lane r sums rows r, r + kLanes, ... of its column in
-// order; the lanes' sums are then added in lane order. The order depends on nothing but the shape.
-constexpr unsigned kLanes = 16;
-
-template <typename G, typename B>
-__global__ void __launch_bounds__(32 * kLanes) bias_grad_kernel(const G* __restrict__ dy, B* __restrict__ db,
-                                                                size_t rows, size_t cols) {
-  __shared__ float part[kLanes][33];
-  const size_t col = size_t(blockIdx.x) * 32 + threadIdx.x;
-  float acc = 0.0f;
-  if (col < cols)
-    for (size_t r = threadIdx.y; r < rows; r += kLanes) acc += to_f32(dy[r * cols + col]);
-  part[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float s = 0.0f;
-#pragma unroll
-    for (unsigned k = 0; k < kLanes; ++k) s += part[k][threadIdx.x];
-    db[col] = from_f32<B>(s);
-  }
-}
-
 }  // namespace
 
 void activation_forward(const Launch& l, Activation a, const Tensor& z, const Tensor& y) {
@@ -133,23 +111,6 @@ void add_bias_rows(const Launch& l, const Tensor& b, const Tensor& in, const Ten
             b.as<const B>(), in.as<const X>(), y.as<Y>(), y.rows, y.cols);
         AMP_CHECK_LAUNCH("add_bias_rows_kernel");
       });
-    });
-  });
-}
-
-void bias_grad(const Launch& l, const Tensor& dy, const Tensor& db) {
-  AMP_CHECK(db.numel() == dy.cols, "bias_grad: size mismatch");
-  const size_t cols = dy.cols;
-  if (cols == 0) return;
-  const size_t blocks = (cols + 31) / 32;
-  AMP_CHECK(blocks <= size_t(INT32_MAX), "bias_grad: too many columns");
-  dispatch_float(dy.dtype, "bias_grad", [&](auto gt) {
-    dispatch_float(db.dtype, "bias_grad", [&](auto bt) {
-      using G = decltype(gt);
-      using B = decltype(bt);
-      bias_grad_kernel<G, B><<<unsigned(blocks), dim3(32, kLanes), 0, l.stream>>>(dy.as<const G>(), db.as<B>(),
-                                                                                 dy.rows, cols);
-      AMP_CHECK_LAUNCH("bias_grad_kernel");
     });
   });
 }

@@ -9,7 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/backend.h"
+#include "backend/amp_kernels.h"
+#include "backend/compute_ops.h"
 
 namespace amp::cuda {
 
@@ -35,7 +36,6 @@ void activation_forward(const Launch& l, Activation a, const Tensor& z, const Te
 void activation_backward(const Launch& l, Activation a, const Tensor& z, const Tensor& dy, const Tensor& dz);
 // y[r][c] = in[r][c] + b[c] in FP32, rounded once to y's dtype; in may be y itself.
 void add_bias_rows(const Launch& l, const Tensor& b, const Tensor& in, const Tensor& y);
-void bias_grad(const Launch& l, const Tensor& dy, const Tensor& db);    // db[c] = sum_r dy[r][c] (FP32)
 
 // ---- loss.cu
 void softmax_xent(const Launch& l, const SoftmaxXentArgs& a, const LossScratch& scratch);

@@ -1,4 +1,4 @@
-#include "cuda/ops_general.h"
+#include "cuda/cuda_ops.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -38,7 +38,7 @@ ColMajor col_major(const GemmArgs& g) {
 
 }  // namespace
 
-struct GeneralOps::Impl {
+struct CudaOps::GemmPlans {
   struct Plan {
     bool lt = false;  // cuBLASLt (else cublasGemmStridedBatchedEx)
     cublasLtMatmulDesc_t desc = nullptr;
@@ -63,13 +63,13 @@ struct GeneralOps::Impl {
   std::mutex mu;
   bool force_cublas = false;
 
-  explicit Impl(size_t workspace_bytes) : workspace(workspace_bytes) {
+  explicit GemmPlans(size_t workspace_bytes) : workspace(workspace_bytes) {
     AMP_CUBLAS_CHECK(cublasCreate(&classic));
     // Split-K partial sums in FP32, never in a 16-bit output type: C is rounded once.
     AMP_CUBLAS_CHECK(cublasSetMathMode(classic, cublasMath_t(CUBLAS_DEFAULT_MATH |
                                                          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   }
-  ~Impl() {
+  ~GemmPlans() {
     if (classic) warn_cublas(cublasDestroy(classic), "cublasDestroy");
   }
 
@@ -142,38 +142,35 @@ struct GeneralOps::Impl {
   }
 };
 
-GeneralOps::GeneralOps(size_t workspace_bytes) : impl_(std::make_unique<Impl>(workspace_bytes)) {
-  int dev = 0, sms = 1;
-  AMP_CUDA_CHECK(cudaGetDevice(&dev));
-  AMP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  max_blocks_ = unsigned(sms > 0 ? sms : 1) * 8u;
+void CudaOps::GemmPlansDeleter::operator()(GemmPlans* p) const { delete p; }
+
+std::unique_ptr<CudaOps::GemmPlans, CudaOps::GemmPlansDeleter> CudaOps::make_gemm_plans(size_t workspace_bytes) {
+  return std::unique_ptr<GemmPlans, GemmPlansDeleter>(new GemmPlans(workspace_bytes));
 }
 
-GeneralOps::~GeneralOps() = default;
-
-void GeneralOps::set_force_cublas(bool on) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  if (on != impl_->force_cublas) impl_->plans.clear();
-  impl_->force_cublas = on;
+void CudaOps::set_force_cublas(bool on) {
+  std::lock_guard<std::mutex> lock(plans_->mu);
+  if (on != plans_->force_cublas) plans_->plans.clear();
+  plans_->force_cublas = on;
 }
 
-std::string GeneralOps::gemm_path(const GemmArgs& g) {
+std::string CudaOps::gemm_path(const GemmArgs& g) {
   check_args(g);
   if (g.empty()) return "none";
   if (g.k == 0) return "kernel";
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->plan_for(g).lt ? "cublasLt" : "cublas";
+  std::lock_guard<std::mutex> lock(plans_->mu);
+  return plans_->plan_for(g).lt ? "cublasLt" : "cublas";
 }
 
-void GeneralOps::gemm(const GemmArgs& g, cudaStream_t stream) {
+void CudaOps::gemm(const GemmArgs& g) {
   check_args(g);
   if (g.empty()) return;
   if (g.k == 0) {
-    scale_c(g, stream);
+    scale_c(g);
     return;
   }
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->run(g, impl_->plan_for(g), stream);
+  std::lock_guard<std::mutex> lock(plans_->mu);
+  plans_->run(g, plans_->plan_for(g), stream_);
 }
 
 }  // namespace amp::cuda

@@ -1,10 +1,10 @@
-// Kernels of the general ops (cuda/ops_general.h): add (FP32 addition, one rounding), row_sum (the
+// Kernels of the general ops (cuda/cuda_ops.h): add (FP32 addition, one rounding), row_sum (the
 // fixed lane order of backend/ops_args.h, no atomics) and the k == 0 GEMM (C = beta * C). Each
 // element is computed by the same FP32 expression as on the CPU twin, so results are
 // bit-identical (NaN payloads aside). Inputs and outputs of add may be the same memory, so they
 // are not __restrict__.
+#include "cuda/cuda_ops.h"
 #include "cuda/kernel_util.cuh"
-#include "cuda/ops_general.h"
 
 namespace amp::cuda {
 
@@ -65,7 +65,8 @@ __global__ void __launch_bounds__(kThreads) scale_c_kernel(T* c, int64_t batch, 
 
 }  // namespace
 
-void GeneralOps::add(const AddArgs& a, cudaStream_t stream) {
+void CudaOps::add(const AddArgs& a) {
+  const cudaStream_t stream = stream_;
   check_args(a);
   if (a.n == 0) return;
   const size_t n = size_t(a.n);
@@ -86,7 +87,8 @@ void GeneralOps::add(const AddArgs& a, cudaStream_t stream) {
   });
 }
 
-void GeneralOps::row_sum(const RowSumArgs& r, cudaStream_t stream) {
+void CudaOps::row_sum(const RowSumArgs& r) {
+  const cudaStream_t stream = stream_;
   check_args(r);
   if (r.cols == 0) return;
   const int64_t blocks = (r.cols + 31) / 32;
@@ -102,7 +104,8 @@ void GeneralOps::row_sum(const RowSumArgs& r, cudaStream_t stream) {
   });
 }
 
-void GeneralOps::scale_c(const GemmArgs& g, cudaStream_t stream) {
+void CudaOps::scale_c(const GemmArgs& g) {
+  const cudaStream_t stream = stream_;
   const Launch l{stream, max_blocks_};
   const size_t total = size_t(g.batch * g.m * g.n);
   dispatch_float(g.c, "gemm", [&](auto ct) {

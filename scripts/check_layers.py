@@ -25,7 +25,7 @@ ALLOWED = {
     "src/backend": {"src/core", "src/optim", AMP_DATA},
     "src/backend/cpu": {"src/core", "src/optim", AMP_DATA, "src/backend"},
     "cuda": {"src/core", "src/optim", AMP_DATA, "src/backend", "src/cudart", "comm"},  # comm: DeviceStream only
-    "src/model": {"src/core", "src/backend", "src/config", "src/data"},
+    "src/model": {"src/core", "src/optim", "src/backend", "src/config", "src/data"},
     "src/amp": {"src/core", AMP_DATA, "src/backend", "comm"},  # the owner, MixedPrecision
     "src/train": {"src/core", "src/config", "src/backend", "src/amp", AMP_DATA, "src/optim", "src/model",
                   "src/data", "comm"},

@@ -23,10 +23,10 @@ using namespace amp;
 // run, so first-use set-up stays out of it).
 double graph_ms(Backend& be, const std::function<void()>& body, int iters) {
   body();
-  be.begin_capture();
+  be.capture().begin_capture();
   body();
-  be.end_capture();
-  return bench::median_ms(static_cast<cudaStream_t>(dynamic_cast<DeviceStream&>(be).stream_handle()), [&] { be.replay(); }, iters);
+  be.capture().end_capture();
+  return bench::median_ms(static_cast<cudaStream_t>(dynamic_cast<DeviceStream&>(be).stream_handle()), [&] { be.capture().replay(); }, iters);
 }
 
 }  // namespace
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     double flops = 0;  // forward, weight gradient, and input gradient except for the first layer
     for (size_t l = 0; l < L; ++l) flops += 2.0 * double(batch) * double(dims[l]) * double(dims[l + 1]) * (l ? 3 : 2);
     const size_t widest = *std::max_element(dims.begin(), dims.end());
-    Buffer a = be->alloc(batch * widest * 2), b = be->alloc(batch * widest * 2);
+    Buffer a = be->memory().alloc(batch * widest * 2), b = be->memory().alloc(batch * widest * 2);
     const auto& layout = m.layout();
     auto param = [&](const void* base, size_t i) {
       const ParamInfo& p = layout.tensors[i];
@@ -75,12 +75,12 @@ int main(int argc, char** argv) {
     const double gemm = graph_ms(*be, [&] {
       for (size_t l = 0; l < L; ++l) {
         const Tensor x{a.data(), compute, batch, dims[l]}, y{b.data(), compute, batch, dims[l + 1]};
-        be->linear_forward(x, param(rig.lp(), 2 * l), param(rig.lp(), 2 * l + 1), y);
+        be->ops().linear_forward(x, param(rig.lp(), 2 * l), param(rig.lp(), 2 * l + 1), y);
       }
       for (size_t l = L; l-- > 0;) {
         const Tensor dy{b.data(), compute, batch, dims[l + 1]}, x{a.data(), compute, batch, dims[l]};
-        be->linear_backward_weight(dy, x, param(rig.grads(), 2 * l), param(rig.grads(), 2 * l + 1));
-        if (l > 0) be->linear_backward_input(dy, param(rig.lp(), 2 * l), Tensor{a.data(), compute, batch, dims[l]});
+        be->ops().linear_backward_weight(dy, x, param(rig.grads(), 2 * l), param(rig.grads(), 2 * l + 1));
+        if (l > 0) be->ops().linear_backward_input(dy, param(rig.lp(), 2 * l), Tensor{a.data(), compute, batch, dims[l]});
       }
     }, iters);
 

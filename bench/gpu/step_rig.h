@@ -22,25 +22,25 @@ class StepRig {
  public:
   StepRig(Backend& be, DType compute, const std::vector<size_t>& dims, size_t batch, Activation act,
           const ScalerParams& sp)
-      : be_(be), compute_(compute), batch_(batch), model_(be, be, options(dims, act), compute, batch) {
+      : be_(be), compute_(compute), batch_(batch), model_(be.memory(), be.ops(), options(dims, act), compute, batch) {
     const ParamLayout& L = model_.layout();
     const size_t n = L.total;
     const std::vector<float> init = model_.init_params(5);
-    master_ = be.alloc(n * 4);
-    be.upload(master_.data(), init.data(), n * 4);
-    lp_ = be.alloc(n * dtype_size(compute));
-    be.cast(master_.data(), DType::F32, lp_.data(), compute, n);
-    grads_ = be.alloc(n * dtype_size(compute));
-    g32_ = be.alloc(n * 4);
-    m_ = be.alloc(n * 4);
-    v_ = be.alloc(n * 4);
+    master_ = be.memory().alloc(n * 4);
+    be.memory().upload(master_.data(), init.data(), n * 4);
+    lp_ = be.memory().alloc(n * dtype_size(compute));
+    be.ops().cast(master_.data(), DType::F32, lp_.data(), compute, n);
+    grads_ = be.memory().alloc(n * dtype_size(compute));
+    g32_ = be.memory().alloc(n * 4);
+    m_ = be.memory().alloc(n * 4);
+    v_ = be.memory().alloc(n * 4);
     op_.kind = OptimizerKind::AdamW;
     op_.weight_decay = 0.01f;
-    sums_ = be.alloc(sizeof(StepSums));
+    sums_ = be.memory().alloc(sizeof(StepSums));
     dev_ = sums_.as<StepSums>();
     std::vector<std::string> names;
     for (const auto& t : L.tensors) names.push_back(t.name);
-    amp_ = std::make_unique<MixedPrecision>(be, be, sp, compute, L.spans(), names, 0, 1);
+    amp_ = std::make_unique<MixedPrecision>(be.memory(), be.amp_kernels(), sp, compute, L.spans(), names, 0, 1);
   }
 
   // Host part of step `step` (1-based): a seeded batch and the learning rate, uploaded. With
@@ -58,7 +58,7 @@ class StepRig {
     for (auto& v : d.labels) v = int32_t(r.below(model_.dims().back()));
     const float lr = 1e-3f / float(step);
     model_.stage(d, nullptr, 0, batch_);
-    be_.upload(&dev_->lr, &lr, sizeof lr);
+    be_.memory().upload(&dev_->lr, &lr, sizeof lr);
   }
 
   // Flags reset, input cast, forward, loss, backward: the low-precision part.
@@ -71,11 +71,19 @@ class StepRig {
   // The mixed-precision bookkeeping: unscale + overflow check + norm, and the scale update.
   void unscale_check() {
     amp_->unscale_and_check(grads_.data(), g32_.as<float>());
+    amp_->agree(nullptr);
     amp_->check_norm(1.0f);
   }
   void optimizer() {
-    be_.optimizer_step(op_, &dev_->lr, 1.0f, master_.as<float>(), g32_.as<float>(), m_.as<float>(), v_.as<float>(),
-                       model_.layout().total, lp_.data(), compute_, amp_->flags(), amp_->norm_sq(), amp_->state());
+    OptimizerStepArgs a;
+    a.params = op_;
+    a.lr = &dev_->lr;
+    a.max_norm = 1.0f;
+    a.master = master_.as<float>(), a.g32 = g32_.as<float>();
+    a.state1 = m_.as<float>(), a.state2 = v_.as<float>(), a.n = model_.layout().total;
+    a.lp = lp_.data(), a.lp_dtype = compute_;
+    a.verdict = amp_->verdict();
+    be_.optimizer().optimizer_step(a);
   }
   void update_scale() { amp_->update(); }
 
@@ -91,7 +99,7 @@ class StepRig {
     std::vector<unsigned char> out;
     for (const Buffer* b : {&master_, &lp_, &m_, &v_, &sums_}) {
       std::vector<unsigned char> raw(b->bytes());
-      be_.download(raw.data(), b->data(), raw.size());
+      be_.memory().download(raw.data(), b->data(), raw.size());
       out.insert(out.end(), raw.begin(), raw.end());
     }
     const AmpScalars a = amp_->read();

@@ -17,9 +17,37 @@ MixedPrecision::MixedPrecision(DeviceMemory& mem, AmpKernels& kernels, const Sca
   flags_dev_ = flags_.as<int32_t>();
 }
 
-void MixedPrecision::begin_step() { mem_.zero(flags_dev_, OverflowFlags::count(world_) * sizeof(int32_t)); }
+namespace {
+
+const char* phase_name(int p) {
+  static const char* const names[] = {"before begin_step() (or after update())", "after begin_step()",
+                                      "after unscale_and_check()", "after agree()", "after check_norm()"};
+  return names[p];
+}
+
+}  // namespace
+
+void MixedPrecision::expect(const char* verb, std::initializer_list<Phase> allowed) const {
+  for (Phase p : allowed)
+    if (p == phase_) return;
+  throw Error(ErrorKind::Internal,
+              strcat("mixed precision: ", verb, " called ", phase_name(int(phase_)),
+                     "; a step calls begin_step, check_bucket (any number), unscale_and_check, agree, check_norm, "
+                     "verdict (the optimizer), update, in this order"));
+}
+
+void MixedPrecision::expect(const char* verb, std::initializer_list<Phase> allowed, Phase next) {
+  static_cast<const MixedPrecision&>(*this).expect(verb, allowed);
+  phase_ = next;
+}
+
+void MixedPrecision::begin_step() {
+  expect("begin_step()", {Phase::Idle}, Phase::Begun);
+  mem_.zero(flags_dev_, OverflowFlags::count(world_) * sizeof(int32_t));
+}
 
 void MixedPrecision::check_bucket(const void* grads, size_t begin, size_t end) {
+  expect("check_bucket()", {Phase::Begun});
   k_.find_nonfinite(grads, grad_dtype_, spans_, begin, end, flags_dev_ + OverflowFlags::rank_slot(rank_));
 }
 
@@ -30,6 +58,7 @@ void MixedPrecision::shard(std::vector<TensorSpan> shard_spans) {
 }
 
 void MixedPrecision::unscale_and_check(const void* grads, float* g32) {
+  expect("unscale_and_check()", {Phase::Begun}, Phase::Unscaled);
   if (!sharded_) {
     k_.unscale_check(grads, grad_dtype_, spans_, &dev_->scaler.scale, g32, flags_dev_, &dev_->norm_sq);
     return;
@@ -40,15 +69,25 @@ void MixedPrecision::unscale_and_check(const void* grads, float* g32) {
 }
 
 void MixedPrecision::agree(Communicator* comm) {
+  expect("agree()", {Phase::Unscaled}, Phase::Agreed);
   if (comm && world_ > 1) comm->allreduce(BufView{flags_dev_, OverflowFlags::count(world_), DType::I32}, ReduceOp::Max);
 }
 
 void MixedPrecision::check_norm(float max_norm) {
+  expect("check_norm()", {Phase::Agreed}, Phase::Checked);
   if (sharded_) k_.sum_norm_partials(flags_dev_, world_, &dev_->norm_sq);
   if (max_norm > 0.0f) k_.check_norm(&dev_->norm_sq, max_norm, flags_dev_);
 }
 
-void MixedPrecision::update() { k_.update_scale(&dev_->scaler, params_, flags_dev_, world_); }
+AmpVerdict MixedPrecision::verdict() const {
+  expect("verdict()", {Phase::Checked});
+  return AmpVerdict{flags_dev_, &dev_->norm_sq, &dev_->scaler};
+}
+
+void MixedPrecision::update() {
+  expect("update()", {Phase::Checked}, Phase::Idle);
+  k_.update_scale(&dev_->scaler, params_, flags_dev_, world_);
+}
 
 AmpScalars MixedPrecision::read() const {
   AmpScalars s;
@@ -62,7 +101,10 @@ std::vector<int32_t> MixedPrecision::read_flags() const {
   return f;
 }
 
-void MixedPrecision::load(const ScalerState& s) { mem_.upload(&dev_->scaler, &s, sizeof s); }
+void MixedPrecision::load(const ScalerState& s) {
+  expect("load()", {Phase::Idle});
+  mem_.upload(&dev_->scaler, &s, sizeof s);
+}
 
 std::string MixedPrecision::overflow_where(const ScalerState& s) const {
   const auto name = [&](int32_t t1) {

@@ -11,8 +11,14 @@
 //   agree(comm)            one MAX all-reduce of the flags: every rank sees every rank's verdict
 //   check_norm(max_norm)   (sharded: the global norm² = the partials summed in rank order) a
 //                          non-finite norm with clipping on is a skip too
-//   [the optimizer reads flags(), norm_sq() and state(); it steps unless flags()[kAny]]
+//   verdict()              what the optimizer reads (flags, norm², scaler state); it steps
+//                          unless flags[kAny]
 //   update()               attribution of a skip, then the scale moves (scaler_update)
+//
+// The order is enforced on the host (no device cost, capturable): a verb called out of turn (a
+// second unscale, an update before the norm check, a step begun before the last one's update)
+// throws an internal error naming the verb and the phase, as PyTorch's GradScaler refuses a
+// second unscale_.
 //
 // The backends provide the kernels (AmpKernels); the decisions are the shared host/device code of
 // loss_scaler.h and overflow_flags.h. Host-side reading, checkpoint state and the skip report
@@ -21,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -58,9 +65,7 @@ class MixedPrecision {
   void unscale_and_check(const void* grads, float* g32);
   void agree(Communicator* comm);  // nullptr or one rank: nothing to agree on
   void check_norm(float max_norm);
-  const int32_t* flags() const { return flags_dev_; }
-  const float* norm_sq() const { return &dev_->norm_sq; }
-  const ScalerState* state() const { return &dev_->scaler; }
+  AmpVerdict verdict() const;  // after check_norm: flags, norm², scaler state (backend memory)
   void update();
 
   // ---- host side -----------------------------------------------------------------------------
@@ -91,6 +96,12 @@ class MixedPrecision {
   Buffer scalars_, flags_;
   AmpScalars* dev_ = nullptr;
   int32_t* flags_dev_ = nullptr;
+
+  // Where the step stands in the protocol (host side).
+  enum class Phase { Idle, Begun, Unscaled, Agreed, Checked };
+  Phase phase_ = Phase::Idle;
+  void expect(const char* verb, std::initializer_list<Phase> allowed, Phase next);
+  void expect(const char* verb, std::initializer_list<Phase> allowed) const;
 };
 
 }  // namespace amp

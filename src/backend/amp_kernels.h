@@ -46,18 +46,35 @@ class AmpKernels {
   virtual void update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) = 0;
 };
 
+// The step's verdict as the optimizer reads it: backend memory that the kernels above wrote,
+// handed over by amp::MixedPrecision::verdict().
+struct AmpVerdict {
+  const int32_t* flags = nullptr;       // OverflowFlags: flags[kAny] set -> the step is skipped
+  const float* norm_sq = nullptr;       // squared norm of the unscaled gradients (clipping)
+  const ScalerState* scaler = nullptr;  // optimizer_steps + 1 is AdamW's t
+};
+
+// One optimizer step over n contiguous master weights.
+struct OptimizerStepArgs {
+  OptimizerParams params;      // the rule and its hyper-parameters (weight_decay: for this range)
+  const float* lr = nullptr;   // backend memory: a captured step (CUDA graph) reads each step's value
+  float max_norm = 0.0f;       // the gradients' global norm is clipped to this (0: no clipping)
+  float* master = nullptr;     // n FP32 master weights, updated in place
+  const float* g32 = nullptr;  // n unscaled FP32 gradients
+  float* state1 = nullptr;     // SGD momentum / AdamW first moment (null when the rule has none)
+  float* state2 = nullptr;     // AdamW second moment
+  size_t n = 0;
+  void* lp = nullptr;          // when not null, the new weights are written here too, in lp_dtype
+  DType lp_dtype = DType::F32;  //   (the working copy for the next step)
+  AmpVerdict verdict;
+};
+
 class OptimizerKernels {
  public:
   virtual ~OptimizerKernels() = default;
-  // One optimizer step over n master weights, unless flags[kAny] is set (then nothing changes).
-  // lr is read from backend memory, so a captured step (CUDA graph) takes each step's value.
-  // g32 are unscaled FP32 gradients; state1/state2: SGD momentum / AdamW m and v. The gradients are
-  // multiplied by clip_coefficient(max_norm, *norm_sq) (optim/optimizer.h). t is taken from
-  // scaler->optimizer_steps + 1. When lp is non-null the new weights are also written to it in
-  // lp_dtype (the working copy for the next step).
-  virtual void optimizer_step(const OptimizerParams& p, const float* lr, float max_norm, float* master,
-                              const float* g32, float* state1, float* state2, size_t n, void* lp, DType lp_dtype,
-                              const int32_t* flags, const float* norm_sq, const ScalerState* scaler) = 0;
+  // The step, unless verdict.flags[kAny] is set (then nothing changes). The gradients are
+  // multiplied by clip_coefficient(max_norm, *verdict.norm_sq) (optim/optimizer.h).
+  virtual void optimizer_step(const OptimizerStepArgs& a) = 0;
 };
 
 }  // namespace amp

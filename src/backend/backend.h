@@ -1,9 +1,10 @@
 // The backend seam, split along its axes: memory (memory.h), the compute ops a model is written in
 // (compute_ops.h), the mixed-precision and optimizer kernels (amp_kernels.h) and step capture
 // (capture.h). The CPU backend runs them on the host (oneDNN GEMMs, OpenMP loops); the CUDA backend
-// runs the same operations as kernels and cuBLASLt calls on one stream. Code that needs one axis
-// takes that interface (a model takes ComputeOps and DeviceMemory, amp::MixedPrecision takes
-// AmpKernels and DeviceMemory); Backend is what a factory makes.
+// runs the same operations as kernels and cuBLASLt calls on one stream. A backend hands out its
+// parts; code that needs one axis takes that interface (a model takes ComputeOps and DeviceMemory,
+// amp::MixedPrecision takes AmpKernels and DeviceMemory), so an op is added to ComputeOps and its
+// two implementations (cpu::CpuOps, cuda::CudaOps) and nowhere else.
 #pragma once
 
 #include <memory>
@@ -16,10 +17,15 @@
 
 namespace amp {
 
-class Backend : public DeviceMemory, public ComputeOps, public AmpKernels, public OptimizerKernels, public StepCapture {
+class Backend {
  public:
-  ~Backend() override = default;
+  virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  virtual DeviceMemory& memory() = 0;
+  virtual ComputeOps& ops() = 0;
+  virtual AmpKernels& amp_kernels() = 0;
+  virtual OptimizerKernels& optimizer() = 0;
+  virtual StepCapture& capture() = 0;
 };
 
 // Makes the backend for run.device ("auto", "cpu", "cuda"); threads is the CPU thread count.

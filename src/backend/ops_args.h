@@ -2,9 +2,9 @@
 // batched GEMM (attention's Q K^T and softmax(P) V, the linear layers as special cases), an
 // elementwise add (residual connections), a column sum over rows (bias gradients) and the softmax
 // cross-entropy (its CPU twin in src/backend/cpu/kernels.cpp, its CUDA twin in cuda/loss.cu). Plain
-// structs, no virtuals; the CPU twins are amp::cpu::GeneralOps (src/backend/cpu/ops_general.h),
-// the CUDA twins amp::cuda::GeneralOps (cuda/ops_general.h). Both validate with the check_args()
-// functions below, so an argument one side refuses the other refuses too.
+// structs, no virtuals; the CPU twins are in amp::cpu::CpuOps (src/backend/cpu/ops_general.cpp),
+// the CUDA twins in amp::cuda::CudaOps (cuda/ops_general.cpp, cuda/ops_general.cu). Both validate
+// with the check_args() functions below, so an argument one side refuses the other refuses too.
 //
 // Numeric semantics shared by both twins (the autocast policy of docs/design.md):
 //
@@ -107,6 +107,41 @@ struct GemmArgs {
   int64_t b_cols() const { return trans_b ? k : n; }
   bool empty() const { return m == 0 || n == 0 || batch == 0; }
 };
+
+// GemmArgs from named operands, for call sites with many products (attention's, the LM head's):
+//   gemm_of(GemmShape(m, n, k, batch), GemmIn(A, lda, stride_a).t(), GemmIn(B, ldb, stride_b),
+//           GemmOut(C, ldc, stride_c), ab, c)
+// Each operand carries its memory as stored (first element, elements between rows, between the
+// batch's matrices) and, for an input, whether the product reads its transpose (.t()).
+struct GemmShape {
+  GemmShape(int64_t m_, int64_t n_, int64_t k_, int64_t batch_ = 1) : m(m_), n(n_), k(k_), batch(batch_) {}
+  int64_t m, n, k, batch;
+};
+struct GemmIn {
+  GemmIn(const void* p, int64_t ld_, int64_t stride_ = 0) : data(p), ld(ld_), stride(stride_) {}
+  GemmIn t() const {
+    GemmIn o = *this;
+    o.trans = !trans;
+    return o;
+  }
+  const void* data;
+  int64_t ld, stride;
+  bool trans = false;
+};
+struct GemmOut {
+  GemmOut(void* p, int64_t ld_, int64_t stride_ = 0) : data(p), ld(ld_), stride(stride_) {}
+  void* data;
+  int64_t ld, stride;
+};
+inline GemmArgs gemm_of(const GemmShape& s, const GemmIn& a, const GemmIn& b, const GemmOut& c, DType ab, DType c_type) {
+  GemmArgs g;
+  g.m = s.m, g.n = s.n, g.k = s.k, g.batch = s.batch;
+  g.A = a.data, g.lda = a.ld, g.stride_a = a.stride, g.trans_a = a.trans;
+  g.B = b.data, g.ldb = b.ld, g.stride_b = b.stride, g.trans_b = b.trans;
+  g.C = c.data, g.ldc = c.ld, g.stride_c = c.stride;
+  g.ab = ab, g.c = c_type;
+  return g;
+}
 
 // out = a + b elementwise (see the header comment).
 struct AddArgs {

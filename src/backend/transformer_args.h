@@ -1,8 +1,9 @@
 // Arguments and numeric semantics of the transformer ops a GPT-2 style (decoder-only, pre-LN)
 // model needs besides the GEMMs of backend/ops_args.h: layer norm, causal softmax, GELU (tanh
 // approximation) and the token + position embedding, forward and backward. Plain structs, no
-// virtuals; the CPU twins are amp::cpu::TransformerOps (src/backend/cpu/ops_transformer.h), the
-// CUDA twins amp::cuda::TransformerOps (cuda/ops_transformer.h). Both validate with the
+// virtuals; the CPU twins are in amp::cpu::CpuOps (src/backend/cpu/ops_layernorm.cpp,
+// ops_softmax.cpp, ops_gelu.cpp, ops_embedding.cpp), the CUDA twins in amp::cuda::CudaOps
+// (cuda/ops_layernorm.cu, ops_softmax.cu, ops_gelu.cu, ops_embedding.cu). Both validate with the
 // check_args() functions below, so an argument one side refuses the other refuses too.
 //
 // Shared rules (the autocast policy of docs/design.md):
@@ -177,7 +178,7 @@ struct EmbeddingBackwardArgs {
 namespace tmath {
 
 // Host translation units that call these functions must not contract a*b+c into an FMA (GCC does
-// by default): src/backend/cpu/ops_transformer.cpp turns contraction off for its file, nvcc gets
+// by default): the CPU twins' files (src/backend/cpu/ops_gelu.cpp, ...) turn contraction off, nvcc gets
 // --fmad=false. The functions are static, so each translation unit keeps its own copy compiled
 // with its own options (an inline function would be merged with another unit's copy at link time).
 

@@ -56,10 +56,10 @@ void validate(const Config& c) {
   }
   // Language models: the gpt model reads token streams, and token streams need it.
   const bool tokens_data = c.data.format == "text" || c.data.format == "tokens";
-  if (c.model.type == "gpt" && !tokens_data)
+  const bool gpt = c.model.type == ModelType::Gpt;
+  if (gpt && !tokens_data)
     fail("model.type", "gpt needs data.format text or tokens (a token stream), not " + c.data.format);
-  if (tokens_data && c.model.type != "gpt")
-    fail("data.format", c.data.format + " data is a token stream for model.type gpt, not " + c.model.type);
+  if (tokens_data && !gpt) fail("data.format", c.data.format + " data is a token stream for model.type gpt, not mlp");
   if (c.model.n_embd % c.model.n_head != 0)
     fail("model.n_embd", "must be a multiple of model.n_head (" + std::to_string(c.model.n_embd) + " is not divisible by " +
                              std::to_string(c.model.n_head) + ")");
@@ -72,7 +72,7 @@ void validate(const Config& c) {
   }
   if (tokens_data && c.data.normalize != "none")
     fail("data.normalize", "normalizes features; " + c.data.format + " data are token ids: leave it none");
-  if (c.model.type == "gpt" && c.sample.tokens > 0 && c.sample.prompt.empty())
+  if (gpt && c.sample.tokens > 0 && c.sample.prompt.empty())
     fail("sample.prompt", "must not be empty: generation continues at least one token (or set sample.tokens to 0)");
   const ScalerParams& ls = c.precision.scaler;
   if (ls.min_scale > ls.max_scale) fail("precision.loss_scale.min_scale", "must not exceed max_scale");
@@ -193,22 +193,21 @@ std::string value_text(const Key& k, Config& cfg) {
           } else {
             os << "[";
             for (size_t i = 0; i < v->size(); ++i) {
-              const FaultSpec& f = (*v)[i];
-              const std::string kp = k.path;
               os << (i ? ", " : "") << "{";
-              if (kp != "faults.fail_setup") os << "step: " << f.step << ", ";
-              os << "rank: " << f.rank;
-              if (kp == "faults.fail_setup") {
-                os << ", phase: " << f.value << "}";
-              } else if (kp == "faults.raise_signal") {
-                os << ", signal: " << f.value << "}";
-              } else if (kp == "faults.corrupt_params") {
-                os << "}";
-              } else {
-                YAML::Emitter e;
-                e << YAML::DoubleQuoted << f.tensor;
-                os << ", tensor: " << e.c_str() << ", value: " << f.value << "}";
+              for (size_t j = 0; j < k.record.size(); ++j) {
+                const RecordField& f = k.record[j];
+                os << (j ? ", " : "") << f.name << ": ";
+                if (f.integer) {
+                  os << (*v)[i].*f.integer;
+                } else if (f.quoted) {
+                  YAML::Emitter e;
+                  e << YAML::DoubleQuoted << (*v)[i].*f.text;
+                  os << e.c_str();
+                } else {
+                  os << (*v)[i].*f.text;
+                }
               }
+              os << "}";
             }
             os << "]";
           }

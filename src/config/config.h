@@ -1,5 +1,5 @@
 // The resolved run configuration: one struct, filled from a YAML file and --set overrides through
-// one table of keys (config/config.cpp) that also gives defaults, validation and --help. The
+// one table of keys (config/keys.cpp) that also gives defaults, validation and --help. The
 // choices the program acts on are parsed once, by the loader, into typed fields (enums, DType,
 // and the ScalerParams / OptimizerParams the kernels take), which the rest of the program uses.
 #pragma once
@@ -42,6 +42,13 @@ struct FaultSpec {
 // fp16, none otherwise) into ScalerParams::mode.
 enum class LossScaleChoice : int32_t { Auto, None, Static, Dynamic };
 
+// model.type: the model family (model/make_model.h builds it).
+enum class ModelType : int32_t { Mlp, Gpt };
+
+// optimizer.decay: which tensors weight decay applies to (the layout's per-tensor attribute:
+// matrices and embeddings, not biases and norm gains, as nanoGPT and llm.c do; or all).
+enum class DecayChoice : int32_t { Matrices, All };
+
 struct Config {
   // Keys the program acts on are typed; strings are names (files, folders) or choices handed to the
   // component that owns them (run.device to the backend factory, run.progress to the progress
@@ -56,7 +63,8 @@ struct Config {
     int64_t sample_interval = 0;  // gpt: steps between text samples (0: only at the end)
   } run;
   struct Model {
-    std::string type, init;  // type: "mlp" or "gpt"
+    ModelType type = ModelType::Mlp;
+    std::string init;
     Activation activation = Activation::Relu;
     std::vector<int64_t> hidden;
     double init_std = 0, loss_weight = 1;
@@ -94,6 +102,7 @@ struct Config {
     LrSchedule::Kind schedule = LrSchedule::Kind::Constant;
     double lr = 0, grad_clip = 0, min_lr = 0;
     int64_t warmup_steps = 0;
+    DecayChoice decay = DecayChoice::Matrices;
   } optimizer;
   struct Distributed {
     double bucket_mb = 0, first_bucket_mb = 0, timeout_s = 0;

@@ -79,6 +79,20 @@ inline Range positive_upto(double hi) { return between(1, hi); }    // integers 
 inline Range above_or_inf(double lo) { Range r = above(lo); r.hi = kInf; r.inf_ok = true; return r; }
 
 
+// A field of a record-list key (the faults.* drills, lists of {field: value} mappings): its name,
+// what it takes and where it goes. Read and written by the same code as every record list, so a
+// new list is a new table entry.
+struct RecordField {
+  const char* name;
+  int64_t FaultSpec::*integer = nullptr;  // an integer within range, or
+  std::string FaultSpec::*text = nullptr;  // a text: one of choices, or any non-empty scalar
+  Range range = {};
+  std::vector<const char*> choices = {};
+  const char* what = nullptr;  // a text without choices: what it names ("a tensor name")
+  const char* def = nullptr;   // the value when absent, as text (nullptr: the field is required)
+  bool quoted = false;         // written double-quoted (a name)
+};
+
 struct Key {
   const char* path;
   const char* def;   // default, as YAML text
@@ -86,7 +100,13 @@ struct Key {
   FieldRef (*field)(Config&);
   Range range = {};
   std::vector<const char*> choices = {};  // non-empty: an enumeration
+  std::vector<RecordField> record = {};   // a record list (std::vector<FaultSpec>): its fields
 };
+
+// "{step, rank, tensor, value}": a record list's shape, for messages and help.
+std::string record_shape(const Key& key);
+// "a or b", "a, b or c".
+std::string one_of(const std::vector<const char*>& choices);
 
 // The key table: every key, in the order --dry-run prints them.
 const std::vector<Key>& keys();

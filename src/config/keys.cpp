@@ -6,6 +6,11 @@
 
 namespace amp::config_detail {
 
+namespace {
+// The fields most fault drills share.
+const RecordField kStepField{"step", &FaultSpec::step, nullptr, positive_upto(kMaxSteps)};
+const RecordField kRankField{"rank", &FaultSpec::rank, nullptr, count_upto(kMaxRank), {}, nullptr, "0"};
+}  // namespace
 
 #define F(m) [](Config& c) -> FieldRef { return &c.m; }
 // An enumeration: the values, in the order of the key's choices.
@@ -29,7 +34,7 @@ const std::vector<Key>& keys() {
       {"run.sample_interval", "0", "gpt: steps between text samples (0: only at the end of the run)", F(run.sample_interval), count_upto(kMaxSteps)},
       {"run.max_loss_vs_uniform", "4", "classifiers and language models: stop as diverged (exit 5) when a log interval's mean cross-entropy exceeds this multiple of ln(classes), the loss of predicting every class alike, and step 1's loss (0: off)", F(run.max_loss_vs_uniform), at_least(0)},
       // model
-      {"model.type", "\"mlp\"", "model family: mlp (model.hidden), gpt (decoder-only transformer: model.n_layer ...; data.format text or tokens)", F(model.type), {}, {"mlp", "gpt"}},
+      {"model.type", "\"mlp\"", "model family: mlp (model.hidden), gpt (decoder-only transformer: model.n_layer ...; data.format text or tokens)", E(model.type, ModelType::Mlp, ModelType::Gpt), {}, {"mlp", "gpt"}},
       {"model.hidden", "[1024, 1024]", "hidden layer widths (input and output come from the data)", F(model.hidden), positive_upto(kMaxWidth)},
       {"model.activation", "\"relu\"", "hidden activation", E(model.activation, Activation::Relu, Activation::Gelu), {}, {"relu", "gelu"}},
       {"model.init", "\"pytorch\"", "weight init: pytorch (U(+-1/sqrt(fan_in))), xavier, normal (std init_std)", F(model.init), {}, {"pytorch", "xavier", "normal"}},
@@ -85,6 +90,7 @@ const std::vector<Key>& keys() {
       {"optimizer.momentum", "0", "SGD momentum", F(optimizer.params.momentum), between(0, 1, false, true)},
       {"optimizer.nesterov", "false", "SGD Nesterov momentum", F(optimizer.params.nesterov)},
       {"optimizer.weight_decay", "0", "decoupled (AdamW) or L2 (SGD) weight decay", F(optimizer.params.weight_decay), at_least(0)},
+      {"optimizer.decay", "\"matrices\"", "tensors weight decay applies to: matrices (weights and embeddings; not biases and LayerNorm gains, as nanoGPT and llm.c) or all", E(optimizer.decay, DecayChoice::Matrices, DecayChoice::All), {}, {"matrices", "all"}},
       {"optimizer.beta1", "0.9", "AdamW beta1", F(optimizer.params.beta1), between(0, 1, false, true)},
       {"optimizer.beta2", "0.999", "AdamW beta2", F(optimizer.params.beta2), between(0, 1, false, true)},
       {"optimizer.eps", "1e-8", "AdamW epsilon", F(optimizer.params.eps), above(0)},
@@ -108,10 +114,15 @@ const std::vector<Key>& keys() {
       {"checkpoint.dir", "\"\"", "checkpoint folder (\"\": <out_dir>/checkpoints)", F(checkpoint.dir)},
       {"checkpoint.resume", "\"none\"", "none | auto (newest intact checkpoint in dir) | PATH", F(checkpoint.resume)},
       // faults
-      {"faults.inject_nonfinite", "[]", "list of {step, rank, tensor, value: inf|nan}: plant a non-finite gradient", F(faults.inject_nonfinite)},
-      {"faults.corrupt_params", "[]", "list of {step, rank}: perturb one master weight on that rank after that step (desync drill)", F(faults.corrupt_params)},
-      {"faults.raise_signal", "[]", "list of {step, rank, signal: TERM|USR1}: deliver a stop signal after that step", F(faults.raise_signal)},
-      {"faults.fail_setup", "[]", "list of {rank, phase: backend|data|comm|resume|output}: fail that set-up phase on that rank (agreement drill)", F(faults.fail_setup)},
+      {"faults.inject_nonfinite", "[]", "list of {step, rank, tensor, value: inf|nan}: plant a non-finite gradient", F(faults.inject_nonfinite), {}, {},
+       {kStepField, kRankField, {"tensor", nullptr, &FaultSpec::tensor, {}, {}, "a tensor name", "", true},
+        {"value", nullptr, &FaultSpec::value, {}, {"inf", "nan"}, nullptr, "inf"}}},
+      {"faults.corrupt_params", "[]", "list of {step, rank}: perturb one master weight on that rank after that step (desync drill)", F(faults.corrupt_params), {}, {},
+       {kStepField, kRankField}},
+      {"faults.raise_signal", "[]", "list of {step, rank, signal: TERM|USR1}: deliver a stop signal after that step", F(faults.raise_signal), {}, {},
+       {kStepField, kRankField, {"signal", nullptr, &FaultSpec::value, {}, {"TERM", "USR1"}, nullptr, "TERM"}}},
+      {"faults.fail_setup", "[]", "list of {rank, phase: backend|data|comm|resume|output}: fail that set-up phase on that rank (agreement drill)", F(faults.fail_setup), {}, {},
+       {kRankField, {"phase", nullptr, &FaultSpec::value, {}, {"backend", "data", "comm", "resume", "output"}}}},
       // sample
       {"sample.prompt", "\"\\n\"", "gpt: the text samples continue", F(sample.prompt)},
       {"sample.tokens", "200", "gpt: tokens generated per sample (0: no samples)", F(sample.tokens), count_upto(kMaxGenerated)},

@@ -122,4 +122,17 @@ bool parse_bool(const std::string& s, bool& out) {
   return false;
 }
 
+std::string one_of(const std::vector<const char*>& choices) {
+  std::string s;
+  for (size_t i = 0; i < choices.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(choices[i]);
+  return s;
+}
+
+std::string record_shape(const Key& key) {
+  std::string s = "{";
+  for (size_t i = 0; i < key.record.size(); ++i) s += (i ? ", " : "") + std::string(key.record[i].name);
+  return s + "}";
+}
+
 }  // namespace amp::config_detail

@@ -39,6 +39,63 @@ void check_unique_keys(const YAML::Node& map, const std::string& prefix, const R
   }
 }
 
+// A record list (Key::record): a list of mappings whose fields are the key's, each checked like a
+// key of its own, errors naming KEY[i].FIELD and its place.
+std::vector<FaultSpec> read_records(const Key& key, const YAML::Node& node, const Reporter& rep) {
+  const std::string shape = record_shape(key);
+  if (!node.IsSequence()) rep.fail(node.Mark(), key.path, "expected a list of " + shape + ", got " + describe_node(node));
+  std::vector<std::string> names;
+  for (const RecordField& f : key.record) names.emplace_back(f.name);
+  std::vector<FaultSpec> v;
+  for (const auto& item : node) {
+    const std::string ipath = std::string(key.path) + "[" + std::to_string(v.size()) + "]";
+    if (!item.IsMap()) rep.fail(item.Mark(), ipath, "expected a mapping " + shape + ", got " + describe_node(item));
+    check_unique_keys(item, ipath, rep);
+    FaultSpec spec;
+    std::vector<bool> seen(key.record.size(), false);
+    // Every field's value, from the item or its default.
+    auto set = [&](const RecordField& f, const YAML::Node* val, const std::string& fpath) {
+      const std::string text = val ? (val->IsScalar() ? val->Scalar() : std::string()) : f.def;
+      auto bad = [&](const std::string& what) {
+        rep.fail(val->Mark(), fpath, "expected " + what + ", got " + describe_node(*val));
+      };
+      if (f.integer) {
+        int64_t x = 0;
+        if ((val && !val->IsScalar()) || !parse_int(text, x) || !in_range(double(x), f.range))
+          bad(describe_range(f.range, true));
+        spec.*f.integer = x;
+      } else if (!f.choices.empty()) {
+        if ((val && !val->IsScalar()) ||
+            std::none_of(f.choices.begin(), f.choices.end(), [&](const char* c) { return text == c; }))
+          bad(one_of(f.choices));
+        spec.*f.text = text;
+      } else {
+        if (val && !val->IsScalar()) bad(f.what);
+        spec.*f.text = text;
+      }
+    };
+    for (const auto& kv : item) {
+      const std::string k = kv.first.Scalar();
+      const auto it = std::find(names.begin(), names.end(), k);
+      if (it == names.end()) {
+        const std::string near = closest(k, names);
+        rep.fail(kv.first.Mark(), ipath + "." + k,
+                 "unknown key" + (near.empty() ? std::string() : " (did you mean \"" + near + "\"?)"));
+      }
+      const size_t i = size_t(it - names.begin());
+      set(key.record[i], &kv.second, ipath + "." + k);
+      seen[i] = true;
+    }
+    for (size_t i = 0; i < key.record.size(); ++i) {
+      if (seen[i]) continue;
+      if (!key.record[i].def) rep.fail(item.Mark(), ipath, std::string("missing key \"") + key.record[i].name + "\"");
+      set(key.record[i], nullptr, ipath);
+    }
+    v.push_back(spec);
+  }
+  return v;
+}
+
 void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Reporter& rep) {
   const std::string path = key.path;
   const YAML::Mark mark = node.Mark();
@@ -137,67 +194,7 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
     }
     **p = v;
   } else if (auto* p = std::get_if<std::vector<FaultSpec>*>(&ref)) {
-    // Two lists share this shape: inject_nonfinite {step, rank, tensor, value: inf|nan} and
-    // raise_signal {step, rank, signal: TERM|USR1} (the signal is kept in FaultSpec::value).
-    // corrupt_params {step, rank} uses step and rank only.
-    // fail_setup {rank, phase} has no step (the phase is kept in FaultSpec::value).
-    const bool signal = path == "faults.raise_signal", bare = path == "faults.corrupt_params";
-    const bool setup = path == "faults.fail_setup";
-    const std::vector<std::string> allowed = signal  ? std::vector<std::string>{"step", "rank", "signal"}
-                                             : bare  ? std::vector<std::string>{"step", "rank"}
-                                             : setup ? std::vector<std::string>{"rank", "phase"}
-                                                     : std::vector<std::string>{"step", "rank", "tensor", "value"};
-    const std::string shape = signal ? "{step, rank, signal}"
-                              : bare ? "{step, rank}"
-                              : setup ? "{rank, phase}"
-                                      : "{step, rank, tensor, value}";
-    if (!node.IsSequence()) expect("a list of " + shape);
-    std::vector<FaultSpec> v;
-    for (const auto& item : node) {
-      const std::string ipath = path + "[" + std::to_string(v.size()) + "]";
-      if (!item.IsMap()) rep.fail(item.Mark(), ipath, "expected a mapping " + shape + ", got " + describe_node(item));
-      check_unique_keys(item, ipath, rep);
-      FaultSpec f;
-      f.value = signal ? "TERM" : setup ? "" : "inf";
-      bool have_step = setup;
-      for (const auto& kv : item) {
-        const std::string k = kv.first.Scalar();
-        const YAML::Node& val = kv.second;
-        int64_t x;
-        if ((k == "step" && !setup) || k == "rank") {
-          const bool is_step = k == "step";
-          const Range r = is_step ? positive_upto(kMaxSteps) : count_upto(kMaxRank);
-          if (!val.IsScalar() || !parse_int(val.Scalar(), x) || !in_range(double(x), r))
-            rep.fail(val.Mark(), ipath + "." + k, "expected " + describe_range(r, true) + ", got " + describe_node(val));
-          (is_step ? f.step : f.rank) = x;
-          have_step |= is_step;
-        } else if (k == "tensor" && !signal && !bare) {
-          if (!val.IsScalar()) rep.fail(val.Mark(), ipath + ".tensor", "expected a tensor name, got " + describe_node(val));
-          f.tensor = val.Scalar();
-        } else if (k == "value" && !signal && !bare) {
-          if (!val.IsScalar() || (val.Scalar() != "inf" && val.Scalar() != "nan"))
-            rep.fail(val.Mark(), ipath + ".value", "expected inf or nan, got " + describe_node(val));
-          f.value = val.Scalar();
-        } else if (k == "phase" && setup) {
-          static const std::vector<std::string> kPhases = {"backend", "data", "comm", "resume", "output"};
-          if (!val.IsScalar() || std::find(kPhases.begin(), kPhases.end(), val.Scalar()) == kPhases.end())
-            rep.fail(val.Mark(), ipath + ".phase", "expected backend, data, comm, resume or output, got " + describe_node(val));
-          f.value = val.Scalar();
-        } else if (k == "signal" && signal) {
-          if (!val.IsScalar() || (val.Scalar() != "TERM" && val.Scalar() != "USR1"))
-            rep.fail(val.Mark(), ipath + ".signal", "expected TERM or USR1, got " + describe_node(val));
-          f.value = val.Scalar();
-        } else {
-          const std::string near = closest(k, allowed);
-          rep.fail(kv.first.Mark(), ipath + "." + k,
-                   "unknown key" + (near.empty() ? std::string() : " (did you mean \"" + near + "\"?)"));
-        }
-      }
-      if (!have_step) rep.fail(item.Mark(), ipath, "missing key \"step\"");
-      if (setup && f.value.empty()) rep.fail(item.Mark(), ipath, "missing key \"phase\"");
-      v.push_back(f);
-    }
-    **p = v;
+    **p = read_records(key, node, rep);
   }
 }
 

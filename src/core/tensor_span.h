@@ -7,6 +7,10 @@
 
 namespace amp {
 
+// Shards of the flat buffers (distributed.zero: 1, comm/shard_layout.h) are cut in blocks of this
+// many elements: 64 bytes of 16-bit values, 128 bytes of FP32.
+constexpr size_t kShardAlign = 32;
+
 struct TensorSpan {
   size_t offset = 0;
   size_t count = 0;

@@ -14,66 +14,49 @@ namespace {
 
 constexpr double kInitStd = 0.02;  // GPT-2's initialization
 
-// A GEMM of compute-dtype operands: C (dtype c) = alpha op(A) op(B) [+ beta C].
-GemmArgs gemm_args(DType ab, DType c, int64_t m, int64_t n, int64_t k, bool ta, bool tb, const void* a, int64_t lda,
-                   int64_t sa, const void* b, int64_t ldb, int64_t sb, void* out, int64_t ldc, int64_t sc,
-                   int64_t batch) {
-  GemmArgs g;
-  g.m = m, g.n = n, g.k = k, g.batch = batch, g.trans_a = ta, g.trans_b = tb;
-  g.A = a, g.lda = lda, g.stride_a = sa, g.B = b, g.ldb = ldb, g.stride_b = sb, g.C = out, g.ldc = ldc, g.stride_c = sc;
-  g.ab = ab, g.c = c;
-  return g;
-}
-
 }  // namespace
 
 ParamLayout gpt_layout(const GptOptions& o) {
   ParamLayout l;
-  auto add = [&](const std::string& name, size_t rows, size_t cols) {
-    ParamInfo p{name, rows, cols, TensorSpan{l.total, rows * cols}};
-    l.total += (rows * cols + 31) / 32 * 32;
-    l.tensors.push_back(p);
-  };
+  // Matrices and embeddings decay; biases and LayerNorm gains do not (nanoGPT's dim >= 2 rule).
+  auto matrix = [&](const std::string& name, size_t rows, size_t cols) { l.add(name, rows, cols, true); };
+  auto vector = [&](const std::string& name, size_t n) { l.add(name, 1, n, false); };
   const size_t C = o.n_embd;
-  add("wte.weight", o.vocab, C);
-  add("wpe.weight", o.seq_len, C);
+  matrix("wte.weight", o.vocab, C);
+  matrix("wpe.weight", o.seq_len, C);
   for (size_t i = 0; i < o.n_layer; ++i) {
     const std::string h = "h." + std::to_string(i) + ".";
-    add(h + "ln_1.weight", 1, C);
-    add(h + "ln_1.bias", 1, C);
-    add(h + "attn.qkv.weight", 3 * C, C);
-    add(h + "attn.qkv.bias", 1, 3 * C);
-    add(h + "attn.proj.weight", C, C);
-    add(h + "attn.proj.bias", 1, C);
-    add(h + "ln_2.weight", 1, C);
-    add(h + "ln_2.bias", 1, C);
-    add(h + "mlp.fc.weight", 4 * C, C);
-    add(h + "mlp.fc.bias", 1, 4 * C);
-    add(h + "mlp.proj.weight", C, 4 * C);
-    add(h + "mlp.proj.bias", 1, C);
+    vector(h + "ln_1.weight", C);
+    vector(h + "ln_1.bias", C);
+    matrix(h + "attn.qkv.weight", 3 * C, C);
+    vector(h + "attn.qkv.bias", 3 * C);
+    matrix(h + "attn.proj.weight", C, C);
+    vector(h + "attn.proj.bias", C);
+    vector(h + "ln_2.weight", C);
+    vector(h + "ln_2.bias", C);
+    matrix(h + "mlp.fc.weight", 4 * C, C);
+    vector(h + "mlp.fc.bias", 4 * C);
+    matrix(h + "mlp.proj.weight", C, 4 * C);
+    vector(h + "mlp.proj.bias", C);
   }
-  add("ln_f.weight", 1, C);
-  add("ln_f.bias", 1, C);
+  vector("ln_f.weight", C);
+  vector("ln_f.bias", C);
   return l;
 }
 
-bool Gpt::bytes_needed(const GptOptions& o, size_t max_rows, DType compute, size_t* bytes_out, size_t* params_out) {
-  const ParamLayout L = gpt_layout(o);
+bool Gpt::activation_bytes(const GptOptions& o, size_t max_rows, DType compute, size_t* bytes_out) {
   const size_t lp = dtype_size(compute);
   bool overflow = false;
   size_t bytes = 0, t = 0, n = 0, per_token = 0;
-  overflow |= __builtin_mul_overflow(L.total, size_t(4 + 4 + 8 + 2 * lp), &bytes);  // masters, g32, moments, copy, grads
   overflow |= __builtin_mul_overflow(max_rows, o.seq_len, &n);
   const size_t C = o.n_embd, H = o.n_head, T = o.seq_len;
   // per token and layer: residuals, LN outputs, qkv, attention output, MLP (16 C), probabilities (H T)
   per_token = o.n_layer * (16 * C + H * T) + 3 * C + 2 * o.logits_ld() + 10 * C;
-  overflow |= __builtin_mul_overflow(n, per_token * lp + 32 * o.n_layer, &t);
-  overflow |= __builtin_add_overflow(bytes, t, &bytes);
+  overflow |= __builtin_mul_overflow(n, per_token * lp + 32 * o.n_layer, &bytes);
   // One head's attention scratch over every row: scores and dP (FP32), dS (compute dtype).
   overflow |= __builtin_mul_overflow(n, T * (8 + lp), &t);
   overflow |= __builtin_add_overflow(bytes, t, &bytes);
   *bytes_out = bytes;
-  *params_out = L.n_params();
   return !overflow;
 }
 
@@ -220,15 +203,15 @@ void Gpt::forward(const void* params, size_t rows) {
       const char* q = y.qkv.as<char>() + h * D * e;
       char* probs = y.probs.as<char>() + h * rows * T * T * e;
       // scores[b] = Q_h K_h^T (FP32); the 1/sqrt(D) is applied inside the softmax.
-      ops_.gemm(gemm_args(compute_, DType::F32, T, T, D, false, true, q, 3 * C, qs, q + C * e, 3 * C, qs,
-                          scores_.data(), T, tt, B));
+      ops_.gemm(gemm_of(GemmShape(T, T, D, B), GemmIn(q, 3 * C, qs), GemmIn(q + C * e, 3 * C, qs).t(),
+                        GemmOut(scores_.data(), T, tt), compute_, DType::F32));
       CausalSoftmaxArgs sm;
       sm.batch = B, sm.T = int64_t(T), sm.scale = scale_, sm.s = scores_.data(), sm.s_type = DType::F32;
       sm.p = probs, sm.p_type = compute_;
       ops_.causal_softmax_forward(sm);
       // att[:, h] = P_h V_h, the heads side by side in C columns.
-      ops_.gemm(gemm_args(compute_, compute_, T, D, T, false, false, probs, T, tt, q + 2 * C * e, 3 * C, qs,
-                          y.att.as<char>() + h * D * e, C, int64_t(T * C), B));
+      ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(probs, T, tt), GemmIn(q + 2 * C * e, 3 * C, qs),
+                        GemmOut(y.att.as<char>() + h * D * e, C, T * C), compute_, compute_));
     }
     ops_.linear_forward(act(y.att, N, C), param(params, layer_param(l, kProjW)), param(params, layer_param(l, kProjB)),
                         act(tmp_, N, C));
@@ -243,8 +226,8 @@ void Gpt::forward(const void* params, size_t rows) {
   }
   layernorm(res_out_.data(), params, lnf_w(), lnf_.data(), meanf_, rstdf_, N);
   // The LM head, tied to the token embedding: logits = lnf wte^T, rows Vp apart.
-  ops_.gemm(gemm_args(compute_, compute_, N, V, C, false, true, lnf_.data(), C, 0, param(params, kWte).data, C, 0,
-                      logits_.data(), int64_t(opt_.logits_ld()), 0, 1));
+  ops_.gemm(gemm_of(GemmShape(N, V, C), GemmIn(lnf_.data(), C), GemmIn(param(params, kWte).data, C).t(),
+                    GemmOut(logits_.data(), opt_.logits_ld()), compute_, compute_));
 }
 
 void Gpt::forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
@@ -282,10 +265,10 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
   };
   // LM head: d(lnf) = dlogits wte; d(wte) = dlogits^T lnf (written here, the embedding adds to it).
   const int64_t Vp = int64_t(opt_.logits_ld());
-  ops_.gemm(gemm_args(compute_, compute_, N, C, V, false, false, dlogits_.data(), Vp, 0, P(kWte).data, C, 0,
-                      dtmp_.data(), C, 0, 1));
-  ops_.gemm(gemm_args(compute_, compute_, V, C, N, true, false, dlogits_.data(), Vp, 0, lnf_.data(), C, 0,
-                      G(kWte).data, C, 0, 1));
+  ops_.gemm(gemm_of(GemmShape(N, C, V), GemmIn(dlogits_.data(), Vp), GemmIn(P(kWte).data, C),
+                    GemmOut(dtmp_.data(), C), compute_, compute_));
+  ops_.gemm(gemm_of(GemmShape(V, C, N), GemmIn(dlogits_.data(), Vp).t(), GemmIn(lnf_.data(), C),
+                    GemmOut(G(kWte).data, C), compute_, compute_));
   layernorm_back(dtmp_.data(), res_out_.data(), lnf_w(), meanf_, rstdf_, false);
   for (size_t li = L; li-- > 0;) {
     Layer& y = layers_[li];
@@ -305,19 +288,19 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
       const char* datt = dtmp_.as<char>() + h * D * e;
       char* dq = dqkv_.as<char>() + h * D * e;
       // dP_h = dAtt_h V_h^T (FP32); dV_h = P_h^T dAtt_h.
-      ops_.gemm(gemm_args(compute_, DType::F32, T, T, D, false, true, datt, C, ts, q + 2 * C * e, 3 * C, qs,
-                          dprobs_.data(), T, tt, B));
-      ops_.gemm(gemm_args(compute_, compute_, T, D, T, true, false, probs, T, tt, datt, C, ts, dq + 2 * C * e, 3 * C,
-                          qs, B));
+      ops_.gemm(gemm_of(GemmShape(T, T, D, B), GemmIn(datt, C, ts), GemmIn(q + 2 * C * e, 3 * C, qs).t(),
+                        GemmOut(dprobs_.data(), T, tt), compute_, DType::F32));
+      ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(probs, T, tt).t(), GemmIn(datt, C, ts),
+                        GemmOut(dq + 2 * C * e, 3 * C, qs), compute_, compute_));
       // dS = softmax'(dP) with the 1/sqrt(D) folded in; dQ_h = dS_h K_h, dK_h = dS_h^T Q_h.
       CausalSoftmaxBackwardArgs sb;
       sb.batch = B, sb.T = int64_t(T), sb.scale = scale_, sb.p = probs, sb.p_type = compute_;
       sb.dp = dprobs_.data(), sb.dp_type = DType::F32, sb.ds = dscores_.data(), sb.ds_type = compute_;
       ops_.causal_softmax_backward(sb);
-      ops_.gemm(gemm_args(compute_, compute_, T, D, T, false, false, dscores_.data(), T, tt, q + C * e, 3 * C, qs, dq,
-                          3 * C, qs, B));
-      ops_.gemm(gemm_args(compute_, compute_, T, D, T, true, false, dscores_.data(), T, tt, q, 3 * C, qs,
-                          dq + C * e, 3 * C, qs, B));
+      ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(dscores_.data(), T, tt), GemmIn(q + C * e, 3 * C, qs),
+                        GemmOut(dq, 3 * C, qs), compute_, compute_));
+      ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(dscores_.data(), T, tt).t(), GemmIn(q, 3 * C, qs),
+                        GemmOut(dq + C * e, 3 * C, qs), compute_, compute_));
     }
     linear_back(act(dqkv_, N, 3 * C), act(y.ln1, N, C), lp(kQkvW), act(dtmp_, N, C));
     layernorm_back(dtmp_.data(), y.res_in.data(), lp(kLn1W), y.mean1, y.rstd1, true);

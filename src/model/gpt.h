@@ -68,8 +68,9 @@ class Gpt final : public Model {
   // tokens), from the working parameters.
   std::vector<float> next_logits(const void* params, const std::vector<int32_t>& context) override;
 
-  // Bytes of backend memory for the parameters' training state and the activations at max_rows.
-  static bool bytes_needed(const GptOptions& o, size_t max_rows, DType compute, size_t* bytes, size_t* params);
+  // Bytes of backend memory for the activations and their scratch at max_rows (the parameters'
+  // training state: optim/state_bytes.h); false on overflow.
+  static bool activation_bytes(const GptOptions& o, size_t max_rows, DType compute, size_t* bytes);
 
  private:
   enum Slot { kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kMProjW, kMProjB, kPerLayer };

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "model/gpt.h"
 #include "model/mlp.h"
+#include "optim/state_bytes.h"
 
 namespace amp {
 
@@ -19,15 +20,22 @@ namespace {
                      "; make the model or data.batch_size / data.eval_batch_size smaller"));
 }
 
-// Gradient accumulation's FP32 sum of the gradients (TrainStep): 4 more bytes per parameter.
-bool add_accumulation(const Config& cfg, size_t params, size_t* bytes) {
-  if (cfg.data.grad_accum_steps <= 1) return true;
-  size_t extra = 0;
-  return !__builtin_mul_overflow(params, size_t(4), &extra) && !__builtin_add_overflow(*bytes, extra, bytes);
+// The bytes a model needs on this rank: its activations at max_rows, and the training state of its
+// parameters (optim/state_bytes.h). False on overflow.
+struct Need {
+  size_t activations = 0, state = 0, total = 0;
+};
+bool need(const Config& cfg, size_t params, DType compute, int world, size_t activations, Need* n) {
+  const StateShape shape = estimated_state_shape(params, compute, cfg.optimizer.params, world, cfg.distributed.zero == 1,
+                                                 cfg.data.grad_accum_steps > 1, kShardAlign);
+  const StateBytes b = state_bytes(shape);
+  n->activations = activations;
+  n->state = b.total();
+  return !b.overflow && !__builtin_add_overflow(activations, n->state, &n->total);
 }
 
 std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceMemory& mem, ComputeOps& ops,
-                                DType compute, size_t max_rows, size_t bytes_available) {
+                                DType compute, size_t max_rows, int world, size_t bytes_available) {
   if (train.task != Task::LanguageModel)
     throw Error(ErrorKind::Config, strcat("config error: ", cfg.origin.at("model.type"),
                                           ": model.type: gpt trains on token data (data.format text or tokens)"));
@@ -38,17 +46,19 @@ std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceM
   o.n_head = size_t(cfg.model.n_head);
   o.n_embd = size_t(cfg.model.n_embd);
   o.vocab_pad = vocab_pad_for(cfg.model.vocab_pad, o.vocab);
-  size_t bytes = 0, params = 0;
-  const bool fits = Gpt::bytes_needed(o, max_rows, compute, &bytes, &params) && add_accumulation(cfg, params, &bytes);
-  if (!fits || (bytes_available > 0 && bytes > bytes_available)) {
+  const size_t params = gpt_layout(o).total;
+  size_t activations = 0;
+  Need n;
+  const bool fits = Gpt::activation_bytes(o, max_rows, compute, &activations) &&
+                    need(cfg, params, compute, world, activations, &n);
+  if (!fits || (bytes_available > 0 && n.total > bytes_available)) {
     // Name what is too large: the context (activations grow with batch x seq_len x (width + heads x
     // seq_len)) or the width (the parameters' training state).
-    const double state = double(params) * double(4 + 4 + 8 + 2 * dtype_size(compute));
-    const bool activations = !fits || double(bytes) - state > state;
-    too_large(cfg, activations ? "model.seq_len" : "model.n_embd",
+    const bool context = !fits || n.activations > n.state;
+    too_large(cfg, context ? "model.seq_len" : "model.n_embd",
               strcat(o.n_layer, " layers x ", o.n_embd, " x vocab ", o.vocab, ", context ", o.seq_len,
-                     activations ? " (its activations dominate)" : ""),
-              fits, params, bytes, max_rows, bytes_available);
+                     context ? " (its activations dominate)" : ""),
+              fits, gpt_layout(o).n_params(), n.total, max_rows, bytes_available);
   }
   return std::make_unique<Gpt>(mem, ops, o, compute, max_rows);
 }
@@ -56,8 +66,8 @@ std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceM
 }  // namespace
 
 std::unique_ptr<Model> make_model(const Config& cfg, const Dataset& train, DeviceMemory& mem, ComputeOps& ops,
-                                  DType compute, size_t max_rows, size_t bytes_available) {
-  if (cfg.model.type == "gpt") return make_gpt(cfg, train, mem, ops, compute, max_rows, bytes_available);
+                                  DType compute, size_t max_rows, int world, size_t bytes_available) {
+  if (cfg.model.type == ModelType::Gpt) return make_gpt(cfg, train, mem, ops, compute, max_rows, world, bytes_available);
   if (train.task == Task::LanguageModel)
     throw Error(ErrorKind::Config, strcat("config error: ", cfg.origin.at("model.type"),
                                           ": model.type: an mlp cannot train on token data; use model.type: gpt"));
@@ -70,12 +80,22 @@ std::unique_ptr<Model> make_model(const Config& cfg, const Dataset& train, Devic
   opt.init_std = cfg.model.init_std;
   opt.task = train.task;
 
-  size_t bytes = 0, params = 0;
-  const bool fits =
-      Mlp::bytes_needed(opt.dims, max_rows, compute, &bytes, &params) && add_accumulation(cfg, params, &bytes);
-  if (!fits || (bytes_available > 0 && bytes > bytes_available))
-    too_large(cfg, "model.hidden", strcat("layer widths ", opt.dims.front(), "-...-", opt.dims.back()), fits, params,
-              bytes, max_rows, bytes_available);
+  // An upper bound of the layout's elements (weights, biases, 32-element alignment of each),
+  // checked for overflow before the layout is made.
+  size_t bound = 0, activations = 0;
+  bool fits = true;
+  for (size_t i = 0; i + 1 < opt.dims.size(); ++i) {
+    size_t w = 0;
+    fits = fits && !__builtin_mul_overflow(opt.dims[i] + 1, opt.dims[i + 1], &w) &&
+           !__builtin_add_overflow(bound, w + 64, &bound);  // + up to 31 padding twice
+  }
+  fits = fits && Mlp::activation_bytes(opt.dims, max_rows, compute, &activations);
+  const size_t params = fits ? mlp_layout(opt.dims).total : 0;
+  Need n;
+  fits = fits && need(cfg, params, compute, world, activations, &n);
+  if (!fits || (bytes_available > 0 && n.total > bytes_available))
+    too_large(cfg, "model.hidden", strcat("layer widths ", opt.dims.front(), "-...-", opt.dims.back()), fits,
+              fits ? mlp_layout(opt.dims).n_params() : 0, n.total, max_rows, bytes_available);
   return std::make_unique<Mlp>(mem, ops, std::move(opt), compute, max_rows);
 }
 

@@ -13,9 +13,11 @@
 
 namespace amp {
 
-// max_rows: the most samples one forward pass holds (training or evaluation batch);
-// bytes_available: what this rank may allocate (0: unknown, not checked).
+// max_rows: the most samples one forward pass holds (training or evaluation batch); world: the
+// data-parallel ranks (distributed.zero shards the state over them); bytes_available: what this
+// rank may allocate (0: unknown, not checked). The check counts the model's activations and the
+// training state of optim/state_bytes.h.
 std::unique_ptr<Model> make_model(const Config& cfg, const Dataset& train, DeviceMemory& mem, ComputeOps& ops,
-                                  DType compute, size_t max_rows, size_t bytes_available);
+                                  DType compute, size_t max_rows, int world, size_t bytes_available);
 
 }  // namespace amp

@@ -49,33 +49,27 @@ std::string Mlp::describe() const {
   return strcat("mlp ", widths, " (", opt_.activation == Activation::Gelu ? "gelu" : "relu", ")");
 }
 
-bool Mlp::bytes_needed(const std::vector<size_t>& dims, size_t max_rows, DType compute, size_t* bytes_out,
-                       size_t* params_out) {
+bool Mlp::activation_bytes(const std::vector<size_t>& dims, size_t max_rows, DType compute, size_t* bytes_out) {
   const size_t lp = dtype_size(compute);
-  // parameters: FP32 master + FP32 gradient + moments, 16-bit working copy and gradient
-  const size_t per_param = 4 + 4 + 8 + 2 * lp;
-  size_t params = 0, widest = 0, activations = 0, largest_weight = 0;
+  size_t widest = 0, activations = 0, largest_weight = 0;
   bool overflow = false;
   for (size_t i = 0; i + 1 < dims.size(); ++i) {
     size_t w = 0;
     overflow |= __builtin_mul_overflow(dims[i], dims[i + 1], &w);
-    overflow |= __builtin_add_overflow(params, w + dims[i + 1], &params);
     largest_weight = std::max(largest_weight, w);
   }
   for (size_t d : dims) {
     widest = std::max(widest, d);
     overflow |= __builtin_add_overflow(activations, d, &activations);
   }
-  size_t bytes = 0, act_bytes = 0, t = 0;
-  overflow |= __builtin_mul_overflow(params, per_param, &bytes);
+  size_t bytes = 0, t = 0;
   // activations and their gradients (compute dtype), inputs (FP32 + compute dtype), FP32 scratch
   overflow |= __builtin_mul_overflow(max_rows, 2 * activations + 3 * widest, &t);
-  overflow |= __builtin_mul_overflow(t, lp + 4, &act_bytes);
-  overflow |= __builtin_add_overflow(bytes, act_bytes, &bytes);
+  overflow |= __builtin_mul_overflow(t, lp + 4, &bytes);
+  // a weight widened to FP32 and its gradient (the linear layers' widening scratch)
   overflow |= __builtin_mul_overflow(largest_weight, size_t(8), &t);
   overflow |= __builtin_add_overflow(bytes, t, &bytes);
   *bytes_out = bytes;
-  *params_out = params;
   return !overflow;
 }
 

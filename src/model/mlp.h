@@ -40,10 +40,9 @@ class Mlp final : public Model {
   void backward(const void* params, void* grads, size_t rows, const std::function<void(int)>& ready) override;
 
   const std::vector<size_t>& dims() const { return opt_.dims; }
-  // Backend bytes a model of these widths needs at max_rows (parameters with FP32 masters,
-  // gradients, moments and working copy; activations and inputs); false on overflow.
-  static bool bytes_needed(const std::vector<size_t>& dims, size_t max_rows, DType compute, size_t* bytes,
-                           size_t* params);
+  // Backend bytes of the activations, inputs and scratch of a model of these widths at max_rows
+  // (the parameters' training state: optim/state_bytes.h); false on overflow.
+  static bool activation_bytes(const std::vector<size_t>& dims, size_t max_rows, DType compute, size_t* bytes);
 
  private:
   Tensor param(const void* base, int index) const;

@@ -8,7 +8,8 @@
 //   forward_loss(params, rows, scale, ...) forward, loss sums, and the loss-scaled output gradient
 //   backward(params, grads, rows, ready)   gradients, calling ready(t) as each tensor completes
 //
-// Evaluation is stage + forward_loss without the gradient. The MLP (mlp.h) is the first model.
+// Evaluation is stage + forward_loss without the gradient. The models: the MLP (mlp.h) and the
+// GPT (gpt.h), built by make_model (make_model.h) from model.type.
 #pragma once
 
 #include <cstddef>

@@ -26,17 +26,17 @@ std::string ParamLayout::names() const {
   return s;
 }
 
+void ParamLayout::add(const std::string& name, size_t rows, size_t cols, bool decay) {
+  tensors.push_back(ParamInfo{name, rows, cols, TensorSpan{total, rows * cols}, decay});
+  total += (rows * cols + 31) / 32 * 32;
+}
+
 ParamLayout mlp_layout(const std::vector<size_t>& dims) {
   ParamLayout l;
-  auto add = [&](const std::string& name, size_t rows, size_t cols) {
-    ParamInfo p{name, rows, cols, TensorSpan{l.total, rows * cols}};
-    l.total += (rows * cols + 31) / 32 * 32;
-    l.tensors.push_back(p);
-  };
   for (size_t i = 0; i + 1 < dims.size(); ++i) {
     const std::string fc = "fc" + std::to_string(i + 1);
-    add(fc + ".weight", dims[i + 1], dims[i]);
-    add(fc + ".bias", 1, dims[i + 1]);
+    l.add(fc + ".weight", dims[i + 1], dims[i], true);
+    l.add(fc + ".bias", 1, dims[i + 1], false);
   }
   return l;
 }

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
+#include "core/tensor_span.h"
 
 namespace amp {
 
@@ -13,12 +13,19 @@ struct ParamInfo {
   std::string name;  // "fc2.weight"
   size_t rows = 0, cols = 0;
   TensorSpan span;
+  // Optimizer attributes: weight decay applies (matrices and embeddings; not biases and norm
+  // gains, unless optimizer.decay is all).
+  bool decay = true;
 };
 
 struct ParamLayout {
   std::vector<ParamInfo> tensors;
   size_t total = 0;  // elements, padding included
 
+  // Appends a tensor on the next 32-element boundary; decay: its optimizer attribute (matrices and
+  // embeddings true, biases and norm gains false: the tensor's role, not its shape, since a weight
+  // of one output row is still a matrix).
+  void add(const std::string& name, size_t rows, size_t cols, bool decay);
   std::vector<TensorSpan> spans() const;
   size_t n_params() const;  // without padding
   int index_of(const std::string& name) const;  // -1 if absent

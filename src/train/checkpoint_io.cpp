@@ -13,9 +13,13 @@
 #include "comm/agree.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "train/checkpoint_fields.h"
 #include "train/run_identity.h"
 
 namespace amp {
+
+using checkpoint_fields::config_then;
+using checkpoint_fields::header_field;
 
 namespace {
 
@@ -31,37 +35,12 @@ std::vector<char> bytes_of(const T* p, size_t n) {
   return std::vector<char>(c, c + n * sizeof(T));
 }
 
-// The value the writer's config had for key (its "config" map), "" when the header does not say.
-std::string config_then(const Checkpoint& ck, const std::string& key) {
-  const auto cfg = ck.header.find("config");
-  if (cfg == ck.header.end() || !cfg->is_object()) return "";
-  const auto it = cfg->find(key);
-  return it != cfg->end() && it->is_string() ? it->get<std::string>() : "";
-}
-
 // Model keys that decide the function the weights compute beyond the parameter shapes (which the
 // layout check covers); model.init and model.init_std only shape a fresh start, and
 // model.vocab_pad only the logits' stride (bit-identical results).
 constexpr const char* kModelFunctionKeys[] = {"model.type", "model.activation", "model.n_head", "model.n_layer",
                                               "model.n_embd", "model.hidden", "model.seq_len", "model.vocab_size",
                                               "model.loss_weight"};
-
-// A header field read here: missing -> fallback; present with the wrong type -> a Checkpoint error
-// naming it (never a json exception).
-template <typename T>
-T header_field(const Checkpoint& ck, const char* key, T fallback) {
-  const auto it = ck.header.find(key);
-  if (it == ck.header.end()) return fallback;
-  bool ok = false;
-  if constexpr (std::is_same_v<T, std::string>) ok = it->is_string();
-  else if constexpr (std::is_integral_v<T>) ok = it->is_number_integer();
-  else ok = it->is_number();
-  if (!ok)
-    throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", ck.path, ": header field \"", key,
-                                              "\" has the wrong type (", it->type_name(), ")"));
-  return it->get<T>();
-}
-
 
 }  // namespace
 
@@ -275,164 +254,6 @@ int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
                              cfg_.run.steps > 0 ? "run.steps" : "run.epochs", "): nothing left to train"));
   *from = path;
   return step;
-}
-
-// Loads a verified checkpoint into this rank's state; every field is checked before it is used.
-void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecord& record) {
-  auto bad = [&](const std::string& what) { throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": ", what)); };
-  const size_t n = layout_.total;
-  auto section = [&](const char* name, size_t bytes) -> const std::vector<char>& {
-    auto it = ck.sections.find(name);
-    if (it == ck.sections.end()) bad(strcat("section \"", name, "\" is missing"));
-    if (it->second.size() != bytes)
-      bad(strcat("section \"", name, "\" has ", it->second.size(), " bytes, this run needs ", bytes));
-    return it->second;
-  };
-  auto floats = [&](const std::vector<char>& raw) {
-    std::vector<float> v(raw.size() / sizeof(float));
-    std::memcpy(v.data(), raw.data(), v.size() * sizeof(float));
-    return v;
-  };
-  // Element i of the flat buffers: its tensor's name and index (or the padding between tensors).
-  auto where = [&](size_t i) {
-    for (const ParamInfo& t : layout_.tensors)
-      if (i >= t.span.offset && i < t.span.offset + t.span.count) return strcat(t.name, "[", i - t.span.offset, "]");
-    return strcat("padding element ", i);
-  };
-  const std::vector<float> master = floats(section("master", n * sizeof(float)));
-  // The header's hash of the masters: a master section from another file does not pass.
-  const std::string hash_then = header_field<std::string>(ck, "params_hash", "");
-  if (const std::string hash_now = hex64(hash64(master.data(), master.size() * sizeof(float)));
-      !hash_then.empty() && hash_then != hash_now)
-    bad(strcat("its master weights hash to ", hash_now, ", not to the header's params_hash ", hash_then,
-               ": the sections were replaced or corrupted"));
-  for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(master[i]))
-      bad(strcat("master weight ", where(i), " is not finite (", master[i], "): the run it comes from had diverged"));
-  // The optimizer moments: finite, and AdamW's second moment (a running mean of squares) >= 0; a
-  // value the optimizer cannot have written is the file's fault, named here, not a later NaN's.
-  std::vector<float> states[2];
-  const bool adam = cfg_.optimizer.params.kind == OptimizerKind::AdamW;
-  for (int which : {1, 2}) {
-    if (!step_.has_state(which)) continue;
-    const char* name = which == 1 ? "state1" : "state2";
-    states[which - 1] = floats(section(name, n * sizeof(float)));
-    const char* what = adam ? (which == 1 ? "AdamW first moment" : "AdamW second moment") : "SGD momentum";
-    for (size_t i = 0; i < n; ++i) {
-      const float v = states[which - 1][i];
-      if (!std::isfinite(v) || (adam && which == 2 && v < 0.0f))
-        bad(strcat("optimizer state (", what, ") of ", where(i), " is ", v, (adam && which == 2 ? ", not a finite number >= 0" : ", not finite"),
-                   ": the file is corrupt or was not written by this program"));
-    }
-  }
-
-  const int64_t step = ck.step();
-  const int64_t world_then = header_field<int64_t>(ck, "world_size", -1);
-  if (world_then < 1 || world_then > (int64_t(1) << 24)) bad(strcat("header field \"world_size\" is ", world_then));
-  // The scaler's state, validated and adapted to this run's settings by its own policy.
-  ScalerState saved;
-  std::memcpy(&saved, section("scaler", sizeof saved).data(), sizeof saved);
-  std::string scaler_error;
-  const std::string hysteresis_then = config_then(ck, "precision.loss_scale.hysteresis");
-  const ScalerResume scaler = scaler_resume(saved, header_field<std::string>(ck, "loss_scale_mode", ""),
-                                            cfg_.precision.scaler, step, int64_t(layout_.tensors.size()), world_then,
-                                            &scaler_error,
-                                            hysteresis_then.empty() ? -1 : std::strtoll(hysteresis_then.c_str(), nullptr, 10));
-  if (!scaler_error.empty()) bad(scaler_error);
-  // Every rank continues its own half-finished log interval; with another world size rank 0
-  // carries the old ranks' sums together.
-  const auto& rs = section("rank_sums", size_t(world_then) * sizeof(RankIntervalSums));
-  RankIntervalSums mine;
-  if (world_then == world_.size()) {
-    std::memcpy(&mine, rs.data() + size_t(world_.rank()) * sizeof mine, sizeof mine);
-  } else if (world_.rank() == 0) {
-    for (int64_t r = 0; r < world_then; ++r) {
-      RankIntervalSums theirs;
-      std::memcpy(&theirs, rs.data() + size_t(r) * sizeof theirs, sizeof theirs);
-      mine.loss_sum += theirs.loss_sum;
-      mine.correct += theirs.correct;
-    }
-  }
-  if (!(std::isfinite(mine.loss_sum) && mine.loss_sum >= 0.0f) || mine.correct < 0)
-    bad(strcat("the half-finished log interval's sums (loss ", mine.loss_sum, ", hits ", mine.correct,
-               ") are not finite non-negative numbers"));
-  const int64_t interval = header_field<int64_t>(ck, "interval_steps", 0);
-  if (interval < 0 || interval > step) bad(strcat("header field \"interval_steps\" is ", interval, " at step ", step));
-  // The run record: a loss is finite and >= 0 (or -1: none yet), an accuracy in [0, 1] (or -1).
-  const double first_loss = header_field<double>(ck, "first_loss", 0.0);
-  const double last_eval_loss = header_field<double>(ck, "last_eval_loss", -1.0);
-  const double last_eval_accuracy = header_field<double>(ck, "last_eval_accuracy", -1.0);
-  const double train_seconds = header_field<double>(ck, "train_seconds", 0.0);
-  const double wall_seconds = header_field<double>(ck, "wall_seconds", train_seconds);
-  // The half-finished interval's training time (older checkpoints: unknown, unless it is empty).
-  const auto it_s = ck.header.find("interval_seconds");
-  const double interval_seconds = it_s != ck.header.end() && !it_s->is_null() ? header_field<double>(ck, "interval_seconds", 0.0)
-                                  : interval == 0                             ? 0.0
-                                                                              : std::nan("");
-  auto in_range = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
-  if (!in_range(first_loss, 0.0, 3.4e38)) bad(strcat("header field \"first_loss\" is ", first_loss));
-  if (!(last_eval_loss == -1.0 || in_range(last_eval_loss, 0.0, 3.4e38)))
-    bad(strcat("header field \"last_eval_loss\" is ", last_eval_loss));
-  if (!(last_eval_accuracy == -1.0 || in_range(last_eval_accuracy, 0.0, 1.0)))
-    bad(strcat("header field \"last_eval_accuracy\" is ", last_eval_accuracy));
-  if (!in_range(train_seconds, 0.0, 1e12)) bad(strcat("header field \"train_seconds\" is ", train_seconds));
-  if (!in_range(wall_seconds, 0.0, 1e12)) bad(strcat("header field \"wall_seconds\" is ", wall_seconds));
-  if (!std::isnan(interval_seconds) && !in_range(interval_seconds, 0.0, train_seconds))
-    bad(strcat("header field \"interval_seconds\" is ", interval_seconds, " (train_seconds ", train_seconds, ")"));
-
-  // Where the data stands: recorded by the writer (any global batch); older checkpoints hold only
-  // the step and their global batch, which was constant over their run.
-  const int64_t batch_then = header_field<int64_t>(ck, "global_batch", 0);
-  if (batch_then < 1) bad(strcat("header field \"global_batch\" is ", batch_then));
-  const uint64_t n_samples = sampler_.samples();
-  const uint64_t spe_then = n_samples / uint64_t(batch_then);
-  if (spe_then == 0)
-    bad(strcat("its global batch of ", batch_then, " is larger than the ", n_samples, " training samples"));
-  DataPosition pos{int64_t(uint64_t(step) / spe_then), uint64_t(step) % spe_then * uint64_t(batch_then)};
-  pos.epoch = header_field<int64_t>(ck, "data_epoch", pos.epoch);
-  pos.offset = uint64_t(header_field<int64_t>(ck, "data_offset", int64_t(pos.offset)));
-  if (pos.epoch < 0 || pos.epoch > step || pos.offset > n_samples)  // every epoch takes a step at least
-    bad(strcat("the data position (epoch ", pos.epoch, ", sample ", pos.offset, ") is outside the ", n_samples,
-               " training samples"));
-  const int64_t samples = header_field<int64_t>(ck, "samples_consumed", step * batch_then);
-  if (samples < 0) bad(strcat("header field \"samples_consumed\" is ", samples));
-  const int64_t zero_then = header_field<int64_t>(ck, "zero", 0);
-  const bool batch_changed = batch_then != int64_t(sampler_.global_batch());
-  if (world_.rank() == 0 && (world_then != world_.size() || zero_then != cfg_.distributed.zero || batch_changed))
-    reporter_.message(strcat("elastic resume: the checkpoint was written by ", world_then, " rank(s) with distributed.zero ",
-                             zero_then, " (global batch ", batch_then, "); this run has ", world_.size(),
-                             " rank(s) with distributed.zero ", cfg_.distributed.zero, " (global batch ",
-                             sampler_.global_batch(), "): masters and optimizer state load whole; the data continues at "
-                             "sample ", pos.offset, " of epoch ", pos.epoch, " (", samples, " samples consumed)",
-                             batch_changed ? "; the global batch changed (adjust data.batch_size or "
-                                             "data.grad_accum_steps to keep it)"
-                                           : ""));
-
-  if (world_.rank() == 0 && !scaler.note.empty()) reporter_.message("note: " + scaler.note);
-
-  // The half-finished log interval's sums count the writer's samples per step: with another global
-  // batch they are rescaled to this run's, so the interval's logged mean weighs each step alike.
-  if (batch_changed) {
-    const double r = double(sampler_.global_batch()) / double(batch_then);
-    mine.loss_sum = float(double(mine.loss_sum) * r);
-    mine.correct = int32_t(std::min<double>(std::llround(double(mine.correct) * r), INT32_MAX));
-  }
-
-  // Everything checked: load.
-  step_.load_masters(master.data());
-  step_.load_states(states[0].empty() ? nullptr : states[0].data(), states[1].empty() ? nullptr : states[1].data());
-  step_.amp().load(scaler.state);
-  step_.load_sums(mine.loss_sum, mine.correct);
-  sampler_.resume_at(step, pos);
-  resumed_step_ = step;
-  samples_before_ = uint64_t(samples);
-  record.interval_steps = interval;
-  record.first_loss = first_loss;
-  record.last_eval_loss = last_eval_loss;
-  record.last_eval_accuracy = last_eval_accuracy;
-  record.train_seconds = train_seconds;
-  record.interval_seconds = interval_seconds;
-  record.wall_seconds = wall_seconds;
 }
 
 // After a roll-back to an older checkpoint, this run's newer ones belong to the line this one

@@ -62,7 +62,13 @@ class CheckpointIO {
                     const RunRecord& record, const HostState& st);
   void check_header(const Checkpoint& ck, const std::string& path) const;  // rank 0, before sending
   void refuse_set_aside(const std::string& path) const;  // a resume path in abandoned/ or previous/
+  // Continuing from a verified checkpoint (checkpoint_apply.cpp): validate every field, derive
+  // what this run takes from it, then load.
+  struct Resumed;
   void apply(const Checkpoint& ck, const std::string& path, RunRecord& record);
+  Resumed validate(const Checkpoint& ck, const std::string& path) const;
+  void derive(Resumed& r) const;
+  void load(const Resumed& r, RunRecord& record);
 
   const Config& cfg_;
   Communicator& world_;

@@ -12,7 +12,7 @@ Guards::Guards(const Config& cfg, Communicator& world, Backend& be) : cfg_(cfg),
 
 void Guards::bind(const ParamLayout& layout) {
   layout_ = &layout;
-  flag_ = be_.alloc(sizeof(int32_t));
+  flag_ = be_.memory().alloc(sizeof(int32_t));
 }
 
 std::string Guards::ranks_differing_from_0(uint64_t mine, uint64_t* rank0) {
@@ -55,10 +55,10 @@ void Guards::check_params_in_sync(int64_t step, uint64_t params_hash) {
 
 void Guards::check_finite_weights(int64_t step, const float* master, const std::vector<TensorSpan>& spans,
                                   size_t count) {
-  be_.zero(flag_.data(), sizeof(int32_t));
-  be_.find_nonfinite(master, DType::F32, spans, 0, count, flag_.as<int32_t>());
+  be_.memory().zero(flag_.data(), sizeof(int32_t));
+  be_.amp_kernels().find_nonfinite(master, DType::F32, spans, 0, count, flag_.as<int32_t>());
   int32_t bad = 0;
-  be_.download(&bad, flag_.data(), sizeof bad);
+  be_.memory().download(&bad, flag_.data(), sizeof bad);
   // Every rank holds the same weights (or its shard of them); the MAX makes the verdict common.
   if (world_.size() > 1) world_.allreduce(BufView{&bad, 1, DType::I32}, ReduceOp::Max);
   if (bad > 0)

@@ -1,10 +1,11 @@
 #include "train/step.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "comm/watchdog.h"
-#include "core/error.h"
 #include "core/convert.h"
+#include "core/error.h"
 #include "core/format.h"
 #include "core/hash.h"
 
@@ -12,7 +13,7 @@ namespace amp {
 
 TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute, size_t batch, size_t accum, int rank,
                      int world)
-    : cfg_(cfg), be_(be), model_(model), compute_(compute), batch_(batch), accum_(accum), rank_(rank), world_(world) {
+    : cfg_(cfg), be_(be), mem_(be.memory()), ops_(be.ops()), model_(model), compute_(compute), batch_(batch), accum_(accum), rank_(rank), world_(world) {
   AMP_CHECK(accum_ >= 1, "TrainStep: accum must be at least 1");
   const ParamLayout& L = model_.layout();
   const size_t n = L.total, es = dtype_size(compute_);
@@ -27,28 +28,28 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   // FP32 compute: the masters are the working weights, so every rank holds them all.
   master_count_ = f32 ? flat : held;
   master_spans_ = f32 || !shards_ ? L.spans() : shard_spans;
-  master_ = be_.alloc(master_count_ * sizeof(float));
-  if (!f32) lp_ = be_.alloc(flat * es);
-  grads_ = be_.alloc(flat * es);
-  if (shards_) gshard_ = be_.alloc(held * es);
-  g32_ = be_.alloc(held * sizeof(float));
-  const OptimizerParams& opt = cfg_.optimizer.params;
-  const bool adam = opt.kind == OptimizerKind::AdamW;
-  if (adam || opt.momentum != 0.0f) state1_ = be_.alloc(held * sizeof(float));
-  if (adam) state2_ = be_.alloc(held * sizeof(float));
-  sums_ = be_.alloc(sizeof(StepSums));
+  master_ = mem_.alloc(master_count_ * sizeof(float));
+  if (!f32) lp_ = mem_.alloc(flat * es);
+  grads_ = mem_.alloc(flat * es);
+  if (shards_) gshard_ = mem_.alloc(held * es);
+  g32_ = mem_.alloc(held * sizeof(float));
+  const int moments = optimizer_moments(cfg_.optimizer.params);
+  if (moments >= 1) state1_ = mem_.alloc(held * sizeof(float));
+  if (moments >= 2) state2_ = mem_.alloc(held * sizeof(float));
+  sums_ = mem_.alloc(sizeof(StepSums));
   sums_dev_ = sums_.as<StepSums>();
-  bytes_.masters = master_count_ * sizeof(float);
-  bytes_.moments = ((state1_.data() ? 1 : 0) + (state2_.data() ? 1 : 0)) * held * sizeof(float);
-  bytes_.working = f32 ? 0 : flat * es;
-  if (accum_ > 1) acc32_ = be_.alloc(n * sizeof(float));
-  bytes_.gradients = flat * es + (shards_ ? held * es : 0) + held * sizeof(float) + (accum_ > 1 ? n * sizeof(float) : 0);
+  if (accum_ > 1) acc32_ = mem_.alloc(n * sizeof(float));
+  StateShape shape;
+  shape.params = n, shape.flat = flat, shape.held = held, shape.compute = compute_, shape.moments = moments;
+  shape.sharded = shards_ != nullptr, shape.accumulate = accum_ > 1;
+  bytes_ = amp::state_bytes(shape);
 
   std::vector<std::string> names;
   for (const ParamInfo& t : L.tensors) names.push_back(t.name);
-  amp_ = std::make_unique<MixedPrecision>(be_, be_, cfg_.precision.scaler, compute_, L.spans(), std::move(names), rank_,
+  amp_ = std::make_unique<MixedPrecision>(mem_, be_.amp_kernels(), cfg_.precision.scaler, compute_, L.spans(), std::move(names), rank_,
                                           world_);
   if (shards_) amp_->shard(std::move(shard_spans));
+  runs_ = optimizer_runs();
   // The backward seed's 1/N: the mean over the global batch of one micro-batch (batch x world), so
   // the all-reduce is a plain sum of pre-divided gradients (it cannot overflow where the mean would
   // not). With accumulation each micro-batch's gradient is such a mean, as large as without it (the
@@ -56,7 +57,7 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   inv_count_ = float(cfg_.model.loss_weight / double(batch_ * size_t(world_) * model_.loss_terms_per_sample()));
 }
 
-TrainStep::~TrainStep() { be_.release_capture(); }
+TrainStep::~TrainStep() { be_.capture().release_capture(); }
 
 void TrainStep::connect(Communicator& world_comm, std::unique_ptr<Communicator> device_comm, bool overlap) {
   world_comm_ = &world_comm;
@@ -75,18 +76,18 @@ void TrainStep::connect(Communicator& world_comm, std::unique_ptr<Communicator> 
 void TrainStep::load_masters(const float* host) {
   const size_t n = model_.layout().total;
   if (compute_ == DType::F32 || !shards_) {
-    be_.upload(master_.data(), host, n * sizeof(float));
-    if (compute_ != DType::F32) be_.cast(master_.data(), DType::F32, lp_.data(), compute_, n);
+    mem_.upload(master_.data(), host, n * sizeof(float));
+    if (compute_ != DType::F32) ops_.cast(master_.data(), DType::F32, lp_.data(), compute_, n);
     return;
   }
   // Sharded: this rank's masters; the whole working copy converted on the host (round to nearest
   // even, as the backends' casts).
   std::vector<float> mine(master_count_);
   shards_->flat_to_shard(host, mine.data());
-  be_.upload(master_.data(), mine.data(), mine.size() * sizeof(float));
+  mem_.upload(master_.data(), mine.data(), mine.size() * sizeof(float));
   std::vector<uint16_t> lp(n);
   convert(host, DType::F32, lp.data(), compute_, n);
-  be_.upload(lp_.data(), lp.data(), n * sizeof(uint16_t));
+  mem_.upload(lp_.data(), lp.data(), n * sizeof(uint16_t));
 }
 
 void TrainStep::load_states(const float* state1, const float* state2) {
@@ -95,11 +96,11 @@ void TrainStep::load_states(const float* state1, const float* state2) {
   for (auto [buf, host] : {std::pair<Buffer*, const float*>{&state1_, state1}, {&state2_, state2}}) {
     if (!buf->data() || !host) continue;
     if (!shards_) {
-      be_.upload(buf->data(), host, n * sizeof(float));
+      mem_.upload(buf->data(), host, n * sizeof(float));
       continue;
     }
     shards_->flat_to_shard(host, mine.data());
-    be_.upload(buf->data(), mine.data(), mine.size() * sizeof(float));
+    mem_.upload(buf->data(), mine.data(), mine.size() * sizeof(float));
   }
 }
 
@@ -107,7 +108,7 @@ void TrainStep::load_states(const float* state1, const float* state2) {
 std::vector<float> TrainStep::gather(const Buffer& shard) const {
   const size_t per = shards_->shard_size();
   std::vector<float> mine(per), all(per * size_t(world_)), flat(model_.layout().total);
-  be_.download(mine.data(), shard.data(), per * sizeof(float));
+  mem_.download(mine.data(), shard.data(), per * sizeof(float));
   world_comm_->allgather(mine.data(), all.data(), per * sizeof(float));
   shards_->shards_to_flat(all.data(), flat.data());
   return flat;
@@ -116,7 +117,7 @@ std::vector<float> TrainStep::gather(const Buffer& shard) const {
 std::vector<float> TrainStep::masters() const {
   if (shards_ && compute_ != DType::F32) return gather(master_);
   std::vector<float> w(model_.layout().total);
-  be_.download(w.data(), master_.data(), w.size() * sizeof(float));
+  mem_.download(w.data(), master_.data(), w.size() * sizeof(float));
   return w;
 }
 
@@ -125,7 +126,7 @@ std::vector<float> TrainStep::state(int which) const {
   if (!b.data()) return {};
   if (shards_) return gather(b);
   std::vector<float> s(model_.layout().total);
-  be_.download(s.data(), b.data(), s.size() * sizeof(float));
+  mem_.download(s.data(), b.data(), s.size() * sizeof(float));
   return s;
 }
 
@@ -136,13 +137,13 @@ uint64_t TrainStep::replica_hash() const {
   }
   const size_t bytes = model_.layout().total * dtype_size(compute_);
   std::vector<char> w(bytes);
-  be_.download(w.data(), working_params(), bytes);
+  mem_.download(w.data(), working_params(), bytes);
   return hash64(w.data(), bytes);
 }
 
 StepSums TrainStep::read_sums() const {
   StepSums s;
-  be_.download(&s, sums_dev_, sizeof s);
+  mem_.download(&s, sums_dev_, sizeof s);
   return s;
 }
 
@@ -150,10 +151,10 @@ void TrainStep::load_sums(float loss_sum, int32_t correct) {
   StepSums s = read_sums();
   s.loss_sum = loss_sum;
   s.correct = correct;
-  be_.upload(sums_dev_, &s, sizeof s);
+  mem_.upload(sums_dev_, &s, sizeof s);
 }
 
-void TrainStep::clear_sums() { be_.zero(&sums_dev_->loss_sum, sizeof(float) + sizeof(int32_t)); }
+void TrainStep::clear_sums() { mem_.zero(&sums_dev_->loss_sum, sizeof(float) + sizeof(int32_t)); }
 
 void TrainStep::run(int64_t step, int64_t first_step, const Dataset& train, const std::vector<uint32_t>& idx,
                     float lr) {
@@ -163,21 +164,21 @@ void TrainStep::run(int64_t step, int64_t first_step, const Dataset& train, cons
   // A device backend's host waits inside a step are waits on the collectives enqueued with it.
   Watchdog::Detail device_detail;
   device_detail.note = "its kernels and NCCL collectives";
-  Watchdog::Wait device_wait(be_.host_accessible() ? nullptr : world_comm_->watchdog(), "the device step",
+  Watchdog::Wait device_wait(mem_.host_accessible() ? nullptr : world_comm_->watchdog(), "the device step",
                              device_detail);
   model_.stage(train, idx.data(), 0, batch_);
-  be_.upload(&sums_dev_->lr, &lr, sizeof lr);
+  mem_.upload(&sums_dev_->lr, &lr, sizeof lr);
   if (graph_ready_) {
-    be_.replay();
+    be_.capture().replay();
     return;
   }
   // Capture after the warm-up steps of this process (first-use allocations and library set-up
   // stay outside), so a resumed run is captured too.
-  const bool capture = use_graph_ && step == first_step + kWarmupStepsBeforeCapture && be_.begin_capture();
+  const bool capture = use_graph_ && step == first_step + kWarmupStepsBeforeCapture && be_.capture().begin_capture();
   device_step(step, train, idx.data());
   if (capture) {
-    be_.end_capture();
-    be_.replay();
+    be_.capture().end_capture();
+    be_.capture().replay();
     graph_ready_ = true;
   }
 }
@@ -200,9 +201,9 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
     if (i + 1 < accum_) {
       model_.backward(params, grads_.data(), batch_, [](int) {});
       if (i == 0)
-        be_.cast(grads_.data(), compute_, acc32_.data(), DType::F32, n);
+        ops_.cast(grads_.data(), compute_, acc32_.data(), DType::F32, n);
       else
-        be_.add(AddArgs{acc32_.data(), DType::F32, grads_.data(), compute_, acc32_.data(), DType::F32, int64_t(n)});
+        ops_.add(AddArgs{acc32_.data(), DType::F32, grads_.data(), compute_, acc32_.data(), DType::F32, int64_t(n)});
     }
   }
   // The last backward; each bucket is checked into this rank's flag slot, then summed while
@@ -235,35 +236,69 @@ void TrainStep::fold_accumulated(int tensor) {
   const TensorSpan s = model_.layout().tensors[size_t(tensor)].span;
   const size_t es = dtype_size(compute_);
   void* g = static_cast<char*>(grads_.data()) + s.offset * es;
-  be_.add(AddArgs{acc32_.as<float>() + s.offset, DType::F32, g, compute_, g, compute_, int64_t(s.count),
+  ops_.add(AddArgs{acc32_.as<float>() + s.offset, DType::F32, g, compute_, g, compute_, int64_t(s.count),
                   float(1.0 / double(accum_))});
 }
 
-void TrainStep::optimizer_update() {
-  const MixedPrecision& amp = *amp_;
-  const OptimizerParams& opt = cfg_.optimizer.params;
-  const float max_norm = float(cfg_.optimizer.grad_clip);
+// Runs of the flat parameter buffer that share their optimizer attributes (weight decay or not),
+// in order and covering [0, total): the padding after a tensor goes with it. One run when every
+// tensor is treated alike (weight_decay 0, or optimizer.decay all).
+std::vector<TrainStep::OptimizerRun> TrainStep::optimizer_runs() const {
+  const ParamLayout& L = model_.layout();
+  const bool decays = cfg_.optimizer.params.weight_decay != 0.0f;
+  std::vector<OptimizerRun> runs;
+  for (size_t t = 0; t < L.tensors.size(); ++t) {
+    const bool decay = decays && (cfg_.optimizer.decay == DecayChoice::All || L.tensors[t].decay);
+    const size_t begin = t == 0 ? 0 : L.tensors[t].span.offset;
+    if (!runs.empty() && runs.back().decay == decay) continue;
+    if (!runs.empty()) runs.back().end = begin;
+    runs.push_back(OptimizerRun{begin, L.total, decay});
+  }
+  if (runs.empty()) runs.push_back(OptimizerRun{0, L.total, false});
+  return runs;
+}
+
+// The optimizer over flat elements [flat_begin, flat_begin + count) of the parameters, held at
+// [at, at + count) of this rank's masters, gradients and moments, one call per run of like tensors.
+void TrainStep::optimizer_range(size_t flat_begin, size_t count, size_t at, const AmpVerdict& verdict) {
   const bool f32 = compute_ == DType::F32;
+  const size_t es = dtype_size(compute_);
   float* s1 = state1_.as<float>();
   float* s2 = state2_.as<float>();
+  for (const OptimizerRun& r : runs_) {
+    const size_t b = std::max(r.begin, flat_begin), e = std::min(r.end, flat_begin + count);
+    if (b >= e) continue;
+    const size_t h = at + (b - flat_begin);  // where it is held
+    OptimizerStepArgs a;
+    a.params = cfg_.optimizer.params;
+    if (!r.decay) a.params.weight_decay = 0.0f;
+    a.lr = &sums_dev_->lr;
+    a.max_norm = float(cfg_.optimizer.grad_clip);
+    a.master = master_.as<float>() + (f32 ? b : h);  // FP32 compute: the masters are the flat working weights
+    a.g32 = g32_.as<float>() + h;
+    a.state1 = s1 ? s1 + h : nullptr;
+    a.state2 = s2 ? s2 + h : nullptr;
+    a.n = e - b;
+    a.lp = f32 ? nullptr : static_cast<char*>(lp_.data()) + b * es;
+    a.lp_dtype = compute_;
+    a.verdict = verdict;
+    be_.optimizer().optimizer_step(a);
+  }
+}
+
+void TrainStep::optimizer_update() {
+  const AmpVerdict verdict = amp_->verdict();
   if (!shards_) {
-    be_.optimizer_step(opt, &sums_dev_->lr, max_norm, master_.as<float>(), g32_.as<float>(), s1, s2,
-                       model_.layout().total, f32 ? nullptr : lp_.data(), compute_, amp.flags(), amp.norm_sq(),
-                       amp.state());
+    optimizer_range(0, model_.layout().total, 0, verdict);
     return;
   }
-  // One call per block: the shard's elements are contiguous, their places in the flat working
-  // copy are not. In FP32 compute the masters are the flat working weights.
-  const size_t es = dtype_size(compute_);
+  // One range per block: the shard's elements are contiguous, their places in the flat working
+  // copy are not.
   for (size_t b = 0; b < shards_->buckets().size(); ++b) {
     const ShardPiece p = shards_->piece(b, rank_);
-    const size_t at = p.shard_begin;
-    be_.optimizer_step(opt, &sums_dev_->lr, max_norm, master_.as<float>() + (f32 ? p.flat_begin : at),
-                       g32_.as<float>() + at, s1 ? s1 + at : nullptr, s2 ? s2 + at : nullptr, p.count,
-                       f32 ? nullptr : static_cast<char*>(lp_.data()) + p.flat_begin * es, compute_, amp.flags(),
-                       amp.norm_sq(), amp.state());
+    optimizer_range(p.flat_begin, p.count, p.shard_begin, verdict);
   }
-  reducer_->gather_shards(f32 ? master_.data() : lp_.data(), compute_);
+  reducer_->gather_shards(compute_ == DType::F32 ? master_.data() : lp_.data(), compute_);
 }
 
 // The reducer's timing of the latest measured step (device backends measure with events and report

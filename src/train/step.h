@@ -20,6 +20,7 @@
 #include "config/config.h"
 #include "data/dataset.h"
 #include "model/model.h"
+#include "optim/state_bytes.h"
 
 namespace amp {
 
@@ -33,16 +34,6 @@ struct StepSums {
   int32_t correct = 0;  // classification hits since the last log (this rank)
   float lr = 0;         // this step's learning rate (uploaded with the batch)
   int32_t pad_ = 0;
-};
-
-// Training-state bytes this rank holds in backend memory (summary.json, the start-up line).
-struct StateBytes {
-  size_t masters = 0;      // FP32 master weights (in FP32 compute they are the working weights too)
-  size_t moments = 0;      // optimizer state (momentum / AdamW m and v)
-  size_t working = 0;      // the 16-bit working copy (0 in FP32 compute)
-  size_t gradients = 0;    // compute-type gradients, this rank's reduced shard, FP32 unscaled gradients,
-                           // the FP32 sum of accumulated micro-batches (every rank, not sharded)
-  size_t total() const { return masters + moments + working + gradients; }
 };
 
 class TrainStep {
@@ -118,10 +109,18 @@ class TrainStep {
   void device_step(int64_t step, const Dataset& train, const uint32_t* idx);
   void fold_accumulated(int tensor);  // the last micro-batch's gradient of `tensor` += the FP32 sum
   void optimizer_update();         // the optimizer over the masters this rank holds
+  struct OptimizerRun {
+    size_t begin, end;  // flat elements
+    bool decay;         // weight decay applies (optimizer.decay, the tensors' attributes)
+  };
+  std::vector<OptimizerRun> optimizer_runs() const;
+  void optimizer_range(size_t flat_begin, size_t count, size_t at, const AmpVerdict& verdict);
   std::vector<float> gather(const Buffer& shard) const;  // sharded: every rank's shard, whole tensors
 
   const Config& cfg_;
   Backend& be_;
+  DeviceMemory& mem_;
+  ComputeOps& ops_;
   Model& model_;
   DType compute_;
   size_t batch_, accum_;
@@ -136,6 +135,7 @@ class TrainStep {
   // the device communicator (an abort must not wait behind buffer frees, which synchronize the
   // device), then the flags and the buffers.
   std::unique_ptr<ShardLayout> shards_;  // sharded optimizer state only
+  std::vector<OptimizerRun> runs_;
   std::vector<TensorSpan> master_spans_;
   size_t master_count_ = 0;
   StateBytes bytes_;

@@ -111,7 +111,7 @@ void Trainer::setup() {
                              step_->sharded() ? strcat("; optimizer state sharded over ", nranks_, " ranks (distributed.zero 1)")
                              : cfg_.distributed.zero == 1 ? std::string("; distributed.zero 1 has nothing to shard on one rank")
                                                           : std::string("")));
-    if (cfg_.run.cuda_graph && accum_ > 1 && !be_->host_accessible())
+    if (cfg_.run.cuda_graph && accum_ > 1 && !be_->memory().host_accessible())
       reporter_.message(strcat("note: steps of ", accum_, " micro-batches (data.grad_accum_steps) stage each one from "
                                "the host mid-step, so they run without a CUDA graph"));
   }
@@ -150,7 +150,8 @@ void Trainer::setup_local() {
   size_t eval_begin = 0, eval_end = 0;
   eval_shard(data_.eval.n, rank_, nranks_, eval_begin, eval_end);
   const size_t max_rows = std::max(batch_, std::min(size_t(cfg_.data.eval_batch_size), eval_end - eval_begin));
-  model_ = make_model(cfg_, data_.train, *be_, *be_, compute_, max_rows, be_->memory_available(world_.local_size()));
+  model_ = make_model(cfg_, data_.train, be_->memory(), be_->ops(), compute_, max_rows, nranks_,
+                      be_->memory().memory_available(world_.local_size()));
   const ParamLayout& L = model_->layout();
   drills_.bind(L, nranks_);  // tensor names are checked here, ranks at start-up
   guards_ = std::make_unique<Guards>(cfg_, world_, *be_);
@@ -161,7 +162,7 @@ void Trainer::setup_local() {
   step_->allow_capture(cfg_.run.cuda_graph && cfg_.faults.inject_nonfinite.empty());
   if (drills_.plants_gradients())
     step_->set_gradient_hook([this](int64_t step, int tensor) {
-      drills_.plant_gradient(step, tensor, *be_, const_cast<void*>(step_->gradients()), compute_);
+      drills_.plant_gradient(step, tensor, be_->memory(), const_cast<void*>(step_->gradients()), compute_);
     });
 
   schedule_.kind = cfg_.optimizer.schedule;
@@ -179,7 +180,7 @@ bool Trainer::overlap_buckets() const {
   const Toggle ov = cfg_.distributed.overlap;
   const int threads = pick_threads(cfg_.run.threads, world_.local_size());
   return ov == Toggle::On ||
-         (ov == Toggle::Auto && (!be_->host_accessible() || cpus_per_rank(world_.local_size()) > threads));
+         (ov == Toggle::Auto && (!be_->memory().host_accessible() || cpus_per_rank(world_.local_size()) > threads));
 }
 
 // Rank 0 owns the run folders: a lock so that no second run writes into them, and a check that
@@ -271,7 +272,7 @@ uint64_t Trainer::optimizer_state_hash() {
 void Trainer::observe(int64_t step) {
   const bool log_step = step % cfg_.run.log_interval == 0 || step == total_steps_;
   const bool telemetry = cfg_.precision.telemetry_interval > 0 && step % cfg_.precision.telemetry_interval == 0;
-  if (!log_step && !telemetry && !be_->host_accessible()) return;
+  if (!log_step && !telemetry && !be_->memory().host_accessible()) return;
   const MixedPrecision& amp = step_->amp();
   const AmpScalars now = amp.read();
   if (rank_ == 0)
@@ -327,7 +328,7 @@ bool Trainer::stopped_in_setup() {
 }
 
 void Trainer::evaluate_now(int64_t step) {
-  const EvalResult r = evaluate(*model_, *be_, step_->working_params(), data_.eval, size_t(cfg_.data.eval_batch_size),
+  const EvalResult r = evaluate(*model_, be_->memory(), step_->working_params(), data_.eval, size_t(cfg_.data.eval_batch_size),
                                 world_);
   record_.last_eval_loss = r.loss;
   record_.last_eval_accuracy = r.accuracy;
@@ -451,7 +452,7 @@ int Trainer::run() {
     step_->run(step, start_step_, data_.train, sampler_->batch(step - 1), float(schedule_.at(step)));
     ++record_.interval_steps;
     if (step == 1) record_first_loss();
-    drills_.corrupt_params(step, *be_, step_->replica_data(), step_->replica_dtype());
+    drills_.corrupt_params(step, be_->memory(), step_->replica_data(), step_->replica_dtype());
     if (observer_) {
       const AmpScalars a = step_->amp().read();
       const StepSums sums = step_->read_sums();
@@ -460,7 +461,7 @@ int Trainer::run() {
     {
       Watchdog::Detail detail;
       detail.note = "waits for the device and its NCCL collectives";
-      Watchdog::Wait wait(be_->host_accessible() ? nullptr : world_.watchdog(), "reading the step's results", detail);
+      Watchdog::Wait wait(be_->memory().host_accessible() ? nullptr : world_.watchdog(), "reading the step's results", detail);
       observe(step);
     }
     const bool epoch_end = sampler_->position(step).offset == 0;  // the next batch starts an epoch

@@ -17,7 +17,7 @@ void select_gemm_path(amp::Backend& /*dev*/, size_t i) { REQUIRE(i == 0); }
 std::string gemm_path(amp::Backend& dev, const amp::GemmArgs& g) {
   auto* c = dynamic_cast<amp::CpuBackend*>(&dev);
   REQUIRE(c != nullptr);
-  return c->general().gemm_implementation(g);
+  return c->cpu_ops().gemm_implementation(g);
 }
 
 DeviceComm::DeviceComm(amp::Backend& /*dev*/) : comm_(&world()) {}

@@ -26,9 +26,9 @@ amp::cuda::CudaBackend& cuda_of(amp::Backend& dev) {
 }
 }  // namespace
 
-void select_gemm_path(amp::Backend& dev, size_t i) { cuda_of(dev).general().set_force_cublas(i == 1); }
+void select_gemm_path(amp::Backend& dev, size_t i) { cuda_of(dev).cuda_ops().set_force_cublas(i == 1); }
 
-std::string gemm_path(amp::Backend& dev, const amp::GemmArgs& g) { return cuda_of(dev).general().gemm_path(g); }
+std::string gemm_path(amp::Backend& dev, const amp::GemmArgs& g) { return cuda_of(dev).cuda_ops().gemm_path(g); }
 
 DeviceComm::DeviceComm(amp::Backend& dev) {
 #if AMP_TEST_WITH_NCCL

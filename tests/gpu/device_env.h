@@ -76,16 +76,16 @@ class DeviceComm {
 class CapturedStep {
  public:
   CapturedStep(amp::Backend& be, std::function<void()> step) : be_(be) {
-    graph_ = be_.begin_capture();
+    graph_ = be_.capture().begin_capture();
     if (graph_) {
       step();
-      be_.end_capture();
+      be_.capture().end_capture();
     } else {
       step_ = std::move(step);
     }
   }
   void replay() {
-    if (graph_) be_.replay();
+    if (graph_) be_.capture().replay();
     else step_();
   }
   bool is_graph() const { return graph_; }
@@ -117,10 +117,10 @@ struct Mirror {
     const size_t es = amp::dtype_size(dt), bytes = (pad_elems + v.size()) * es;
     std::vector<unsigned char> raw(bytes, 0);
     amp::convert(v.data(), amp::DType::F32, raw.data() + pad_elems * es, dt, v.size());
-    cbuf = cpu.alloc(bytes);
-    gbuf = gpu.alloc(bytes);
-    cpu.upload(cbuf.data(), raw.data(), bytes);
-    gpu.upload(gbuf.data(), raw.data(), bytes);
+    cbuf = cpu.memory().alloc(bytes);
+    gbuf = gpu.memory().alloc(bytes);
+    cpu.memory().upload(cbuf.data(), raw.data(), bytes);
+    gpu.memory().upload(gbuf.data(), raw.data(), bytes);
     c = cbuf.tensor(dt, rows, cols, pad_elems * es);
     g = gbuf.tensor(dt, rows, cols, pad_elems * es);
   }
@@ -128,8 +128,8 @@ struct Mirror {
   static Mirror output(amp::Backend& cpu, amp::Backend& gpu, amp::DType dt, size_t rows, size_t cols) {
     Mirror m;
     const size_t bytes = std::max<size_t>(1, rows * cols) * amp::dtype_size(dt);
-    m.cbuf = cpu.alloc(bytes);
-    m.gbuf = gpu.alloc(bytes);
+    m.cbuf = cpu.memory().alloc(bytes);
+    m.gbuf = gpu.memory().alloc(bytes);
     m.c = m.cbuf.tensor(dt, rows, cols);
     m.g = m.gbuf.tensor(dt, rows, cols);
     return m;
@@ -139,7 +139,7 @@ struct Mirror {
 // A tensor's values as floats (downloaded, then widened exactly).
 inline std::vector<float> read(amp::Backend& be, const amp::Tensor& t) {
   std::vector<unsigned char> raw(t.bytes());
-  be.download(raw.data(), t.data, raw.size());
+  be.memory().download(raw.data(), t.data, raw.size());
   std::vector<float> v(t.numel());
   amp::convert(raw.data(), t.dtype, v.data(), amp::DType::F32, v.size());
   return v;
@@ -147,14 +147,14 @@ inline std::vector<float> read(amp::Backend& be, const amp::Tensor& t) {
 
 inline std::vector<unsigned char> read_raw(amp::Backend& be, const void* p, size_t bytes) {
   std::vector<unsigned char> raw(bytes);
-  be.download(raw.data(), p, bytes);
+  be.memory().download(raw.data(), p, bytes);
   return raw;
 }
 
 template <typename T>
 T read_one(amp::Backend& be, const void* p) {
   T v;
-  be.download(&v, p, sizeof v);
+  be.memory().download(&v, p, sizeof v);
   return v;
 }
 

@@ -19,8 +19,8 @@ namespace gpu_test {
 // A device buffer holding a copy of host bytes (uploaded at construction).
 class Dev {
  public:
-  Dev(amp::Backend& be, const void* p, size_t n) : be_(&be), buf_(be.alloc(std::max<size_t>(n, 1))), bytes(n) {
-    if (n) be.upload(buf_.data(), p, n);
+  Dev(amp::Backend& be, const void* p, size_t n) : be_(&be), buf_(be.memory().alloc(std::max<size_t>(n, 1))), bytes(n) {
+    if (n) be.memory().upload(buf_.data(), p, n);
   }
   Dev(amp::Backend& be, const ops_ref::Raw& r) : Dev(be, r.data(), r.bytes.size()) {}
   void* get() const { return buf_.data(); }
@@ -31,13 +31,13 @@ class Dev {
   // The buffer's bytes as values of t (waits for the device).
   ops_ref::Raw read(amp::DType t) const {
     ops_ref::Raw r(t, bytes / amp::dtype_size(t));
-    if (bytes) be_->download(r.data(), buf_.data(), bytes);
+    if (bytes) be_->memory().download(r.data(), buf_.data(), bytes);
     return r;
   }
   // Every byte 0xff (a NaN in every float format): outputs a step must rewrite.
   void poison() const {
     const std::vector<unsigned char> ff(bytes, 0xff);
-    if (bytes) be_->upload(buf_.data(), ff.data(), bytes);
+    if (bytes) be_->memory().upload(buf_.data(), ff.data(), bytes);
   }
 
  private:

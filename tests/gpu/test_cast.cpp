@@ -13,9 +13,9 @@ namespace {
 void check_cast(Backend& gpu, const std::vector<unsigned char>& src, DType s, DType d, size_t n, size_t off) {
   const size_t ss = dtype_size(s), ds = dtype_size(d);
   REQUIRE(src.size() == n * ss);
-  Buffer in = gpu.alloc((n + off) * ss), out = gpu.alloc((n + off) * ds);
-  gpu.upload(static_cast<char*>(in.data()) + off * ss, src.data(), n * ss);
-  gpu.cast(static_cast<char*>(in.data()) + off * ss, s, static_cast<char*>(out.data()) + off * ds, d, n);
+  Buffer in = gpu.memory().alloc((n + off) * ss), out = gpu.memory().alloc((n + off) * ds);
+  gpu.memory().upload(static_cast<char*>(in.data()) + off * ss, src.data(), n * ss);
+  gpu.ops().cast(static_cast<char*>(in.data()) + off * ss, s, static_cast<char*>(out.data()) + off * ds, d, n);
   const std::vector<unsigned char> got = read_raw(gpu, static_cast<char*>(out.data()) + off * ds, n * ds);
   std::vector<unsigned char> want(n * ds);
   convert(src.data(), s, want.data(), d, n);

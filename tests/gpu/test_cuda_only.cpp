@@ -48,15 +48,15 @@ TEST_CASE("the linear layers' cuBLAS mapping computes the row-major products", "
     };
     std::vector<float> y(s.batch * s.out), y_ref(y.size()), dx(s.batch * s.in), dx_ref(dx.size());
     std::vector<float> dw(s.out * s.in), dw_ref(dw.size()), db(s.out);
-    cpu.linear_forward(t(x, s.batch, s.in), t(w, s.out, s.in), t(b, 1, s.out), t(y, s.batch, s.out));
+    cpu.ops().linear_forward(t(x, s.batch, s.in), t(w, s.out, s.in), t(b, 1, s.out), t(y, s.batch, s.out));
     cuda::GemmCall c = cuda::linear_forward_call(t(x, s.batch, s.in), t(w, s.out, s.in), t(y_ref, s.batch, s.out));
     c.bias = b.data();
     reference_gemm(c);
     GPU_REQUIRE_CLOSE(y_ref, y, 1e-5, 1e-5);
-    cpu.linear_backward_input(t(dy, s.batch, s.out), t(w, s.out, s.in), t(dx, s.batch, s.in));
+    cpu.ops().linear_backward_input(t(dy, s.batch, s.out), t(w, s.out, s.in), t(dx, s.batch, s.in));
     reference_gemm(cuda::linear_backward_input_call(t(dy, s.batch, s.out), t(w, s.out, s.in), t(dx_ref, s.batch, s.in)));
     GPU_REQUIRE_CLOSE(dx_ref, dx, 1e-5, 1e-5);
-    cpu.linear_backward_weight(t(dy, s.batch, s.out), t(x, s.batch, s.in), t(dw, s.out, s.in), t(db, 1, s.out));
+    cpu.ops().linear_backward_weight(t(dy, s.batch, s.out), t(x, s.batch, s.in), t(dw, s.out, s.in), t(db, 1, s.out));
     reference_gemm(cuda::linear_backward_weight_call(t(dy, s.batch, s.out), t(x, s.batch, s.in), t(dw_ref, s.out, s.in)));
     GPU_REQUIRE_CLOSE(dw_ref, dw, 1e-5, 1e-5);
   }
@@ -65,23 +65,23 @@ TEST_CASE("the linear layers' cuBLAS mapping computes the row-major products", "
 
 TEST_CASE("calls that would synchronize are refused during a capture", "[.cuda][graph]") {
   auto gpu = make_device();
-  Buffer b = gpu->alloc(64);
+  Buffer b = gpu->memory().alloc(64);
   float host[4] = {1, 2, 3, 4};
-  REQUIRE(gpu->begin_capture());
-  CHECK_THROWS_WITH(gpu->download(host, b.data(), 16), Catch::Contains("captured"));
-  CHECK_THROWS_WITH(gpu->upload(b.data(), host, 16), Catch::Contains("captured"));
-  CHECK_THROWS_WITH(gpu->alloc(16), Catch::Contains("captured"));
-  gpu->zero(b.data(), 64);
-  gpu->end_capture();
-  gpu->replay();
-  gpu->synchronize();
+  REQUIRE(gpu->capture().begin_capture());
+  CHECK_THROWS_WITH(gpu->memory().download(host, b.data(), 16), Catch::Contains("captured"));
+  CHECK_THROWS_WITH(gpu->memory().upload(b.data(), host, 16), Catch::Contains("captured"));
+  CHECK_THROWS_WITH(gpu->memory().alloc(16), Catch::Contains("captured"));
+  gpu->memory().zero(b.data(), 64);
+  gpu->capture().end_capture();
+  gpu->capture().replay();
+  gpu->memory().synchronize();
 }
 
 TEST_CASE("cuda gemm: dense aligned products run on cuBLASLt", "[.cuda][ops]") {
   auto dev = make_device();
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     const size_t es = dtype_size(t);
-    Buffer a = dev->alloc(2 * 64 * 64 * es), b = dev->alloc(2 * 64 * 64 * es), c = dev->alloc(2 * 64 * 64 * es);
+    Buffer a = dev->memory().alloc(2 * 64 * 64 * es), b = dev->memory().alloc(2 * 64 * 64 * es), c = dev->memory().alloc(2 * 64 * 64 * es);
     GemmArgs g;
     g.m = g.n = g.k = 64, g.batch = 2, g.trans_b = true;
     g.A = a.data(), g.lda = 64, g.stride_a = 64 * 64, g.B = b.data(), g.ldb = 64, g.stride_b = 64 * 64;
@@ -94,7 +94,7 @@ TEST_CASE("cuda gemm: dense aligned products run on cuBLASLt", "[.cuda][ops]") {
 TEST_CASE("cuda tops embedding_backward: the scratch is what reserve asked for", "[.cuda][tops]") {
   auto dev = make_device();
   auto& cuda = dynamic_cast<cuda::CudaBackend&>(*dev);
-  REQUIRE(cuda.transformer().scratch_bytes() == 0);
-  dev->reserve_embedding(16, 5);
-  REQUIRE(cuda.transformer().scratch_bytes() > size_t(16) * 16);
+  REQUIRE(cuda.cuda_ops().embedding_scratch_bytes() == 0);
+  dev->ops().reserve_embedding(16, 5);
+  REQUIRE(cuda.cuda_ops().embedding_scratch_bytes() > size_t(16) * 16);
 }

@@ -56,16 +56,16 @@ TEST_CASE("linear forward, backward input and backward weight match the CPU", "[
       Mirror Y = Mirror::output(cpu, *gpu, t.out, s.batch, s.out), DX = Mirror::output(cpu, *gpu, t.out, s.batch, s.in);
       Mirror DW = Mirror::output(cpu, *gpu, t.out, s.out, s.in), DB = Mirror::output(cpu, *gpu, t.ab, 1, s.out);
 
-      cpu.linear_forward(X.c, W.c, B.c, Y.c);
-      gpu->linear_forward(X.g, W.g, B.g, Y.g);
+      cpu.ops().linear_forward(X.c, W.c, B.c, Y.c);
+      gpu->ops().linear_forward(X.g, W.g, B.g, Y.g);
       check_gemm_output(read(*gpu, Y.g), read(cpu, Y.c), t.out, s.in);
 
-      cpu.linear_backward_input(DY.c, W.c, DX.c);
-      gpu->linear_backward_input(DY.g, W.g, DX.g);
+      cpu.ops().linear_backward_input(DY.c, W.c, DX.c);
+      gpu->ops().linear_backward_input(DY.g, W.g, DX.g);
       check_gemm_output(read(*gpu, DX.g), read(cpu, DX.c), t.out, s.out);
 
-      cpu.linear_backward_weight(DY.c, X.c, DW.c, DB.c);
-      gpu->linear_backward_weight(DY.g, X.g, DW.g, DB.g);
+      cpu.ops().linear_backward_weight(DY.c, X.c, DW.c, DB.c);
+      gpu->ops().linear_backward_weight(DY.g, X.g, DW.g, DB.g);
       check_gemm_output(read(*gpu, DW.g), read(cpu, DW.c), t.out, s.batch);
       check_gemm_output(read(*gpu, DB.g), read(cpu, DB.c), t.ab, s.batch);
     }
@@ -80,8 +80,8 @@ TEST_CASE("linear layers on row slices of a larger batch buffer (evaluation batc
   Mirror X(cpu, *gpu, x, DType::F16, max_batch, in), W(cpu, *gpu, w, DType::F16, out, in, 32);
   Mirror B(cpu, *gpu, b, DType::F16, 1, out);
   Mirror Y = Mirror::output(cpu, *gpu, DType::F16, max_batch, out);
-  cpu.linear_forward(X.c.row_slice(0, batch), W.c, B.c, Y.c.row_slice(0, batch));
-  gpu->linear_forward(X.g.row_slice(0, batch), W.g, B.g, Y.g.row_slice(0, batch));
+  cpu.ops().linear_forward(X.c.row_slice(0, batch), W.c, B.c, Y.c.row_slice(0, batch));
+  gpu->ops().linear_forward(X.g.row_slice(0, batch), W.g, B.g, Y.g.row_slice(0, batch));
   const std::vector<float> yc = read(cpu, Y.c), yg = read(*gpu, Y.g);
   check_gemm_output(yg, yc, DType::F16, in);
   for (size_t i = batch * out; i < max_batch * out; ++i) REQUIRE(yg[i] == 0.0f);  // rows past the slice untouched
@@ -101,8 +101,8 @@ TEST_CASE("linear forward without the bias epilogue (a bias below 16-byte alignm
       Mirror X(cpu, *gpu, x, t, s.batch, s.in), W(cpu, *gpu, w, t, s.out, s.in, 32);
       Mirror B(cpu, *gpu, b, t, 1, s.out, 1);  // one element in: 2-byte alignment, no epilogue
       Mirror Y = Mirror::output(cpu, *gpu, t, s.batch, s.out);
-      cpu.linear_forward(X.c, W.c, B.c, Y.c);
-      gpu->linear_forward(X.g, W.g, B.g, Y.g);
+      cpu.ops().linear_forward(X.c, W.c, B.c, Y.c);
+      gpu->ops().linear_forward(X.g, W.g, B.g, Y.g);
       check_gemm_output(read(*gpu, Y.g), read(cpu, Y.c), t, s.in);
     }
   }
@@ -117,8 +117,8 @@ TEST_CASE("linear weight gradient over a long batch rounds its 16-bit output onc
     const int64_t batch = 8192, in = 24, out = 16;
     const auto cs = ops_ref::make_gemm_case(out, in, batch, 1, true, false, t, t, 1.0f, 0.0f, {}, 77);
     Dev dy(*dev, cs.a), x(*dev, cs.b), dw(*dev, cs.c0);
-    Buffer db = dev->alloc(size_t(out) * dtype_size(t));
-    dev->linear_backward_weight(Tensor{dy.get(), t, size_t(batch), size_t(out)}, Tensor{x.get(), t, size_t(batch), size_t(in)},
+    Buffer db = dev->memory().alloc(size_t(out) * dtype_size(t));
+    dev->ops().linear_backward_weight(Tensor{dy.get(), t, size_t(batch), size_t(out)}, Tensor{x.get(), t, size_t(batch), size_t(in)},
                                 Tensor{dw.get(), t, size_t(out), size_t(in)}, Tensor{db.data(), t, 1, size_t(out)});
     OPS_REQUIRE_GEMM(cs, dw.read(t), 4.0);  // the bound of test_ops_general.cpp's device GEMMs
   }

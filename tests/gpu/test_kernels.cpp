@@ -19,10 +19,10 @@ const float kInf = std::numeric_limits<float>::infinity();
 struct Scalars {
   Buffer c, g;
   Scalars(Backend& cpu, Backend& gpu, const void* init, size_t bytes) {
-    c = cpu.alloc(bytes);
-    g = gpu.alloc(bytes);
-    cpu.upload(c.data(), init, bytes);
-    gpu.upload(g.data(), init, bytes);
+    c = cpu.memory().alloc(bytes);
+    g = gpu.memory().alloc(bytes);
+    cpu.memory().upload(c.data(), init, bytes);
+    gpu.memory().upload(g.data(), init, bytes);
   }
 };
 
@@ -41,17 +41,17 @@ TEST_CASE("activations forward and backward match the CPU", "[.cuda][ops]") {
       INFO(dtype_name(dt) << (a == Activation::Relu ? " relu" : " gelu"));
       Mirror Z(cpu, *gpu, z, dt, rows, cols), DY(cpu, *gpu, dy, dt, rows, cols);
       Mirror Y = Mirror::output(cpu, *gpu, dt, rows, cols), DZ = Mirror::output(cpu, *gpu, dt, rows, cols);
-      cpu.activation_forward(a, Z.c, Y.c);
-      gpu->activation_forward(a, Z.g, Y.g);
-      cpu.activation_backward(a, Z.c, DY.c, DZ.c);
-      gpu->activation_backward(a, Z.g, DY.g, DZ.g);
+      cpu.ops().activation_forward(a, Z.c, Y.c);
+      gpu->ops().activation_forward(a, Z.g, Y.g);
+      cpu.ops().activation_backward(a, Z.c, DY.c, DZ.c);
+      gpu->ops().activation_backward(a, Z.g, DY.g, DZ.g);
       const double rtol = a == Activation::Relu ? 0.0 : 2 * eps_of(dt) + 1e-6;
       const double atol = a == Activation::Relu ? 0.0 : 2e-5;  // erff/expf differ by an ulp near cancellation
       GPU_REQUIRE_CLOSE(read(*gpu, Y.g), read(cpu, Y.c), rtol, atol);
       GPU_REQUIRE_CLOSE(read(*gpu, DZ.g), read(cpu, DZ.c), rtol, atol);
       // In place, as the MLP's backward runs it: dz is dy's memory.
-      cpu.activation_backward(a, Z.c, DY.c, DY.c);
-      gpu->activation_backward(a, Z.g, DY.g, DY.g);
+      cpu.ops().activation_backward(a, Z.c, DY.c, DY.c);
+      gpu->ops().activation_backward(a, Z.g, DY.g, DY.g);
       GPU_REQUIRE_CLOSE(read(*gpu, DY.g), read(cpu, DY.c), rtol, atol);
     }
   }
@@ -82,13 +82,13 @@ TEST_CASE("softmax cross-entropy matches the CPU: loss, hits, scaled gradient", 
       const float inv = 1.0f / float(rows);
       auto* ca = acc.c.as<Acc>();
       auto* ga = acc.g.as<Acc>();
-      cpu.softmax_xent(dense_xent_args(L.c, lab.c.as<int32_t>(), &ca->scale, inv, D.c, &ca->loss_sum, &ca->correct));
-      gpu->softmax_xent(dense_xent_args(L.g, lab.g.as<int32_t>(), &ga->scale, inv, D.g, &ga->loss_sum, &ga->correct));
+      cpu.ops().softmax_xent(dense_xent_args(L.c, lab.c.as<int32_t>(), &ca->scale, inv, D.c, &ca->loss_sum, &ca->correct));
+      gpu->ops().softmax_xent(dense_xent_args(L.g, lab.g.as<int32_t>(), &ga->scale, inv, D.g, &ga->loss_sum, &ga->correct));
       GPU_REQUIRE_CLOSE(read(*gpu, D.g), read(cpu, D.c), 2 * eps_of(dt) + 1e-6, 1e-6);
       // Evaluation form: no gradient, accumulate again.
       const Tensor none_c{nullptr, dt, rows, c}, none_g{nullptr, dt, rows, c};
-      cpu.softmax_xent(dense_xent_args(L.c, lab.c.as<int32_t>(), &ca->scale, 1.0f, none_c, &ca->loss_sum, &ca->correct));
-      gpu->softmax_xent(dense_xent_args(L.g, lab.g.as<int32_t>(), &ga->scale, 1.0f, none_g, &ga->loss_sum, &ga->correct));
+      cpu.ops().softmax_xent(dense_xent_args(L.c, lab.c.as<int32_t>(), &ca->scale, 1.0f, none_c, &ca->loss_sum, &ca->correct));
+      gpu->ops().softmax_xent(dense_xent_args(L.g, lab.g.as<int32_t>(), &ga->scale, 1.0f, none_g, &ga->loss_sum, &ga->correct));
       const Acc want = read_one<Acc>(cpu, acc.c.data()), got = read_one<Acc>(*gpu, acc.g.data());
       CHECK(got.correct == want.correct);
       CHECK(got.loss_sum == Approx(want.loss_sum).epsilon(1e-6));
@@ -124,7 +124,7 @@ TEST_CASE("softmax cross-entropy over padded rows (a padded vocabulary) matches 
       x.ld_logits = int64_t(ld), x.labels = (side ? lab.g : lab.c).as<int32_t>(), x.scale = &a->scale;
       x.inv_count = 1.0f / float(rows), x.dlogits = (side ? D.g : D.c).data, x.dlogits_type = dt;
       x.ld_dlogits = int64_t(ld), x.loss_sum = &a->loss_sum, x.correct = &a->correct;
-      be.softmax_xent(x);
+      be.ops().softmax_xent(x);
     }
     const std::vector<float> dg = read(*gpu, D.g), dc = read(cpu, D.c);
     GPU_REQUIRE_CLOSE(dg, dc, 2 * eps_of(dt) + 1e-6, 1e-6);  // NaN must meet NaN: the padding on both
@@ -155,9 +155,9 @@ TEST_CASE("softmax cross-entropy: NaN logits give the CPU's arg-max and NaN grad
     float scale;
   } init{0.0f, 0, 1.0f};
   Scalars acc(cpu, *gpu, &init, sizeof init);
-  cpu.softmax_xent(dense_xent_args(L.c, lab.c.as<int32_t>(), &acc.c.as<Acc>()->scale, 0.125f, D.c, &acc.c.as<Acc>()->loss_sum,
+  cpu.ops().softmax_xent(dense_xent_args(L.c, lab.c.as<int32_t>(), &acc.c.as<Acc>()->scale, 0.125f, D.c, &acc.c.as<Acc>()->loss_sum,
                    &acc.c.as<Acc>()->correct));
-  gpu->softmax_xent(dense_xent_args(L.g, lab.g.as<int32_t>(), &acc.g.as<Acc>()->scale, 0.125f, D.g, &acc.g.as<Acc>()->loss_sum,
+  gpu->ops().softmax_xent(dense_xent_args(L.g, lab.g.as<int32_t>(), &acc.g.as<Acc>()->scale, 0.125f, D.g, &acc.g.as<Acc>()->loss_sum,
                     &acc.g.as<Acc>()->correct));
   CHECK(read_one<Acc>(*gpu, acc.g.data()).correct == read_one<Acc>(cpu, acc.c.data()).correct);
   GPU_REQUIRE_CLOSE(read(*gpu, D.g), read(cpu, D.c), 2 * eps_of(DType::F16), 1e-6);
@@ -178,12 +178,12 @@ TEST_CASE("mse matches the CPU", "[.cuda][loss]") {
       } init{2.25f, 512.0f};
       Scalars acc(cpu, *gpu, &init, sizeof init);
       const float inv = 1.0f / float(rows * cols);
-      cpu.mse(P.c, T.c, &acc.c.as<Acc>()->scale, inv, D.c, &acc.c.as<Acc>()->loss_sum);
-      gpu->mse(P.g, T.g, &acc.g.as<Acc>()->scale, inv, D.g, &acc.g.as<Acc>()->loss_sum);
+      cpu.ops().mse(P.c, T.c, &acc.c.as<Acc>()->scale, inv, D.c, &acc.c.as<Acc>()->loss_sum);
+      gpu->ops().mse(P.g, T.g, &acc.g.as<Acc>()->scale, inv, D.g, &acc.g.as<Acc>()->loss_sum);
       GPU_REQUIRE_CLOSE(read(*gpu, D.g), read(cpu, D.c), 0.0, 0.0);  // one product, rounded alike
       const Tensor none_c{nullptr, dt, rows, cols}, none_g{nullptr, dt, rows, cols};
-      cpu.mse(P.c, T.c, &acc.c.as<Acc>()->scale, 1.0f, none_c, &acc.c.as<Acc>()->loss_sum);
-      gpu->mse(P.g, T.g, &acc.g.as<Acc>()->scale, 1.0f, none_g, &acc.g.as<Acc>()->loss_sum);
+      cpu.ops().mse(P.c, T.c, &acc.c.as<Acc>()->scale, 1.0f, none_c, &acc.c.as<Acc>()->loss_sum);
+      gpu->ops().mse(P.g, T.g, &acc.g.as<Acc>()->scale, 1.0f, none_g, &acc.g.as<Acc>()->loss_sum);
       CHECK(read_one<Acc>(*gpu, acc.g.data()).loss_sum == Approx(read_one<Acc>(cpu, acc.c.data()).loss_sum).epsilon(1e-6));
     }
   }
@@ -207,8 +207,8 @@ TEST_CASE("find_nonfinite: first bad tensor within a range, smallest flag kept",
       for (int32_t init : {0, 2, 9}) {
         INFO(dtype_name(dt) << " range [" << rg.first << ", " << rg.second << ") initial flag " << init);
         Scalars f(cpu, *gpu, &init, sizeof init);
-        cpu.find_nonfinite(G.c.data, dt, spans, rg.first, rg.second, f.c.as<int32_t>());
-        gpu->find_nonfinite(G.g.data, dt, spans, rg.first, rg.second, f.g.as<int32_t>());
+        cpu.amp_kernels().find_nonfinite(G.c.data, dt, spans, rg.first, rg.second, f.c.as<int32_t>());
+        gpu->amp_kernels().find_nonfinite(G.g.data, dt, spans, rg.first, rg.second, f.g.as<int32_t>());
         CHECK(read_one<int32_t>(*gpu, f.g.data()) == read_one<int32_t>(cpu, f.c.data()));
       }
     }
@@ -236,9 +236,9 @@ TEST_CASE("unscale_check: unscaled values bit-exact, flags and squared norm as t
           int32_t flags[5];
         } init{scale, -1.0f, {0, 0, 5, 0, 0}};
         Scalars s(cpu, *gpu, &init, sizeof init);
-        cpu.unscale_check(G.c.data, dt, spans, &s.c.as<S>()->scale, O.c.as<float>(), s.c.as<S>()->flags,
+        cpu.amp_kernels().unscale_check(G.c.data, dt, spans, &s.c.as<S>()->scale, O.c.as<float>(), s.c.as<S>()->flags,
                           &s.c.as<S>()->norm_sq);
-        gpu->unscale_check(G.g.data, dt, spans, &s.g.as<S>()->scale, O.g.as<float>(), s.g.as<S>()->flags,
+        gpu->amp_kernels().unscale_check(G.g.data, dt, spans, &s.g.as<S>()->scale, O.g.as<float>(), s.g.as<S>()->flags,
                            &s.g.as<S>()->norm_sq);
         // Bit-exact, except that a NaN only has to stay a NaN: x86 keeps the input's payload through
         // the multiply, the GPU returns its canonical NaN (the contract is "some NaN").
@@ -262,7 +262,7 @@ TEST_CASE("unscale_check: unscaled values bit-exact, flags and squared norm as t
         if (std::isfinite(want.norm_sq)) CHECK(got.norm_sq == Approx(want.norm_sq).epsilon(1e-6));
         else CHECK(std::isnan(got.norm_sq) == std::isnan(want.norm_sq));
         // Without the norm.
-        gpu->unscale_check(G.g.data, dt, spans, &s.g.as<S>()->scale, O.g.as<float>(), s.g.as<S>()->flags, nullptr);
+        gpu->amp_kernels().unscale_check(G.g.data, dt, spans, &s.g.as<S>()->scale, O.g.as<float>(), s.g.as<S>()->flags, nullptr);
         CHECK(f32_bits(read_one<S>(*gpu, s.g.data()).norm_sq) == f32_bits(got.norm_sq));  // untouched
       }
     }
@@ -283,7 +283,7 @@ TEST_CASE("grad_stats: zero and subnormal fractions and max magnitude as the CPU
     g[spans[2].offset + 4100] = kNaN;
     INFO(dtype_name(dt));
     Mirror G(cpu, *gpu, g, dt, 1, layout.total);
-    const auto want = cpu.grad_stats(G.c.data, dt, spans), got = gpu->grad_stats(G.g.data, dt, spans);
+    const auto want = cpu.amp_kernels().grad_stats(G.c.data, dt, spans), got = gpu->amp_kernels().grad_stats(G.g.data, dt, spans);
     REQUIRE(got.size() == want.size());
     for (size_t t = 0; t < want.size(); ++t) {
       INFO("tensor " << t);
@@ -343,10 +343,17 @@ TEST_CASE("optimizer_step: SGD and AdamW as the CPU, with clipping and the worki
             Mirror* mm[] = {&W, &G, &M, &V, &LP};
             auto t = [&](Mirror* x) { return side ? x->g : x->c; };
             S* sp = (side ? s.g : s.c).as<S>();
-            be.optimizer_step(p, &sp->lr, max_norm, t(mm[0]).as<float>(), t(mm[1]).as<float>(),
-                              momentum ? t(mm[2]).as<float>() : nullptr,
-                              p.kind == OptimizerKind::AdamW ? t(mm[3]).as<float>() : nullptr, n,
-                              with_lp ? t(mm[4]).data : nullptr, lpt, sp->flags, &sp->norm_sq, &sp->scaler);
+            OptimizerStepArgs a;
+            a.params = p;
+            a.lr = &sp->lr;
+            a.max_norm = max_norm;
+            a.master = t(mm[0]).as<float>(), a.g32 = t(mm[1]).as<float>();
+            a.state1 = momentum ? t(mm[2]).as<float>() : nullptr;
+            a.state2 = p.kind == OptimizerKind::AdamW ? t(mm[3]).as<float>() : nullptr;
+            a.n = n;
+            a.lp = with_lp ? t(mm[4]).data : nullptr, a.lp_dtype = lpt;
+            a.verdict = AmpVerdict{sp->flags, &sp->norm_sq, &sp->scaler};
+            be.optimizer().optimizer_step(a);
           }
           if (skip) {
             CHECK(read(*gpu, W.g) == w);
@@ -389,8 +396,8 @@ TEST_CASE("update_scale: the device state machine follows the host's on a script
   for (const ScalerParams& p : {dyn, stat, none}) {
     INFO("mode " << int(p.mode));
     ScalerState host = scaler_init(p);
-    Buffer st = gpu->alloc(sizeof(ScalerState)), fl = gpu->alloc(OverflowFlags::count(world) * sizeof(int32_t));
-    gpu->upload(st.data(), &host, sizeof host);
+    Buffer st = gpu->memory().alloc(sizeof(ScalerState)), fl = gpu->memory().alloc(OverflowFlags::count(world) * sizeof(int32_t));
+    gpu->memory().upload(st.data(), &host, sizeof host);
     for (int step = 1; step <= 60; ++step) {
       std::vector<int32_t> flags(OverflowFlags::count(world), 0);
       if (std::find(bad.begin(), bad.end(), step) != bad.end()) {
@@ -398,8 +405,8 @@ TEST_CASE("update_scale: the device state machine follows the host's on a script
         flags[OverflowFlags::kReduced] = 1 + step % 4;
         flags[size_t(OverflowFlags::kRank0 + step % world)] = 1 + step % 5;
       }
-      gpu->upload(fl.data(), flags.data(), flags.size() * sizeof(int32_t));
-      gpu->update_scale(st.as<ScalerState>(), p, fl.as<int32_t>(), world);
+      gpu->memory().upload(fl.data(), flags.data(), flags.size() * sizeof(int32_t));
+      gpu->amp_kernels().update_scale(st.as<ScalerState>(), p, fl.as<int32_t>(), world);
       scaler_record_flags(host, flags.data(), world);
       scaler_update(host, p, flags[OverflowFlags::kAny] != 0);
       const ScalerState dev = read_one<ScalerState>(*gpu, st.data());
@@ -452,10 +459,17 @@ TEST_CASE("check_norm + optimizer_step: clipping by a non-finite norm skips and 
             Backend& be = side ? static_cast<Backend&>(*gpu) : static_cast<Backend&>(cpu);
             auto t = [&](Mirror& x) { return side ? x.g : x.c; };
             S* sp = (side ? s.g : s.c).as<S>();
-            be.check_norm(&sp->norm_sq, max_norm, sp->flags);  // the norm's verdict, then the step
-            be.optimizer_step(p, &sp->lr, max_norm, t(W).as<float>(), t(G).as<float>(), t(M).as<float>(),
-                              p.kind == OptimizerKind::AdamW ? t(V).as<float>() : nullptr, n, t(LP).data,
-                              DType::F16, sp->flags, &sp->norm_sq, &sp->scaler);
+            be.amp_kernels().check_norm(&sp->norm_sq, max_norm, sp->flags);  // the norm's verdict, then the step
+            OptimizerStepArgs a;
+            a.params = p;
+            a.lr = &sp->lr;
+            a.max_norm = max_norm;
+            a.master = t(W).as<float>(), a.g32 = t(G).as<float>(), a.state1 = t(M).as<float>();
+            a.state2 = p.kind == OptimizerKind::AdamW ? t(V).as<float>() : nullptr;
+            a.n = n;
+            a.lp = t(LP).data, a.lp_dtype = DType::F16;
+            a.verdict = AmpVerdict{sp->flags, &sp->norm_sq, &sp->scaler};
+            be.optimizer().optimizer_step(a);
           }
           const S got_g = read_one<S>(*gpu, s.g.data());
           const S got_c = read_one<S>(cpu, s.c.data());
@@ -499,26 +513,26 @@ TEST_CASE("sharded norm: partials in the flag slots, the sharded unscale pass an
     convert(g.data(), DType::F32, raw.data(), dt, n);
     // Each "rank" writes its partial into its own slots; the slots of all ranks then sum.
     std::vector<int32_t> fc(OverflowFlags::count(world), 0), fg(fc.size(), 0);
-    Buffer gc = cpu.alloc(n * 2), gg = gpu->alloc(n * 2), oc = cpu.alloc(n * 4), og = gpu->alloc(n * 4);
-    cpu.upload(gc.data(), raw.data(), n * 2);
-    gpu->upload(gg.data(), raw.data(), n * 2);
-    Buffer flc = cpu.alloc(fc.size() * 4), flg = gpu->alloc(fg.size() * 4);
-    cpu.upload(flc.data(), fc.data(), fc.size() * 4);
-    gpu->upload(flg.data(), fg.data(), fg.size() * 4);
+    Buffer gc = cpu.memory().alloc(n * 2), gg = gpu->memory().alloc(n * 2), oc = cpu.memory().alloc(n * 4), og = gpu->memory().alloc(n * 4);
+    cpu.memory().upload(gc.data(), raw.data(), n * 2);
+    gpu->memory().upload(gg.data(), raw.data(), n * 2);
+    Buffer flc = cpu.memory().alloc(fc.size() * 4), flg = gpu->memory().alloc(fg.size() * 4);
+    cpu.memory().upload(flc.data(), fc.data(), fc.size() * 4);
+    gpu->memory().upload(flg.data(), fg.data(), fg.size() * 4);
     const float scale = 256.0f;
     Scalars sc(cpu, *gpu, &scale, sizeof scale);
     for (int r = 0; r < world; ++r) {
-      cpu.unscale_check(gc.data(), dt, spans, sc.c.as<float>(), oc.as<float>(), flc.as<int32_t>(), nullptr,
+      cpu.amp_kernels().unscale_check(gc.data(), dt, spans, sc.c.as<float>(), oc.as<float>(), flc.as<int32_t>(), nullptr,
                         flc.as<int32_t>() + OverflowFlags::norm_slot(r, world));
-      gpu->unscale_check(gg.data(), dt, spans, sc.g.as<float>(), og.as<float>(), flg.as<int32_t>(), nullptr,
+      gpu->amp_kernels().unscale_check(gg.data(), dt, spans, sc.g.as<float>(), og.as<float>(), flg.as<int32_t>(), nullptr,
                          flg.as<int32_t>() + OverflowFlags::norm_slot(r, world));
     }
     float nc = 0, ng = 0;
-    Buffer nbc = cpu.alloc(4), nbg = gpu->alloc(4);
-    cpu.sum_norm_partials(flc.as<int32_t>(), world, nbc.as<float>());
-    gpu->sum_norm_partials(flg.as<int32_t>(), world, nbg.as<float>());
-    cpu.download(&nc, nbc.data(), 4);
-    gpu->download(&ng, nbg.data(), 4);
+    Buffer nbc = cpu.memory().alloc(4), nbg = gpu->memory().alloc(4);
+    cpu.amp_kernels().sum_norm_partials(flc.as<int32_t>(), world, nbc.as<float>());
+    gpu->amp_kernels().sum_norm_partials(flg.as<int32_t>(), world, nbg.as<float>());
+    cpu.memory().download(&nc, nbc.data(), 4);
+    gpu->memory().download(&ng, nbg.data(), 4);
     double want = 0;
     std::vector<float> back(n);
     convert(raw.data(), dt, back.data(), DType::F32, n);

@@ -22,7 +22,7 @@ DeviceStream& stream_of(Backend& be) {
 TEST_CASE("nccl: the step clock reads eager steps and each completed graph launch once", "[.cuda][nccl]") {
   auto be = rank_backend();
   const size_t count = size_t(8) << 20;  // 16 MiB of f16: the collective takes measurable time
-  Buffer src = be->alloc(count * 4), buf = be->alloc(count * 2);
+  Buffer src = be->memory().alloc(count * 4), buf = be->memory().alloc(count * 2);
   {
     NcclCommunicator comm(world(), stream_of(*be));
     StepClock& clock = comm;
@@ -30,7 +30,7 @@ TEST_CASE("nccl: the step clock reads eager steps and each completed graph launc
     CHECK_FALSE(clock.clock_poll(&c, &e));  // nothing measured yet
     auto step = [&] {
       clock.clock_begin_step();
-      be->cast(src.data(), DType::F32, buf.data(), DType::F16, count);  // compute before the collective
+      be->ops().cast(src.data(), DType::F32, buf.data(), DType::F16, count);  // compute before the collective
       auto r1 = comm.iallreduce(BufView{buf.data(), count / 2, DType::F16}, ReduceOp::Sum);
       auto r2 = comm.iallreduce(BufView{static_cast<char*>(buf.data()) + count, count / 2, DType::F16}, ReduceOp::Sum);
       clock.clock_wait_begins();
@@ -48,29 +48,29 @@ TEST_CASE("nccl: the step clock reads eager steps and each completed graph launc
       CHECK(e < 1.0);
     };
     for (int i = 0; i < 2; ++i) step();  // eager
-    be->synchronize();
+    be->memory().synchronize();
     REQUIRE(clock.clock_poll(&c, &e));  // the later of the two
     check_times();
     CHECK_FALSE(clock.clock_poll(&c, &e));  // read once
-    REQUIRE(be->begin_capture());
+    REQUIRE(be->capture().begin_capture());
     step();
     CHECK_FALSE(clock.clock_poll(&c, &e));  // never during a capture
-    be->end_capture();
+    be->capture().end_capture();
     CHECK_FALSE(clock.clock_poll(&c, &e));  // captured, not launched yet
-    be->replay();
-    be->synchronize();
+    be->capture().replay();
+    be->memory().synchronize();
     REQUIRE(clock.clock_poll(&c, &e));
     check_times();
     CHECK_FALSE(clock.clock_poll(&c, &e));  // the same launch is not read twice
-    be->replay();
-    be->replay();
-    be->synchronize();
+    be->capture().replay();
+    be->capture().replay();
+    be->memory().synchronize();
     REQUIRE(clock.clock_poll(&c, &e));  // the latest launch; the one before it is lost
     check_times();
     CHECK_FALSE(clock.clock_poll(&c, &e));
     // An eager step after the graph's launches is read too.
     step();
-    be->synchronize();
+    be->memory().synchronize();
     REQUIRE(clock.clock_poll(&c, &e));
     check_times();
   }
@@ -82,11 +82,11 @@ TEST_CASE("nccl: the gradient reducer measures eager and replayed steps", "[.cud
   auto be = rank_backend();
   std::vector<TensorSpan> spans{{0, 300000}, {300032, 700000}, {1000064, 5000}};
   const size_t total = 1005088;
-  Buffer grads = be->alloc(total * 2), flags = be->alloc(64);
+  Buffer grads = be->memory().alloc(total * 2), flags = be->memory().alloc(64);
   NcclCommunicator comm(world(), stream_of(*be));
   int32_t* my_flag = flags.as<int32_t>() + OverflowFlags::rank_slot(comm.rank());
   GradReducer red(comm, spans, total, DType::F16, grads.data(), 1 << 20, 1 << 20, [&](size_t begin, size_t end) {
-    be->find_nonfinite(grads.data(), DType::F16, spans, begin, end, my_flag);
+    be->amp_kernels().find_nonfinite(grads.data(), DType::F16, spans, begin, end, my_flag);
   });
   auto step = [&] {
     red.begin_step();
@@ -99,14 +99,14 @@ TEST_CASE("nccl: the gradient reducer measures eager and replayed steps", "[.cud
     if (s < 3) {
       step();
     } else if (s == 3) {
-      REQUIRE(be->begin_capture());
+      REQUIRE(be->capture().begin_capture());
       step();
-      be->end_capture();
-      be->replay();
+      be->capture().end_capture();
+      be->capture().replay();
     } else {
-      be->replay();
+      be->capture().replay();
     }
-    be->synchronize();  // as at a log step: the step's events have completed before the next one
+    be->memory().synchronize();  // as at a log step: the step's events have completed before the next one
     const ReducerStats& rs = red.last_step();
     INFO("step " << s << ": comm " << rs.comm_seconds << " s, exposed " << rs.exposed_seconds << " s");
     if (comm.size() == 1) {

@@ -1,5 +1,5 @@
 // The general ops on the device against the double-precision GEMM reference and the CPU twins
-// (amp::cpu::GeneralOps): the cases of tests/unit/test_ops_general.cpp on every GEMM path of the
+// (amp::cpu::CpuOps): the cases of tests/unit/test_ops_general.cpp on every GEMM path of the
 // device (CUDA: cuBLASLt, and cublasGemmStridedBatchedEx where cuBLASLt has no algorithm), add and
 // row_sum bit-identical to the CPU, and a captured step of all three replayed.
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/ops_general.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "device_raw.h"
 
@@ -27,7 +27,7 @@ Raw run_gemm(Backend& dev, const ops_ref::GemmCase& cs, std::string* path = null
   Dev a(dev, cs.a), b(dev, cs.b), c(dev, cs.c0);
   const GemmArgs g = cs.bind(a.get(), b.get(), c.get());
   if (path) *path = gemm_path(dev, g);
-  dev.gemm(g);
+  dev.ops().gemm(g);
   return c.read(cs.g.c);
 }
 
@@ -120,15 +120,15 @@ TEST_CASE("cuda gemm: dense aligned products, k = 0 and invalid arguments", "[.c
   }
   GemmArgs g;
   g.m = 0, g.n = 4, g.k = 3;
-  REQUIRE_NOTHROW(dev->gemm(g));
+  REQUIRE_NOTHROW(dev->ops().gemm(g));
   auto cs = ops_ref::make_gemm_case(4, 5, 6, 2, true, false, DType::F32, DType::F32, 1.0f, 0.0f, {}, 11);
   Dev a(*dev, cs.a), b(*dev, cs.b), c(*dev, cs.c0);
   GemmArgs bad = cs.bind(a.get(), b.get(), c.get());
   bad.lda = bad.m - 1;
-  REQUIRE_THROWS_AS(dev->gemm(bad), Error);
+  REQUIRE_THROWS_AS(dev->ops().gemm(bad), Error);
   bad = cs.bind(a.get(), b.get(), c.get());
   bad.c = DType::F16;
-  REQUIRE_THROWS_AS(dev->gemm(bad), Error);
+  REQUIRE_THROWS_AS(dev->ops().gemm(bad), Error);
   REQUIRE(c.read(DType::F32).bytes == cs.c0.bytes);
 }
 
@@ -163,8 +163,8 @@ TEST_CASE("cuda gemm: attention's strides into a [T, 3, H, D] buffer", "[.cuda][
     pv.B = static_cast<const char*>(dqkv.get()) + 2 * H * D * es, pv.ldb = 3 * H * D, pv.stride_b = D;
     pv.C = dout.get(), pv.ldc = H * D, pv.stride_c = D, pv.ab = ab, pv.c = ab;
     INFO("paths " << gemm_path(*dev, g) << " / " << gemm_path(*dev, pv));
-    dev->gemm(g);
-    dev->gemm(pv);
+    dev->ops().gemm(g);
+    dev->ops().gemm(pv);
     const Raw gs = dscores.read(ab), go = dout.read(ab);
     const double u = ops_ref::unit_roundoff(ab), acc = kDeviceAccFactor * 0x1p-24;
     for (int64_t h = 0; h < H; ++h)
@@ -200,7 +200,7 @@ TEST_CASE("cuda gemm: attention's strides into a [T, 3, H, D] buffer", "[.cuda][
 
 TEST_CASE("cuda add: every dtype combination bit-identical to the CPU twin, in place too", "[.cuda][ops]") {
   auto dev = make_device();
-  cpu::GeneralOps cpu_ops;
+  cpu::CpuOps cpu_ops;
   uint64_t seed = 4000;
   for (int64_t n : {1, 7, 2053, 100003})
     for (DType ta : kFloatTypes)
@@ -219,7 +219,7 @@ TEST_CASE("cuda add: every dtype combination bit-identical to the CPU twin, in p
             const auto off = [&](void* p, DType t) { return static_cast<char*>(p) + offset * dtype_size(t); };
             cpu_ops.add(AddArgs{off(a.data(), ta), ta, off(b.data(), tb), tb, off(cpu_out.data(), to), to, n, scale});
             Dev da(*dev, a), db(*dev, b), dout(*dev, out);
-            dev->add(AddArgs{off(da.get(), ta), ta, off(db.get(), tb), tb, off(dout.get(), to), to, n, scale});
+            dev->ops().add(AddArgs{off(da.get(), ta), ta, off(db.get(), tb), tb, off(dout.get(), to), to, n, scale});
             const Raw got = dout.read(to);
             for (size_t i = 0; i < got.size(); ++i) {
               INFO("element " << i << ": device " << got.get(i) << " cpu " << cpu_out.get(i));
@@ -233,7 +233,7 @@ TEST_CASE("cuda add: every dtype combination bit-identical to the CPU twin, in p
     ops_ref::fill_random(b, 2);
     const Raw spec = ops_ref::add_spec(a, b, t);
     Dev da(*dev, a), db(*dev, b);
-    dev->add(AddArgs{da.get(), t, db.get(), t, da.get(), t, 1000});
+    dev->ops().add(AddArgs{da.get(), t, db.get(), t, da.get(), t, 1000});
     const Raw got = da.read(t);
     for (size_t i = 0; i < got.size(); ++i) REQUIRE(ops_ref::same_value(got, i, spec, i));
   }
@@ -241,7 +241,7 @@ TEST_CASE("cuda add: every dtype combination bit-identical to the CPU twin, in p
 
 TEST_CASE("cuda row_sum: every dtype pair bit-identical to the CPU twin and the specification", "[.cuda][ops]") {
   auto dev = make_device();
-  cpu::GeneralOps cpu_ops;
+  cpu::CpuOps cpu_ops;
   struct Shape {
     int64_t rows, cols, ldx;
   };
@@ -262,7 +262,7 @@ TEST_CASE("cuda row_sum: every dtype pair bit-identical to the CPU twin and the 
         Raw cpu_out = out;
         cpu_ops.row_sum(RowSumArgs{x.data(), tx, s.rows, s.cols, s.ldx, cpu_out.data(), to});
         Dev dx(*dev, x), dout(*dev, out);
-        dev->row_sum(RowSumArgs{dx.get(), tx, s.rows, s.cols, s.ldx, dout.get(), to});
+        dev->ops().row_sum(RowSumArgs{dx.get(), tx, s.rows, s.cols, s.ldx, dout.get(), to});
         const Raw got = dout.read(to);
         const Raw spec = ops_ref::row_sum_spec(x, s.rows, s.cols, s.ldx, to);
         for (size_t j = 0; j < got.size(); ++j) {
@@ -288,9 +288,9 @@ TEST_CASE("cuda general ops captured into a graph replay with the eager results"
   const AddArgs add{c.get(), t, dx.get(), t, dadd.get(), t, 48 * 40};
   const RowSumArgs rs{dadd.get(), t, 48, 40, 40, dsum.get(), DType::F32};
   auto step = [&] {
-    dev->gemm(g);
-    dev->add(add);
-    dev->row_sum(rs);
+    dev->ops().gemm(g);
+    dev->ops().add(add);
+    dev->ops().row_sum(rs);
   };
   step();  // eager, plans the GEMM
   const Raw c_eager = c.read(t), add_eager = dadd.read(t), sum_eager = dsum.read(DType::F32);

@@ -1,4 +1,4 @@
-// The transformer ops on the device against their CPU twins (amp::cpu::TransformerOps), which
+// The transformer ops on the device against their CPU twins (amp::cpu::CpuOps), which
 // tests/unit/test_ops_transformer.cpp checks against double references. The twins share every
 // per-element function and reduction order (backend/transformer_args.h), so the comparison asks
 // for the same bits (NaN payloads aside), after a tolerance check that says how far apart differing
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/ops_transformer.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "device_raw.h"
@@ -53,7 +53,7 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed, int3
 
 TEST_CASE("cuda tops layernorm forward and backward: bit-identical to the CPU twin", "[.cuda][tops]") {
   auto dev = make_device();
-  cpu::TransformerOps cpu_ops;
+  cpu::CpuOps cpu_ops;
   struct Shape {
     int64_t rows, C;
   };
@@ -91,11 +91,11 @@ TEST_CASE("cuda tops layernorm forward and backward: bit-identical to the CPU tw
         LayerNormArgs df = f;
         df.x = gx.get(), df.gamma = gg.get(), df.beta = gb.get(), df.y = gy.get();
         df.mean = gmean.as<float>(), df.rstd = grstd.as<float>();
-        dev->layernorm_forward(df);
+        dev->ops().layernorm_forward(df);
         LayerNormBackwardArgs db_ = bw;
         db_.dy = gdy.get(), db_.x = gx.get(), db_.gamma = gg.get(), db_.mean = gmean.as<float>();
         db_.rstd = grstd.as<float>(), db_.dx = gdx.get(), db_.dgamma = gdg.get(), db_.dbeta = gdb.get();
-        dev->layernorm_backward(db_);
+        dev->ops().layernorm_backward(db_);
         TWINS_REQUIRE_SAME(gy.read(t), y, "y");
         TWINS_REQUIRE_SAME(gmean.read(DType::F32), mean, "mean");
         TWINS_REQUIRE_SAME(grstd.read(DType::F32), rstd, "rstd");
@@ -106,14 +106,14 @@ TEST_CASE("cuda tops layernorm forward and backward: bit-identical to the CPU tw
         Dev gxi(*dev, x);
         LayerNormArgs di = df;
         di.x = gxi.get(), di.y = gxi.get(), di.mean = nullptr, di.rstd = nullptr;
-        dev->layernorm_forward(di);
+        dev->ops().layernorm_forward(di);
         TWINS_REQUIRE_SAME(gxi.read(t), y, "y in place");
       }
 }
 
 TEST_CASE("cuda tops causal softmax forward and backward: bit-identical to the CPU twin", "[.cuda][tops]") {
   auto dev = make_device();
-  cpu::TransformerOps cpu_ops;
+  cpu::CpuOps cpu_ops;
   uint64_t seed = 200;
   for (int64_t T : {1, 31, 64, 200})
     for (DType st : kTypes)
@@ -135,15 +135,15 @@ TEST_CASE("cuda tops causal softmax forward and backward: bit-identical to the C
           cpu_ops.causal_softmax_backward(
               CausalSoftmaxBackwardArgs{batch, T, scale, p.data(), pt, dp.data(), dpt, ds.data(), dst});
           Dev gs(*dev, s), gp(*dev, sentinel(pt, n)), gdp(*dev, dp), gds(*dev, sentinel(dst, n));
-          dev->causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, gs.get(), st, gp.get(), pt});
-          dev->causal_softmax_backward(
+          dev->ops().causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, gs.get(), st, gp.get(), pt});
+          dev->ops().causal_softmax_backward(
               CausalSoftmaxBackwardArgs{batch, T, scale, gp.get(), pt, gdp.get(), dpt, gds.get(), dst});
           TWINS_REQUIRE_SAME(gp.read(pt), p, "P");
           TWINS_REQUIRE_SAME(gds.read(dst), ds, "dS");
           if (st == pt && dpt == dst) {  // in place: P over S, dS over dP
             Dev gsi(*dev, s), gdpi(*dev, dp);
-            dev->causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, gsi.get(), st, gsi.get(), pt});
-            dev->causal_softmax_backward(
+            dev->ops().causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, gsi.get(), st, gsi.get(), pt});
+            dev->ops().causal_softmax_backward(
                 CausalSoftmaxBackwardArgs{batch, T, scale, gp.get(), pt, gdpi.get(), dpt, gdpi.get(), dst});
             TWINS_REQUIRE_SAME(gsi.read(pt), p, "P in place");
             TWINS_REQUIRE_SAME(gdpi.read(dst), ds, "dS in place");
@@ -153,7 +153,7 @@ TEST_CASE("cuda tops causal softmax forward and backward: bit-identical to the C
 
 TEST_CASE("cuda tops gelu_tanh forward and backward: bit-identical to the CPU twin, special values", "[.cuda][tops]") {
   auto dev = make_device();
-  cpu::TransformerOps cpu_ops;
+  cpu::CpuOps cpu_ops;
   uint64_t seed = 300;
   for (int64_t n : {1, 7, 4099, 100003})
     for (DType t : kTypes)
@@ -168,8 +168,8 @@ TEST_CASE("cuda tops gelu_tanh forward and backward: bit-identical to the CPU tw
         cpu_ops.gelu_tanh_forward(GeluArgs{off(x.data()), off(y.data()), t, n});
         cpu_ops.gelu_tanh_backward(GeluBackwardArgs{off(x.data()), off(dy.data()), off(dx.data()), t, n});
         Dev gx(*dev, x), gdy(*dev, dy), gy(*dev, sentinel(t, size_t(n + offset))), gdx(*dev, sentinel(t, size_t(n + offset)));
-        dev->activation_forward(Activation::GeluTanh, Tensor{off(gx.get()), t, 1, size_t(n)}, Tensor{off(gy.get()), t, 1, size_t(n)});
-        dev->activation_backward(Activation::GeluTanh, Tensor{off(gx.get()), t, 1, size_t(n)}, Tensor{off(gdy.get()), t, 1, size_t(n)}, Tensor{off(gdx.get()), t, 1, size_t(n)});
+        dev->ops().activation_forward(Activation::GeluTanh, Tensor{off(gx.get()), t, 1, size_t(n)}, Tensor{off(gy.get()), t, 1, size_t(n)});
+        dev->ops().activation_backward(Activation::GeluTanh, Tensor{off(gx.get()), t, 1, size_t(n)}, Tensor{off(gdy.get()), t, 1, size_t(n)}, Tensor{off(gdx.get()), t, 1, size_t(n)});
         // Special values make NaN and inf: same_value accepts NaN for NaN, and inf must match.
         const Raw ry = gy.read(t), rdx = gdx.read(t);
         size_t differ = 0;
@@ -184,8 +184,8 @@ TEST_CASE("cuda tops gelu_tanh forward and backward: bit-identical to the CPU tw
         REQUIRE(differ == 0);
         // In place on the device.
         Dev gxi(*dev, x), gdyi(*dev, dy);
-        dev->activation_forward(Activation::GeluTanh, Tensor{off(gxi.get()), t, 1, size_t(n)}, Tensor{off(gxi.get()), t, 1, size_t(n)});
-        dev->activation_backward(Activation::GeluTanh, Tensor{off(gx.get()), t, 1, size_t(n)}, Tensor{off(gdyi.get()), t, 1, size_t(n)}, Tensor{off(gdyi.get()), t, 1, size_t(n)});
+        dev->ops().activation_forward(Activation::GeluTanh, Tensor{off(gxi.get()), t, 1, size_t(n)}, Tensor{off(gxi.get()), t, 1, size_t(n)});
+        dev->ops().activation_backward(Activation::GeluTanh, Tensor{off(gx.get()), t, 1, size_t(n)}, Tensor{off(gdyi.get()), t, 1, size_t(n)}, Tensor{off(gdyi.get()), t, 1, size_t(n)});
         const Raw xi = gxi.read(t), dyi = gdyi.read(t);
         for (size_t i = size_t(offset); i < y.size(); ++i)
           REQUIRE((ops_ref::same_value(xi, i, y, i) && ops_ref::same_value(dyi, i, dx, i)));
@@ -210,8 +210,8 @@ TEST_CASE("cuda tops embedding forward and backward: repeated and invalid tokens
       if (!cs.one_token && N > 10) tok[3] = -1, tok[N - 2] = int32_t(cs.V);  // invalid: NaN rows, skipped
       const Raw wte = random_raw(t, size_t(cs.V * C), ++seed), wpe = random_raw(t, size_t(cs.P * C), ++seed, 0.1);
       const Raw dxin = random_raw(t, size_t(N * C), ++seed), dwte0 = random_raw(t, size_t(cs.V * C), ++seed, 4.0);
-      cpu::TransformerOps cpu_ops;
-      cpu_ops.reserve(N, cs.V);
+      cpu::CpuOps cpu_ops;
+      cpu_ops.reserve_embedding(N, cs.V);
       Raw x = sentinel(t, size_t(N * C)), dwte = dwte0, dwpe = sentinel(t, size_t(cs.P * C));
       EmbeddingArgs f;
       f.B = cs.B, f.T = cs.T, f.C = C, f.vocab = cs.V, f.max_positions = cs.P, f.type = t, f.tokens = tok.data();
@@ -223,21 +223,21 @@ TEST_CASE("cuda tops embedding forward and backward: repeated and invalid tokens
       cpu_ops.embedding_backward(b);
 
       auto dev = make_device();
-          dev->reserve_embedding(N, cs.V);
+          dev->ops().reserve_embedding(N, cs.V);
       Dev gtok(*dev, tok.data(), tok.size() * sizeof(int32_t)), gwte(*dev, wte), gwpe(*dev, wpe), gx(*dev, sentinel(t, size_t(N * C)));
       Dev gdx(*dev, dxin), gdwte(*dev, dwte0), gdwpe(*dev, sentinel(t, size_t(cs.P * C)));
       EmbeddingArgs df = f;
       df.tokens = gtok.as<int32_t>(), df.wte = gwte.get(), df.wpe = gwpe.get(), df.x = gx.get();
-      dev->embedding_forward(df);
+      dev->ops().embedding_forward(df);
       EmbeddingBackwardArgs db = b;
       db.tokens = gtok.as<int32_t>(), db.dx = gdx.get(), db.dwte = gdwte.get(), db.dwpe = gdwpe.get();
-      dev->embedding_backward(db);
+      dev->ops().embedding_backward(db);
       TWINS_REQUIRE_SAME(gx.read(t), x, "x");
       TWINS_REQUIRE_SAME(gdwte.read(t), dwte, "dwte");
       TWINS_REQUIRE_SAME(gdwpe.read(t), dwpe, "dwpe");
       // A second backward accumulates again, the same as on the CPU.
       cpu_ops.embedding_backward(b);
-      dev->embedding_backward(db);
+      dev->ops().embedding_backward(db);
       TWINS_REQUIRE_SAME(gdwte.read(t), dwte, "dwte after a second backward");
     }
 }
@@ -255,15 +255,15 @@ TEST_CASE("cuda tops embedding_backward: the reserve contract", "[.cuda][tops]")
     a.B = B, a.T = T, a.C = C, a.vocab = V, a.max_positions = T, a.type = DType::F16, a.tokens = gtok.as<int32_t>();
     a.dx = gdx.get(), a.dwte = gw.get(), a.dwpe = gp.get();
     if (dev == none.get()) {
-      REQUIRE_THROWS_AS(dev->embedding_backward(a), Error);
+      REQUIRE_THROWS_AS(dev->ops().embedding_backward(a), Error);
     } else if (dev == few.get()) {
-      dev->reserve_embedding(B * T - 1, V);
-      REQUIRE_THROWS_AS(dev->embedding_backward(a), Error);
+      dev->ops().reserve_embedding(B * T - 1, V);
+      REQUIRE_THROWS_AS(dev->ops().embedding_backward(a), Error);
     } else {
-      dev->reserve_embedding(B * T, V - 1);
-      REQUIRE_THROWS_AS(dev->embedding_backward(a), Error);
-      dev->reserve_embedding(1, V);  // grows the vocabulary only
-      REQUIRE_NOTHROW(dev->embedding_backward(a));
+      dev->ops().reserve_embedding(B * T, V - 1);
+      REQUIRE_THROWS_AS(dev->ops().embedding_backward(a), Error);
+      dev->ops().reserve_embedding(1, V);  // grows the vocabulary only
+      REQUIRE_NOTHROW(dev->ops().embedding_backward(a));
       REQUIRE(gw.read(DType::F16).bytes != w0.bytes);
     }
   }
@@ -289,31 +289,31 @@ TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them
   // poisoned tails, and the comparisons below would fail on them).
   Dev hy(*dev, Raw(t, size_t(n))), hdx(*dev, Raw(t, size_t(n))), ex(*dev, Raw(t, size_t(rows * Ce))),
       dwpe(*dev, Raw(t, size_t(T * Ce)));
-  dev->reserve_embedding(rows, V);
+  dev->ops().reserve_embedding(rows, V);
   auto step = [&] {
     // dwte accumulates: start each step from the same values (a same-dtype cast is a copy).
-    dev->cast(gwte0.get(), t, gwte.get(), t, size_t(V * Ce));
+    dev->ops().cast(gwte0.get(), t, gwte.get(), t, size_t(V * Ce));
     LayerNormArgs f;
     f.rows = rows, f.C = C, f.type = t, f.x = gx.get(), f.gamma = gg.get(), f.beta = gb.get(), f.y = y.get();
     f.mean = mean.as<float>(), f.rstd = rstd.as<float>();
-    dev->layernorm_forward(f);
+    dev->ops().layernorm_forward(f);
     LayerNormBackwardArgs lb;
     lb.rows = rows, lb.C = C, lb.type = t, lb.dy = gdy.get(), lb.x = gx.get(), lb.gamma = gg.get();
     lb.mean = mean.as<float>(), lb.rstd = rstd.as<float>(), lb.dx = dx.get(), lb.dgamma = dgam.get();
     lb.dbeta = dbet.get();
-    dev->layernorm_backward(lb);
-    dev->causal_softmax_forward(CausalSoftmaxArgs{batch, T, 0.125f, gs.get(), DType::F32, p.get(), t});
-    dev->causal_softmax_backward(CausalSoftmaxBackwardArgs{batch, T, 0.125f, p.get(), t, gdp.get(), t, ds.get(), t});
-    dev->activation_forward(Activation::GeluTanh, Tensor{ghx.get(), t, 1, size_t(n)}, Tensor{hy.get(), t, 1, size_t(n)});
-    dev->activation_backward(Activation::GeluTanh, Tensor{ghx.get(), t, 1, size_t(n)}, Tensor{ghdy.get(), t, 1, size_t(n)}, Tensor{hdx.get(), t, 1, size_t(n)});
+    dev->ops().layernorm_backward(lb);
+    dev->ops().causal_softmax_forward(CausalSoftmaxArgs{batch, T, 0.125f, gs.get(), DType::F32, p.get(), t});
+    dev->ops().causal_softmax_backward(CausalSoftmaxBackwardArgs{batch, T, 0.125f, p.get(), t, gdp.get(), t, ds.get(), t});
+    dev->ops().activation_forward(Activation::GeluTanh, Tensor{ghx.get(), t, 1, size_t(n)}, Tensor{hy.get(), t, 1, size_t(n)});
+    dev->ops().activation_backward(Activation::GeluTanh, Tensor{ghx.get(), t, 1, size_t(n)}, Tensor{ghdy.get(), t, 1, size_t(n)}, Tensor{hdx.get(), t, 1, size_t(n)});
     EmbeddingArgs ea;
     ea.B = B, ea.T = rows / B, ea.C = Ce, ea.vocab = V, ea.max_positions = T, ea.type = t;
     ea.tokens = gtok.as<int32_t>(), ea.wte = gwte0.get(), ea.wpe = gwpe.get(), ea.x = ex.get();
-    dev->embedding_forward(ea);
+    dev->ops().embedding_forward(ea);
     EmbeddingBackwardArgs eb;
     eb.B = B, eb.T = rows / B, eb.C = Ce, eb.vocab = V, eb.max_positions = T, eb.type = t;
     eb.tokens = gtok.as<int32_t>(), eb.dx = gedx.get(), eb.dwte = gwte.get(), eb.dwpe = dwpe.get();
-    dev->embedding_backward(eb);
+    dev->ops().embedding_backward(eb);
   };
   const Dev* outs[] = {&y, &mean, &rstd, &dx, &dgam, &dbet, &p, &ds, &hy, &hdx, &ex, &gwte, &dwpe};
   auto snapshot = [&] {
@@ -352,8 +352,8 @@ TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them
     CHECK(differing(first[k], replay2[k]) == differing(first[k], first[k]));
   }
   // And the device's results are the CPU twin's.
-  cpu::TransformerOps cpu_ops;
-  cpu_ops.reserve(rows, V);
+  cpu::CpuOps cpu_ops;
+  cpu_ops.reserve_embedding(rows, V);
   Raw cdwte = wte, cdwpe(t, size_t(T * Ce));
   EmbeddingBackwardArgs eb;
   eb.B = B, eb.T = rows / B, eb.C = Ce, eb.vocab = V, eb.max_positions = T, eb.type = t, eb.tokens = tok.data();

@@ -165,3 +165,65 @@ TEST_CASE("trainer: a resumed CUDA run captures its graph too and continues bit 
   std::filesystem::remove_all(whole);
   std::filesystem::remove_all(split);
 }
+
+TEST_CASE("trainer: weight decay reaches the matrices and embeddings only, or every tensor with decay all",
+          "[.cuda][trainer]") {
+  // One step from the same initial weights and batch: the gradients are those of the initial
+  // weights w0 whatever the decay, and AdamW's decoupled decay scales w0 by 1 - lr * weight_decay
+  // before the update. So a tensor the decay leaves alone ends bit for bit as in the run without
+  // decay, and a decayed one ends lower by lr * weight_decay * w0: twice as much with twice the
+  // weight decay, 0.01 for the layer norms' gains (w0 = 1) under decay all with lr 0.01, 0 for
+  // the biases (w0 = 0).
+  const std::string text = tmp_path("decay.txt");
+  {
+    std::ofstream f(text);
+    Rng r(21);
+    for (int i = 0; i < 20000; ++i) f << char('a' + r.next_u64() % 26) << (i % 9 == 8 ? " " : "");
+  }
+  const std::string yaml =
+      "run: {name: gpu_decay, device: " + std::string(device_name()) +
+      ", steps: 1, log_interval: 1, progress: off, threads: 2, eval_interval: 0, sample_interval: 0}\n"
+      "model: {type: gpt, n_layer: 2, n_head: 2, n_embd: 32, seq_len: 16}\n"
+      "data: {format: text, text_files: [" + text + "], batch_size: 4}\n"
+      "precision: {compute: fp32}\n"
+      "optimizer: {type: adamw, lr: 0.01}\n"
+      "checkpoint: {final: false}\n";
+  const std::string out = tmp_path("decay_out");
+  ParamLayout layout;
+  auto run = [&](const std::vector<std::string>& sets) {
+    std::vector<std::string> all = sets;
+    all.push_back("run.out_dir=" + out);
+    const Config cfg = config_from(yaml, all);  // the trainer keeps a reference
+    Trainer t(cfg, world());
+    REQUIRE(t.run() == 0);
+    layout = t.layout();
+    std::vector<float> w = t.master_weights();
+    std::filesystem::remove_all(out);
+    return w;
+  };
+  const std::vector<float> none = run({"optimizer.weight_decay=0"});
+  const std::vector<float> half = run({"optimizer.weight_decay=0.5"});  // optimizer.decay: matrices (default)
+  const std::vector<float> all = run({"optimizer.weight_decay=1", "optimizer.decay=all"});
+  std::remove(text.c_str());
+  size_t decayed = 0, elements = 0;
+  for (const ParamInfo& p : layout.tensors) {
+    INFO(p.name);
+    const bool bias = p.name.find(".bias") != std::string::npos;
+    const bool gain = p.name.find("ln_") != std::string::npos && !bias;
+    const bool matrix = !bias && !gain;
+    CHECK(p.decay == matrix);
+    for (size_t i = p.span.offset; i < p.span.offset + p.span.count; ++i) {
+      const double d_half = double(none[i]) - half[i], d_all = double(none[i]) - all[i];
+      ++elements;
+      if (matrix) {
+        REQUIRE(std::fabs(d_all - 2 * d_half) <= 1e-4 * std::fabs(d_all) + 1e-8);
+        decayed += d_half != 0;
+      } else {
+        REQUIRE(half[i] == none[i]);  // untouched, bit for bit
+        if (bias) REQUIRE(all[i] == none[i]);
+        if (gain) REQUIRE(std::fabs(d_all - 0.01) <= 1e-6);
+      }
+    }
+  }
+  CHECK(decayed > elements / 2);  // the matrices and embeddings hold most elements; w0 = 0 only by chance
+}

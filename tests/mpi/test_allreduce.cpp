@@ -160,11 +160,11 @@ TEST_CASE("gradient buckets split tensors; the reducer sums every element and fl
   Communicator& c = world();
   CpuBackend be(1);
   for (DType t : {DType::F16, DType::BF16, DType::F32}) {
-    Buffer g = be.alloc(total * dtype_size(t));
+    Buffer g = be.memory().alloc(total * dtype_size(t));
     std::vector<int32_t> flags(size_t(2 + c.size()), 0);
     int32_t* my_flag = &flags[size_t(OverflowFlags::rank_slot(c.rank()))];
     GradReducer red(c, spans, total, t, g.data(), 2400, 6000,
-                    [&](size_t begin, size_t end) { be.find_nonfinite(g.data(), t, spans, begin, end, my_flag); });
+                    [&](size_t begin, size_t end) { be.amp_kernels().find_nonfinite(g.data(), t, spans, begin, end, my_flag); });
     for (int step = 0; step < 2; ++step) {
       std::vector<float> host(total, 0.0f);
       for (const auto& s : spans)
@@ -257,7 +257,7 @@ TEST_CASE("sharded reducer: each rank's shard holds the sum of its blocks, the a
   for (DType t : {DType::F16, DType::BF16, DType::F32}) {
     INFO(dtype_name(t));
     const ShardLayout Lt(spans, total, dtype_size(t), 2400, 6000, n, c.rank());
-    Buffer g = be.alloc(Lt.padded() * dtype_size(t)), shard = be.alloc(Lt.shard_size() * dtype_size(t));
+    Buffer g = be.memory().alloc(Lt.padded() * dtype_size(t)), shard = be.memory().alloc(Lt.shard_size() * dtype_size(t));
     GradReducer red(c, spans, total, t, g.data(), 2400, 6000, nullptr);
     red.shard(Lt, shard.data());
     std::vector<float> host(Lt.padded(), 0.0f);

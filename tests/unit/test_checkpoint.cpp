@@ -155,7 +155,7 @@ TEST_CASE("checkpoint: find_latest_intact skips a corrupted newest file", "[chec
   CHECK(amp::find_latest_intact(dir.file("absent"), &skipped) == "");
 }
 
-TEST_CASE("checkpoint: identity from the header alone; run ids are 16 hex digits", "[checkpoint]") {
+TEST_CASE("checkpoint: identity from the header alone, run ids of 16 hex digits", "[checkpoint]") {
   amp_test::TempDir dir;
   Checkpoint ck = sample(20);
   ck.header["run_id"] = "0123456789abcdef";

@@ -149,7 +149,7 @@ TEST_CASE("--help lists the keys with their defaults", "[config]") {
 TEST_CASE("gpt, token data and sample keys: defaults and values", "[config]") {
   TempDir t;
   Config d = load_config(t.write("d.yaml", "run: {steps: 1}\n"), {});
-  CHECK(d.model.type == "mlp");
+  CHECK(d.model.type == amp::ModelType::Mlp);
   CHECK(d.model.n_layer == 2);
   CHECK(d.model.n_head == 4);
   CHECK(d.model.n_embd == 128);
@@ -172,7 +172,7 @@ TEST_CASE("gpt, token data and sample keys: defaults and values", "[config]") {
                          "  eval_tokens: [\"/d/val_00000[0-9].bin\"]\n"
                          "sample: {prompt: \"Once upon\", tokens: 7, temperature: 1.5, top_k: 0, seed: 9}\n");
   Config c = load_config(p, {});
-  CHECK(c.model.type == "gpt");
+  CHECK(c.model.type == amp::ModelType::Gpt);
   CHECK(c.model.n_layer == 12);
   CHECK(c.model.n_embd == 768);
   CHECK(c.model.seq_len == 1024);
@@ -269,4 +269,57 @@ TEST_CASE("the new keys are appended: the existing printed keys keep their order
   CHECK_THAT(text, Contains("  init_std: 0.01\n  n_layer: 2\n  n_head: 4\n  n_embd: 128\n  seq_len: 64\n  vocab_size: 0\n  vocab_pad: 0\ndata:\n"));
   CHECK_THAT(text, Contains("    noise: 0.1\n  text_files: []\n  train_tokens: []\n  eval_tokens: []\nprecision:\n"));
   CHECK_THAT(text, Contains("  fail_setup: []\nsample:\n  prompt: \"\\n\"\n  tokens: 200\n  temperature: 0.8\n  top_k: 40\n  seed: 1\n"));
+}
+
+TEST_CASE("record-list keys: fault drills read, default, refuse and round-trip like any other key", "[config]") {
+  TempDir t;
+  const std::string good = t.write("good.yaml",
+                                   "faults:\n"
+                                   "  inject_nonfinite:\n"
+                                   "    - {step: 3, tensor: fc1.bias}\n"
+                                   "    - {step: 5, rank: 1, value: nan}\n"
+                                   "  raise_signal: [{step: 7}]\n"
+                                   "  fail_setup: [{rank: 2, phase: comm}]\n"
+                                   "  corrupt_params: [{step: 4, rank: 1}]\n");
+  const Config c = load_config(good, {});
+  REQUIRE(c.faults.inject_nonfinite.size() == 2);
+  CHECK(c.faults.inject_nonfinite[0].step == 3);
+  CHECK(c.faults.inject_nonfinite[0].rank == 0);  // defaults
+  CHECK(c.faults.inject_nonfinite[0].value == "inf");
+  CHECK(c.faults.inject_nonfinite[0].tensor == "fc1.bias");
+  CHECK(c.faults.inject_nonfinite[1].tensor == "");
+  CHECK(c.faults.inject_nonfinite[1].value == "nan");
+  CHECK(c.faults.raise_signal.at(0).value == "TERM");
+  CHECK(c.faults.fail_setup.at(0).rank == 2);
+  CHECK(c.faults.fail_setup.at(0).value == "comm");
+  CHECK(c.faults.corrupt_params.at(0).rank == 1);
+  // Written back as the same records (the config a run saves, and its hash).
+  const std::string text = amp::config_to_yaml(c);
+  CHECK_THAT(text, Contains("inject_nonfinite: [{step: 3, rank: 0, tensor: \"fc1.bias\", value: inf}, "
+                            "{step: 5, rank: 1, tensor: \"\", value: nan}]"));
+  CHECK_THAT(text, Contains("raise_signal: [{step: 7, rank: 0, signal: TERM}]"));
+  CHECK_THAT(text, Contains("fail_setup: [{rank: 2, phase: comm}]"));
+  CHECK_THAT(text, Contains("corrupt_params: [{step: 4, rank: 1}]"));
+  const Config again = load_config(t.write("again.yaml", text), {});
+  CHECK(amp::config_to_yaml(again) == text);
+
+  // A bad field is an error at its FILE:LINE:COL naming KEY[i].FIELD and what it takes.
+  expect_error(t.write("b1.yaml", "faults:\n  inject_nonfinite:\n    - {step: 3}\n    - {step: 0}\n"), {},
+               {"b1.yaml:4:14: faults.inject_nonfinite[1].step: expected an integer", "got \"0\""});
+  expect_error(t.write("b2.yaml", "faults:\n  raise_signal: [{step: 2, signal: KILL}]\n"), {},
+               {"b2.yaml:2:36: faults.raise_signal[0].signal: expected TERM or USR1, got \"KILL\""});
+  expect_error(t.write("b3.yaml", "faults:\n  fail_setup: [{rank: 0, phase: dat}]\n"), {},
+               {"b3.yaml:2:33: faults.fail_setup[0].phase: expected backend, data, comm, resume or output"});
+  expect_error(t.write("b4.yaml", "faults:\n  corrupt_params: [{step: 2, tensor: fc1.weight}]\n"), {},
+               {"b4.yaml:2:30: faults.corrupt_params[0].tensor: unknown key"});
+  expect_error(t.write("b5.yaml", "faults:\n  inject_nonfinite: [{stp: 2}]\n"), {},
+               {"faults.inject_nonfinite[0].stp: unknown key (did you mean \"step\"?)"});
+  expect_error(t.write("b6.yaml", "faults:\n  fail_setup: [{rank: 1}]\n"), {},
+               {"b6.yaml:2:16: faults.fail_setup[0]: missing key \"phase\""});
+  expect_error(t.write("b7.yaml", "faults:\n  inject_nonfinite: [{step: 2, tensor: [a]}]\n"), {},
+               {"faults.inject_nonfinite[0].tensor: expected a tensor name, got a list"});
+  expect_error(t.write("b8.yaml", "faults:\n  raise_signal: {step: 2}\n"), {},
+               {"b8.yaml:2:17: faults.raise_signal: expected a list of {step, rank, signal}, got a mapping"});
+  expect_error(t.write("b9.yaml", "run: {steps: 1}\n"), {"faults.inject_nonfinite=[{step: 1, rank: -1}]"},
+               {"--set faults.inject_nonfinite=[{step: 1, rank: -1}]: faults.inject_nonfinite[0].rank: expected an integer"});
 }

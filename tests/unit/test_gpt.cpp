@@ -43,7 +43,7 @@ Result run(const nlohmann::json& ref, DType dt, float scale) {
   o.seq_len = c["seq_len"];
   const size_t B = c["batch"], T = o.seq_len, V = o.vocab, N = B * T;
   CpuBackend be(1);
-  Gpt model(be, be, o, dt, B);
+  Gpt model(be.memory(), be.ops(), o, dt, B);
   const ParamLayout& L = model.layout();
   // Parameters by name from the reference (its offsets are unpadded; ours are 32-aligned).
   std::vector<float> w(L.total, 0.0f);
@@ -56,7 +56,7 @@ Result run(const nlohmann::json& ref, DType dt, float scale) {
     for (size_t k = 0; k < L.tensors[i].span.count; ++k)
       w[L.tensors[i].span.offset + k] = float(values[size_t(p["offset"]) + k].get<double>());
   }
-  Buffer params = be.alloc(L.total * dtype_size(dt)), grads = be.alloc(L.total * dtype_size(dt));
+  Buffer params = be.memory().alloc(L.total * dtype_size(dt)), grads = be.memory().alloc(L.total * dtype_size(dt));
   convert(w.data(), DType::F32, params.data(), dt, L.total);
   std::vector<int32_t> tok = ref["tokens"].get<std::vector<int32_t>>(), tgt = ref["targets"].get<std::vector<int32_t>>();
   model.stage_tokens(tok.data(), tgt.data(), B);
@@ -195,10 +195,10 @@ TEST_CASE("gpt: padded logits rows give the unpadded loss, gradients, logits and
     GptOptions o = base;
     o.vocab_pad = pad;
     CpuBackend be(2);
-    Gpt model(be, be, o, dt, B);
+    Gpt model(be.memory(), be.ops(), o, dt, B);
     const ParamLayout& L = model.layout();
     const std::vector<float> w = model.init_params(11);
-    Buffer params = be.alloc(L.total * dtype_size(dt)), grads = be.alloc(L.total * dtype_size(dt));
+    Buffer params = be.memory().alloc(L.total * dtype_size(dt)), grads = be.memory().alloc(L.total * dtype_size(dt));
     convert(w.data(), DType::F32, params.data(), dt, L.total);
     model.stage_tokens(tok.data(), tgt.data(), B);
     struct { float scale, loss; int32_t correct; } s{scale, 0, 0};

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -63,7 +64,7 @@ struct Rig {
   std::vector<TensorSpan> spans{{0, 1000}, {1024, 300}, {1344, 77}};
   size_t total = 1421;
   std::vector<std::string> names{"fc1.weight", "fc1.bias", "fc2.weight"};
-  Buffer g16 = be.alloc(total * 2), g32 = be.alloc(total * 4);
+  Buffer g16 = be.memory().alloc(total * 2), g32 = be.memory().alloc(total * 4);
   void fill(DType t, const std::vector<float>& v) { convert(v.data(), DType::F32, g16.data(), t, v.size()); }
 };
 
@@ -75,7 +76,7 @@ TEST_CASE("mixed precision: one clean step unscales exactly, sums the norm and g
   ScalerParams p;
   p.init_scale = 1024.0f;
   p.growth_interval = 2;
-  MixedPrecision amp(r.be, r.be, p, DType::F16, r.spans, r.names, 0, 1);
+  MixedPrecision amp(r.be.memory(), r.be.amp_kernels(), p, DType::F16, r.spans, r.names, 0, 1);
   std::vector<float> g = randn(r.total, 5);
   for (auto& x : g) x *= 1024.0f;  // scaled gradients
   r.fill(DType::F16, g);
@@ -85,7 +86,8 @@ TEST_CASE("mixed precision: one clean step unscales exactly, sums the norm and g
     amp.unscale_and_check(r.g16.data(), r.g32.as<float>());
     amp.agree(nullptr);
     amp.check_norm(1.0f);
-    CHECK(amp.flags()[OverflowFlags::kAny] == 0);
+    const AmpVerdict v = amp.verdict();
+    CHECK(v.flags[OverflowFlags::kAny] == 0);
     double norm = 0;
     for (const TensorSpan& s : r.spans)
       for (size_t i = s.offset; i < s.offset + s.count; ++i) {
@@ -93,7 +95,7 @@ TEST_CASE("mixed precision: one clean step unscales exactly, sums the norm and g
         REQUIRE(double(r.g32.as<float>()[i]) == want);  // exact: a division by a power of two
         norm += want * want;
       }
-    CHECK(double(*amp.norm_sq()) == Approx(norm).epsilon(1e-5));
+    CHECK(double(*v.norm_sq) == Approx(norm).epsilon(1e-5));
     amp.update();
   }
   const AmpScalars s = amp.read();
@@ -107,7 +109,7 @@ TEST_CASE("mixed precision: a non-finite gradient on another rank skips here, at
   Rig r;
   ScalerParams p;
   p.init_scale = 65536.0f;
-  MixedPrecision amp(r.be, r.be, p, DType::BF16, r.spans, r.names, 0, 3);
+  MixedPrecision amp(r.be.memory(), r.be.amp_kernels(), p, DType::BF16, r.spans, r.names, 0, 3);
   r.fill(DType::BF16, randn(r.total, 6));
   // Rank 2 saw a NaN in tensor 2 (fc2.weight) before the reduction; rank 1 nothing.
   std::vector<int32_t> rank1(OverflowFlags::count(3), 0), rank2(OverflowFlags::count(3), 0);
@@ -124,6 +126,7 @@ TEST_CASE("mixed precision: a non-finite gradient on another rank skips here, at
   const std::vector<int32_t> f = amp.read_flags();
   CHECK(f[OverflowFlags::kAny] == 1);
   CHECK(f[size_t(OverflowFlags::rank_slot(0))] == 0);
+  amp.check_norm(0.0f);
   amp.update();
   const ScalerState now = amp.read().scaler;
   CHECK(now.scale == 32768.0f);  // backed off
@@ -137,7 +140,7 @@ TEST_CASE("mixed precision: a non-finite gradient on another rank skips here, at
 
 TEST_CASE("mixed precision: the pre-reduction check writes this rank's slot with the first bad tensor", "[amp]") {
   Rig r;
-  MixedPrecision amp(r.be, r.be, ScalerParams{}, DType::F16, r.spans, r.names, 1, 2);
+  MixedPrecision amp(r.be.memory(), r.be.amp_kernels(), ScalerParams{}, DType::F16, r.spans, r.names, 1, 2);
   std::vector<float> g = randn(r.total, 7);
   g[1100] = std::numeric_limits<float>::infinity();  // tensor 1 (fc1.bias)
   r.fill(DType::F16, g);
@@ -154,19 +157,21 @@ TEST_CASE("mixed precision: a non-finite norm skips only with clipping on, named
   Rig r;
   ScalerParams p;
   p.mode = ScaleMode::None;
-  MixedPrecision amp(r.be, r.be, p, DType::F32, r.spans, r.names, 0, 1);
+  MixedPrecision amp(r.be.memory(), r.be.amp_kernels(), p, DType::F32, r.spans, r.names, 0, 1);
   std::vector<float> g(r.total, 3e19f);  // finite, but the sum of squares overflows FP32
-  Buffer g_in = r.be.alloc(r.total * 4);
+  Buffer g_in = r.be.memory().alloc(r.total * 4);
   std::memcpy(g_in.data(), g.data(), r.total * 4);
   for (float clip : {0.0f, 1.0f}) {
     amp.begin_step();
     amp.unscale_and_check(g_in.data(), r.g32.as<float>());
-    CHECK(std::isinf(*amp.norm_sq()));
+    amp.agree(nullptr);
     amp.check_norm(clip);
-    CHECK(amp.flags()[OverflowFlags::kAny] == (clip > 0 ? 1 : 0));
-    if (clip > 0) CHECK(amp.flags()[OverflowFlags::kReduced] == OverflowFlags::kNormOverflow);
+    const AmpVerdict v = amp.verdict();
+    CHECK(std::isinf(*v.norm_sq));
+    CHECK(v.flags[OverflowFlags::kAny] == (clip > 0 ? 1 : 0));
+    if (clip > 0) CHECK(v.flags[OverflowFlags::kReduced] == OverflowFlags::kNormOverflow);
+    amp.update();
   }
-  amp.update();
   CHECK(amp.overflow_where(amp.read().scaler).rfind("the global gradient norm", 0) == 0);
 }
 
@@ -175,13 +180,15 @@ TEST_CASE("mixed precision: overflows at the minimum scale end the run as diverg
   ScalerParams p;
   p.init_scale = 1.0f;
   p.min_scale = 1.0f;
-  MixedPrecision amp(r.be, r.be, p, DType::F16, r.spans, r.names, 0, 1);
+  MixedPrecision amp(r.be.memory(), r.be.amp_kernels(), p, DType::F16, r.spans, r.names, 0, 1);
   std::vector<float> g = randn(r.total, 8);
   g[3] = std::numeric_limits<float>::quiet_NaN();
   r.fill(DType::F16, g);
   for (int step = 0; step < 3; ++step) {
     amp.begin_step();
     amp.unscale_and_check(r.g16.data(), r.g32.as<float>());
+    amp.agree(nullptr);
+    amp.check_norm(0.0f);
     amp.update();
   }
   const ScalerState s = amp.read().scaler;
@@ -194,4 +201,47 @@ TEST_CASE("mixed precision: overflows at the minimum scale end the run as diverg
     CHECK(e.kind() == ErrorKind::Divergence);
     CHECK(std::string(e.what()).find("fc1.weight") != std::string::npos);
   }
+}
+
+TEST_CASE("mixed precision: a step's calls out of order are refused, naming the call and where the step stood",
+          "[amp]") {
+  Rig r;
+  MixedPrecision amp(r.be.memory(), r.be.amp_kernels(), ScalerParams{}, DType::F16, r.spans, r.names, 0, 1);
+  r.fill(DType::F16, randn(r.total, 9));
+  auto refused = [](const std::function<void()>& call, const std::string& verb, const std::string& where) {
+    try {
+      call();
+      FAIL("accepted: " << verb);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(e.kind() == ErrorKind::Internal);
+      CHECK(what.find(verb + " called " + where) != std::string::npos);
+    }
+  };
+  // Before begin_step nothing but begin_step (and load) is allowed.
+  refused([&] { amp.unscale_and_check(r.g16.data(), r.g32.as<float>()); }, "unscale_and_check()",
+          "before begin_step()");
+  refused([&] { amp.update(); }, "update()", "before begin_step()");
+  amp.begin_step();
+  amp.check_bucket(r.g16.data(), 0, r.total);
+  refused([&] { amp.check_norm(1.0f); }, "check_norm()", "after begin_step()");  // the agreement skipped
+  refused([&] { amp.begin_step(); }, "begin_step()", "after begin_step()");
+  amp.unscale_and_check(r.g16.data(), r.g32.as<float>());
+  refused([&] { amp.check_bucket(r.g16.data(), 0, r.total); }, "check_bucket()", "after unscale_and_check()");
+  refused([&] { (void)amp.verdict(); }, "verdict()", "after unscale_and_check()");  // the norm not checked
+  amp.agree(nullptr);
+  refused([&] { amp.update(); }, "update()", "after agree()");
+  refused([&] { amp.load(amp.initial_state()); }, "load()", "after agree()");
+  amp.check_norm(1.0f);
+  CHECK(amp.verdict().flags[OverflowFlags::kAny] == 0);
+  amp.update();
+  refused([&] { (void)amp.verdict(); }, "verdict()", "before begin_step()");  // a stale verdict
+  // The refusals changed nothing: a whole step still runs and counts once.
+  amp.begin_step();
+  amp.unscale_and_check(r.g16.data(), r.g32.as<float>());
+  amp.agree(nullptr);
+  amp.check_norm(0.0f);
+  amp.update();
+  CHECK(amp.read().scaler.optimizer_steps == 2);
 }

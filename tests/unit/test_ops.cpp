@@ -26,7 +26,7 @@ struct Dev {
   Buffer buf;
   Tensor t;
   Dev(Backend& be, const std::vector<float>& v, DType dt, size_t rows, size_t cols) {
-    buf = be.alloc(v.size() * dtype_size(dt) + 64);
+    buf = be.memory().alloc(v.size() * dtype_size(dt) + 64);
     convert(v.data(), DType::F32, buf.data(), dt, v.size());
     t = buf.tensor(dt, rows, cols);
   }
@@ -69,9 +69,9 @@ TEST_CASE("linear backward (FP32) matches finite differences in double", "[ops]"
   Dev X(be, x, DType::F32, B, I), W(be, w, DType::F32, O, I), Bb(be, b, DType::F32, 1, O), Y(be, std::vector<float>(B * O), DType::F32, B, O);
   Dev R(be, r, DType::F32, B, O), DX(be, std::vector<float>(B * I), DType::F32, B, I),
       DW(be, std::vector<float>(O * I), DType::F32, O, I), DB(be, std::vector<float>(O), DType::F32, 1, O);
-  be.linear_forward(X.t, W.t, Bb.t, Y.t);
-  be.linear_backward_input(R.t, W.t, DX.t);
-  be.linear_backward_weight(R.t, X.t, DW.t, DB.t);
+  be.ops().linear_forward(X.t, W.t, Bb.t, Y.t);
+  be.ops().linear_backward_input(R.t, W.t, DX.t);
+  be.ops().linear_backward_weight(R.t, X.t, DW.t, DB.t);
   std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), bd(b.begin(), b.end());
   // Forward against double.
   std::vector<double> yref(B * O);
@@ -108,8 +108,8 @@ TEST_CASE("activation backward (FP32) matches finite differences", "[ops]") {
   for (Activation a : {Activation::Relu, Activation::Gelu}) {
     Dev Z(be, z, DType::F32, 1, n), DY(be, dy, DType::F32, 1, n), Y(be, std::vector<float>(n), DType::F32, 1, n),
         DZ(be, std::vector<float>(n), DType::F32, 1, n);
-    be.activation_forward(a, Z.t, Y.t);
-    be.activation_backward(a, Z.t, DY.t, DZ.t);
+    be.ops().activation_forward(a, Z.t, Y.t);
+    be.ops().activation_backward(a, Z.t, DY.t, DZ.t);
     auto act = [&](double x) { return a == Activation::Relu ? (x > 0 ? x : 0.0) : gelu_d(x); };
     std::vector<double> yref(n), gref(n);
     for (size_t i = 0; i < n; ++i) {
@@ -142,7 +142,7 @@ TEST_CASE("softmax cross-entropy and MSE gradients match finite differences", "[
   Dev L(be, logits, DType::F32, B, C), G(be, std::vector<float>(B * C), DType::F32, B, C);
   float loss = 0;
   int32_t correct = 0;
-  be.softmax_xent(dense_xent_args(L.t, labels.data(), &scale, inv, G.t, &loss, &correct));
+  be.ops().softmax_xent(dense_xent_args(L.t, labels.data(), &scale, inv, G.t, &loss, &correct));
   std::vector<double> ld(logits.begin(), logits.end());
   CHECK(loss == Approx(loss_d(ld)).epsilon(1e-6));
   int expect_correct = 0;
@@ -170,7 +170,7 @@ TEST_CASE("softmax cross-entropy and MSE gradients match finite differences", "[
   Dev P(be, pred, DType::F32, 12, 1), T(be, target, DType::F32, 12, 1), DP(be, std::vector<float>(12), DType::F32, 12, 1);
   float mse = 0;
   const float one = 1.0f;
-  be.mse(P.t, T.t, &one, 1.0f / 12, DP.t, &mse);
+  be.ops().mse(P.t, T.t, &one, 1.0f / 12, DP.t, &mse);
   double ref = 0;
   std::vector<double> gm(12);
   for (size_t i = 0; i < 12; ++i) {
@@ -188,9 +188,9 @@ TEST_CASE("16-bit linear layers agree with FP32 within the format's precision", 
   Dev X(be, x, DType::F32, B, I), W(be, w, DType::F32, O, I), Bb(be, b, DType::F32, 1, O), Y(be, std::vector<float>(B * O), DType::F32, B, O);
   Dev DY(be, dy, DType::F32, B, O), DX(be, std::vector<float>(B * I), DType::F32, B, I),
       DW(be, std::vector<float>(O * I), DType::F32, O, I), DB(be, std::vector<float>(O), DType::F32, 1, O);
-  be.linear_forward(X.t, W.t, Bb.t, Y.t);
-  be.linear_backward_input(DY.t, W.t, DX.t);
-  be.linear_backward_weight(DY.t, X.t, DW.t, DB.t);
+  be.ops().linear_forward(X.t, W.t, Bb.t, Y.t);
+  be.ops().linear_backward_input(DY.t, W.t, DX.t);
+  be.ops().linear_backward_weight(DY.t, X.t, DW.t, DB.t);
   const auto y32 = Y.get(), dx32 = DX.get(), dw32 = DW.get(), db32 = DB.get();
   auto as_d = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
   // Inputs are rounded to 16 bits, then FP32 accumulation, then one rounding: the error is a few
@@ -200,9 +200,9 @@ TEST_CASE("16-bit linear layers agree with FP32 within the format's precision", 
     Dev x16(be, x, dt, B, I), w16(be, w, dt, O, I), b16(be, b, dt, 1, O), y16(be, std::vector<float>(B * O), dt, B, O);
     Dev dy16(be, dy, dt, B, O), dx16(be, std::vector<float>(B * I), dt, B, I), dw16(be, std::vector<float>(O * I), dt, O, I),
         db16(be, std::vector<float>(O), dt, 1, O);
-    be.linear_forward(x16.t, w16.t, b16.t, y16.t);
-    be.linear_backward_input(dy16.t, w16.t, dx16.t);
-    be.linear_backward_weight(dy16.t, x16.t, dw16.t, db16.t);
+    be.ops().linear_forward(x16.t, w16.t, b16.t, y16.t);
+    be.ops().linear_backward_input(dy16.t, w16.t, dx16.t);
+    be.ops().linear_backward_weight(dy16.t, x16.t, dw16.t, db16.t);
     CHECK(rel_err(y16.get(), as_d(y32)) < tol);
     CHECK(rel_err(dx16.get(), as_d(dx32)) < tol);
     CHECK(rel_err(dw16.get(), as_d(dw32)) < tol);
@@ -221,10 +221,10 @@ TEST_CASE("16-bit activations and losses agree with FP32", "[ops]") {
       Dev Z(be, z, DType::F32, 1, n), DY(be, dy, DType::F32, 1, n), Y(be, std::vector<float>(n), DType::F32, 1, n),
           DZ(be, std::vector<float>(n), DType::F32, 1, n);
       Dev Z16(be, z, dt, 1, n), DY16(be, dy, dt, 1, n), Y16(be, std::vector<float>(n), dt, 1, n), DZ16(be, std::vector<float>(n), dt, 1, n);
-      be.activation_forward(a, Z.t, Y.t);
-      be.activation_backward(a, Z.t, DY.t, DZ.t);
-      be.activation_forward(a, Z16.t, Y16.t);
-      be.activation_backward(a, Z16.t, DY16.t, DZ16.t);
+      be.ops().activation_forward(a, Z.t, Y.t);
+      be.ops().activation_backward(a, Z.t, DY.t, DZ.t);
+      be.ops().activation_forward(a, Z16.t, Y16.t);
+      be.ops().activation_backward(a, Z16.t, DY16.t, DZ16.t);
       const auto y = Y.get(), g = DZ.get();
       CHECK(rel_err(Y16.get(), std::vector<double>(y.begin(), y.end())) < tol);
       CHECK(rel_err(DZ16.get(), std::vector<double>(g.begin(), g.end())) < 3 * tol);
@@ -237,8 +237,8 @@ TEST_CASE("16-bit activations and losses agree with FP32", "[ops]") {
     const float scale = 1024.0f;
     float l32 = 0, l16 = 0;
     int32_t c32 = 0, c16 = 0;
-    be.softmax_xent(dense_xent_args(L.t, labels.data(), &scale, 1.0f / B, G.t, &l32, &c32));
-    be.softmax_xent(dense_xent_args(L16.t, labels.data(), &scale, 1.0f / B, G16.t, &l16, &c16));
+    be.ops().softmax_xent(dense_xent_args(L.t, labels.data(), &scale, 1.0f / B, G.t, &l32, &c32));
+    be.ops().softmax_xent(dense_xent_args(L16.t, labels.data(), &scale, 1.0f / B, G16.t, &l16, &c16));
     CHECK(l16 == Approx(l32).epsilon(tol));
     const auto g = G.get();
     CHECK(rel_err(G16.get(), std::vector<double>(g.begin(), g.end())) < 3 * tol);
@@ -255,7 +255,7 @@ TEST_CASE("FP16 gradients underflow without a loss scale and survive with one", 
   auto zeros = [&](float scale) {
     float loss = 0;
     int32_t correct = 0;
-    be.softmax_xent(dense_xent_args(L.t, labels.data(), &scale, 1.0f / B, G.t, &loss, &correct));
+    be.ops().softmax_xent(dense_xent_args(L.t, labels.data(), &scale, 1.0f / B, G.t, &loss, &correct));
     size_t z = 0;
     for (float v : G.get()) z += v == 0.0f;
     return double(z) / double(B * C);
@@ -276,7 +276,7 @@ TEST_CASE("fused unscale pass: values, non-finite detection, norm", "[ops]") {
     int32_t flags[4] = {0, 0, 0, 0};
     float norm_sq = 0;
     const float scale = 512.0f;
-    be.unscale_check(G.t.data, dt, spans, &scale, out.data(), flags, &norm_sq);
+    be.amp_kernels().unscale_check(G.t.data, dt, spans, &scale, out.data(), flags, &norm_sq);
     CHECK(flags[0] == 0);
     CHECK(flags[1] == 0);
     const auto stored = G.get();
@@ -292,20 +292,20 @@ TEST_CASE("fused unscale pass: values, non-finite detection, norm", "[ops]") {
     bad[40000] = INFINITY;
     bad[2000] = NAN;
     Dev B(be, bad, dt, 1, n);
-    be.unscale_check(B.t.data, dt, spans, &scale, out.data(), flags, &norm_sq);
+    be.amp_kernels().unscale_check(B.t.data, dt, spans, &scale, out.data(), flags, &norm_sq);
     CHECK(flags[0] == 1);
     CHECK(flags[1] == 2);  // 1 + tensor index 1
     int32_t f = 0;
-    be.find_nonfinite(B.t.data, dt, spans, 1500, 3000, &f);  // a range inside tensor 1 holding the NaN
+    be.amp_kernels().find_nonfinite(B.t.data, dt, spans, 1500, 3000, &f);  // a range inside tensor 1 holding the NaN
     CHECK(f == 2);
     f = 0;
-    be.find_nonfinite(B.t.data, dt, spans, 30000, n, &f);  // starts inside tensor 1, past its NaN
+    be.amp_kernels().find_nonfinite(B.t.data, dt, spans, 30000, n, &f);  // starts inside tensor 1, past its NaN
     CHECK(f == 3);
     f = 0;
-    be.find_nonfinite(B.t.data, dt, spans, 31040, n, &f);
+    be.amp_kernels().find_nonfinite(B.t.data, dt, spans, 31040, n, &f);
     CHECK(f == 3);
     f = 0;
-    be.find_nonfinite(B.t.data, dt, spans, 0, 1024, &f);
+    be.amp_kernels().find_nonfinite(B.t.data, dt, spans, 0, 1024, &f);
     CHECK(f == 0);
   }
 }
@@ -324,11 +324,17 @@ TEST_CASE("optimizer step skips on the flag and writes the working copy", "[ops]
   int32_t flags[3] = {1, 1, 0};
   const float lr = 1e-3f, one = 1.0f;
   std::vector<float> w0 = w;
-  be.optimizer_step(p, &lr, 0.0f, w.data(), g.data(), m.data(), v.data(), n, lp.data(), DType::BF16, flags, &norm_sq, &s);
+  OptimizerStepArgs a;
+  a.params = p;
+  a.lr = &lr;
+  a.master = w.data(), a.g32 = g.data(), a.state1 = m.data(), a.state2 = v.data(), a.n = n;
+  a.lp = lp.data(), a.lp_dtype = DType::BF16;
+  a.verdict = AmpVerdict{flags, &norm_sq, &s};
+  be.optimizer().optimizer_step(a);
   CHECK(w == w0);  // skipped: nothing changed
   CHECK(m == std::vector<float>(n, 0.0f));
   flags[0] = 0;
-  be.optimizer_step(p, &lr, 0.0f, w.data(), g.data(), m.data(), v.data(), n, lp.data(), DType::BF16, flags, &norm_sq, &s);
+  be.optimizer().optimizer_step(a);
   for (size_t i = 0; i < n; ++i) {
     // First AdamW step: m_hat = g, v_hat = g^2, so the update is lr * sign(g) (up to eps).
     const double expect = double(w0[i]) * (1 - 1e-3 * 0.01) - 1e-3 * g[i] / (std::fabs(double(g[i])) + 1e-8);
@@ -339,7 +345,13 @@ TEST_CASE("optimizer step skips on the flag and writes the working copy", "[ops]
   OptimizerParams sgd;
   sgd.kind = OptimizerKind::Sgd;
   std::vector<float> ws = w0;
-  be.optimizer_step(sgd, &one, 0.5f, ws.data(), g.data(), nullptr, nullptr, n, nullptr, DType::F32, flags, &norm_sq, &s);
+  OptimizerStepArgs b;
+  b.params = sgd;
+  b.lr = &one;
+  b.max_norm = 0.5f;
+  b.master = ws.data(), b.g32 = g.data(), b.n = n;
+  b.verdict = a.verdict;
+  be.optimizer().optimizer_step(b);
   for (size_t i = 0; i < 10; ++i) CHECK(ws[i] == Approx(w0[i] - 0.25f * (0.5f / (0.5f + 0.5e-6f / 2)) * g[i]).epsilon(1e-5));
 }
 
@@ -356,7 +368,7 @@ TEST_CASE("softmax cross-entropy with padded rows: the dense results, padding ne
     const float scale = 512.0f;
     float loss = 0;
     int32_t hits = 0;
-    be.softmax_xent(dense_xent_args(L.t, labels.data(), &scale, 1.0f / B, G.t, &loss, &hits));
+    be.ops().softmax_xent(dense_xent_args(L.t, labels.data(), &scale, 1.0f / B, G.t, &loss, &hits));
     // Padded: the same rows at a stride, NaN in every padding element of both buffers.
     std::vector<float> lp(B * ldl, std::nanf("")), gp(B * ldd, std::nanf(""));
     for (size_t r = 0; r < B; ++r)
@@ -368,7 +380,7 @@ TEST_CASE("softmax cross-entropy with padded rows: the dense results, padding ne
     a.logits = LP.t.data, a.logits_type = dt, a.rows = int64_t(B), a.classes = int64_t(C), a.ld_logits = int64_t(ldl);
     a.labels = labels.data(), a.scale = &scale, a.inv_count = 1.0f / B;
     a.dlogits = GP.t.data, a.dlogits_type = dt, a.ld_dlogits = int64_t(ldd), a.loss_sum = &loss_p, a.correct = &hits_p;
-    be.softmax_xent(a);
+    be.ops().softmax_xent(a);
     CHECK(f32_bits(loss_p) == f32_bits(loss));
     CHECK(hits_p == hits);
     const std::vector<float> g = G.get(), g_p = GP.get();
@@ -381,6 +393,6 @@ TEST_CASE("softmax cross-entropy with padded rows: the dense results, padding ne
     CHECK(padding_written == 0);
     // A leading dimension below the classes is refused.
     a.ld_logits = int64_t(C - 1);
-    CHECK_THROWS_AS(be.softmax_xent(a), Error);
+    CHECK_THROWS_AS(be.ops().softmax_xent(a), Error);
   }
 }

@@ -1,4 +1,4 @@
-// The general ops on the CPU (amp::cpu::GeneralOps): the strided batched GEMM against a double
+// The general ops on the CPU (amp::cpu::CpuOps): the strided batched GEMM against a double
 // reference on random data for every transpose and dtype combination, padded leading dimensions,
 // batch gaps, broadcast (stride 0) operands, alpha != 1, beta 0 (C pre-filled with NaN: never
 // read) and beta != 0, attention's strides into a [T, 3, H, D] buffer; add and row_sum against
@@ -10,7 +10,7 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/ops_general.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "ops_general_ref.h"
 
@@ -22,7 +22,7 @@ namespace {
 const DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
 
 // Runs a case on the CPU: C starts as the case's c0 and is returned after the call.
-Raw run_gemm(cpu::GeneralOps& ops, const ops_ref::GemmCase& cs) {
+Raw run_gemm(cpu::CpuOps& ops, const ops_ref::GemmCase& cs) {
   Raw c = cs.c0;
   ops.gemm(cs.bind(cs.a.data(), cs.b.data(), c.data()));
   return c;
@@ -31,7 +31,7 @@ Raw run_gemm(cpu::GeneralOps& ops, const ops_ref::GemmCase& cs) {
 }  // namespace
 
 TEST_CASE("gemm: every transpose and dtype pair, batch 1 and 3, padded ld, alpha and beta", "[ops]") {
-  cpu::GeneralOps ops;
+  cpu::CpuOps ops;
   ops_ref::GemmLayout lay;
   lay.pad_a = 3, lay.pad_b = 5, lay.pad_c = 2, lay.gap = 7;
   uint64_t seed = 1000;
@@ -52,7 +52,7 @@ TEST_CASE("gemm: every transpose and dtype pair, batch 1 and 3, padded ld, alpha
 }
 
 TEST_CASE("gemm: broadcast operands (batch stride 0) and a non-unit beta", "[ops]") {
-  cpu::GeneralOps ops;
+  cpu::CpuOps ops;
   uint64_t seed = 2000;
   for (DType ab : kFloatTypes)
     for (DType c : {DType::F32, ab})
@@ -69,7 +69,7 @@ TEST_CASE("gemm: broadcast operands (batch stride 0) and a non-unit beta", "[ops
 }
 
 TEST_CASE("gemm: larger shapes (blocked kernels), dense and padded, alpha 1", "[ops]") {
-  cpu::GeneralOps ops;
+  cpu::CpuOps ops;
   uint64_t seed = 3000;
   for (DType ab : kFloatTypes)
     for (DType c : {DType::F32, ab})
@@ -87,7 +87,7 @@ TEST_CASE("gemm: larger shapes (blocked kernels), dense and padded, alpha 1", "[
 // [T, H, D] buffer (leading dimension HD, stride D). Checked against the index formulas directly,
 // not through the GEMM reference.
 TEST_CASE("gemm: attention's strides into a [T, 3, H, D] buffer", "[ops]") {
-  cpu::GeneralOps ops;
+  cpu::CpuOps ops;
   const int64_t T = 19, H = 3, D = 8;
   const float alpha = float(1.0 / std::sqrt(double(D)));
   for (DType ab : kFloatTypes) {
@@ -151,7 +151,7 @@ TEST_CASE("gemm: attention's strides into a [T, 3, H, D] buffer", "[ops]") {
 }
 
 TEST_CASE("gemm: alpha is a run-time value of a cached primitive, repeated calls agree", "[ops]") {
-  cpu::GeneralOps ops;
+  cpu::CpuOps ops;
   for (DType ab : kFloatTypes) {
     ops_ref::GemmLayout lay;
     lay.pad_c = 1;
@@ -166,7 +166,7 @@ TEST_CASE("gemm: alpha is a run-time value of a cached primitive, repeated calls
 }
 
 TEST_CASE("gemm: k = 0, empty shapes and invalid arguments", "[ops]") {
-  cpu::GeneralOps ops;
+  cpu::CpuOps ops;
   ops_ref::GemmLayout lay;
   lay.pad_c = 2, lay.gap = 1;
   for (DType c : kFloatTypes) {
@@ -203,7 +203,7 @@ TEST_CASE("gemm: k = 0, empty shapes and invalid arguments", "[ops]") {
 }
 
 TEST_CASE("gemm: how each dtype runs on this CPU (FP16 widened, FP32 direct)", "[ops]") {
-  cpu::GeneralOps ops;
+  cpu::CpuOps ops;
   std::string how[3];
   for (int i = 0; i < 3; ++i) {
     const auto cs = ops_ref::make_gemm_case(32, 32, 32, 2, false, true, kFloatTypes[i], kFloatTypes[i], 1.0f, 1.0f,
@@ -220,7 +220,7 @@ TEST_CASE("gemm: how each dtype runs on this CPU (FP16 widened, FP32 direct)", "
 }
 
 TEST_CASE("add: every dtype combination against the FP32 specification and a double reference", "[ops]") {
-  cpu::GeneralOps ops;
+  cpu::CpuOps ops;
   uint64_t seed = 4000;
   for (int64_t n : {0, 1, 7, 2053, 20000})
     for (DType ta : kFloatTypes)
@@ -249,7 +249,7 @@ TEST_CASE("add: every dtype combination against the FP32 specification and a dou
 }
 
 TEST_CASE("add: in place, and overflow, infinities and NaN as one FP32 addition and one rounding", "[ops]") {
-  cpu::GeneralOps ops;
+  cpu::CpuOps ops;
   for (DType t : kFloatTypes) {
     INFO(dtype_name(t));
     const std::vector<float> av = {60000.0f, 65504.0f, -3e38f, INFINITY, -INFINITY, NAN, 1.0f, 3e-8f, 1.0f, 0.0f};
@@ -273,7 +273,7 @@ TEST_CASE("add: in place, and overflow, infinities and NaN as one FP32 addition 
 }
 
 TEST_CASE("row_sum: every dtype pair against the fixed-order specification and a double reference", "[ops]") {
-  cpu::GeneralOps ops;
+  cpu::CpuOps ops;
   struct Shape {
     int64_t rows, cols, ldx;
   };
@@ -306,7 +306,7 @@ TEST_CASE("row_sum: every dtype pair against the fixed-order specification and a
 }
 
 TEST_CASE("row_sum gives the same bits with 1 and 2 threads, gemm stays within its bound", "[ops]") {
-  cpu::GeneralOps ops;
+  cpu::CpuOps ops;
   Raw x(DType::F16, 3000 * 40);
   ops_ref::fill_random(x, 6000);
   const auto cs = ops_ref::make_gemm_case(70, 50, 300, 2, false, true, DType::BF16, DType::F32, 1.0f, 1.0f, {}, 6001);

@@ -1,4 +1,4 @@
-// The transformer ops on the CPU (amp::cpu::TransformerOps, backend/transformer_args.h), always on
+// The transformer ops on the CPU (amp::cpu::CpuOps, backend/transformer_args.h), always on
 // seeded random data (never zeros):
 // - the analytic double-precision backward formulas against central finite differences of the
 //   double forward references (tiny sizes);
@@ -30,8 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/ops_general.h"
-#include "backend/cpu/ops_transformer.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "core/rng.h"
 // GCC 12 reports a false -Wstringop-overflow inside Raw::set_bits when fill_bits is inlined here.
@@ -285,7 +284,7 @@ struct LnRun {
   std::vector<float> mean, rstd;
 };
 
-LnRun run_ln_forward(cpu::TransformerOps& ops, const Raw& x, const Raw& g, const Raw& b, int64_t rows, int64_t C) {
+LnRun run_ln_forward(cpu::CpuOps& ops, const Raw& x, const Raw& g, const Raw& b, int64_t rows, int64_t C) {
   LnRun r;
   r.y = Raw(x.t, size_t(rows * C) + 1);
   r.y.fill_bits(ops_ref::sentinel_bits(x.t));
@@ -302,7 +301,7 @@ struct LnGrads {
   Raw dx, dgamma, dbeta;
 };
 
-LnGrads run_ln_backward(cpu::TransformerOps& ops, const Raw& dy, const Raw& x, const Raw& g, const LnRun& fwd,
+LnGrads run_ln_backward(cpu::CpuOps& ops, const Raw& dy, const Raw& x, const Raw& g, const LnRun& fwd,
                         int64_t rows, int64_t C, const Raw* old_dx, const Raw* old_dg, const Raw* old_db) {
   const DType t = x.t;
   LnGrads r;
@@ -320,14 +319,14 @@ LnGrads run_ln_backward(cpu::TransformerOps& ops, const Raw& dy, const Raw& x, c
   return r;
 }
 
-Raw run_softmax(cpu::TransformerOps& ops, const Raw& s, DType pt, int64_t batch, int64_t T, float scale) {
+Raw run_softmax(cpu::CpuOps& ops, const Raw& s, DType pt, int64_t batch, int64_t T, float scale) {
   Raw p(pt, size_t(batch * T * T) + 1);
   p.fill_bits(ops_ref::sentinel_bits(pt));
   ops.causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, s.data(), s.t, p.data(), pt});
   return p;
 }
 
-Raw run_softmax_backward(cpu::TransformerOps& ops, const Raw& p, const Raw& dp, DType dst, int64_t batch, int64_t T,
+Raw run_softmax_backward(cpu::CpuOps& ops, const Raw& p, const Raw& dp, DType dst, int64_t batch, int64_t T,
                          float scale) {
   Raw ds(dst, size_t(batch * T * T) + 1);
   ds.fill_bits(ops_ref::sentinel_bits(dst));
@@ -506,7 +505,7 @@ TEST_CASE("tops: the analytic double backward formulas match central finite diff
 // ---------------------------------------------------------------- layer norm
 
 TEST_CASE("tops layernorm_forward: every dtype against the double reference, saved statistics, in place", "[tops]") {
-  cpu::TransformerOps ops;
+  cpu::CpuOps ops;
   struct Shape {
     int64_t rows, C;
   };
@@ -545,8 +544,8 @@ TEST_CASE("tops layernorm_forward: every dtype against the double reference, sav
 }
 
 TEST_CASE("tops layernorm_backward: dx, dgamma, dbeta against the analytic backward, accumulate flags", "[tops]") {
-  cpu::TransformerOps ops;
-  cpu::GeneralOps general;
+  cpu::CpuOps ops;
+  cpu::CpuOps general;
   struct Shape {
     int64_t rows, C;
   };
@@ -595,7 +594,7 @@ TEST_CASE("tops layernorm_backward: dx, dgamma, dbeta against the analytic backw
 }
 
 TEST_CASE("tops layernorm_backward: no rows gives empty sums, invalid arguments are refused", "[tops]") {
-  cpu::TransformerOps ops;
+  cpu::CpuOps ops;
   Raw dg = random_raw(DType::BF16, 5, 1), db = random_raw(DType::BF16, 5, 2);
   const Raw old_dg = dg;
   LayerNormBackwardArgs a;
@@ -623,7 +622,7 @@ TEST_CASE("tops layernorm_backward: no rows gives empty sums, invalid arguments 
 
 TEST_CASE("tops causal_softmax_forward: every dtype pair, exact zeros above the diagonal, never-read upper scores",
           "[tops]") {
-  cpu::TransformerOps ops;
+  cpu::CpuOps ops;
   uint64_t seed = 300;
   for (int64_t T : {1, 5, 33, 100})
     for (DType st : kTypes)
@@ -665,7 +664,7 @@ TEST_CASE("tops causal_softmax_forward: every dtype pair, exact zeros above the 
 }
 
 TEST_CASE("tops causal_softmax: a NaN row stays NaN, other rows and -inf scores are unaffected", "[tops]") {
-  cpu::TransformerOps ops;
+  cpu::CpuOps ops;
   const int64_t T = 6;
   Raw s = random_raw(DType::F32, size_t(T * T), 5);
   s.set(size_t(3 * T + 1), NAN);       // row 3
@@ -681,7 +680,7 @@ TEST_CASE("tops causal_softmax: a NaN row stays NaN, other rows and -inf scores 
 }
 
 TEST_CASE("tops causal_softmax_backward: every dtype triple against the analytic backward, zeros above", "[tops]") {
-  cpu::TransformerOps ops;
+  cpu::CpuOps ops;
   uint64_t seed = 400;
   for (int64_t T : {1, 7, 64, 90})
     for (DType pt : kTypes)
@@ -729,7 +728,7 @@ TEST_CASE("tops causal_softmax_backward: every dtype triple against the analytic
 // ---------------------------------------------------------------- GELU
 
 TEST_CASE("tops gelu_tanh forward and backward: every dtype against the double reference, in place", "[tops]") {
-  cpu::TransformerOps ops;
+  cpu::CpuOps ops;
   uint64_t seed = 500;
   for (int64_t n : {1, 7, 2049, 30000})
     for (DType t : kTypes) {
@@ -782,7 +781,7 @@ TEST_CASE("tops gelu_tanh: large, tiny and special arguments", "[tops]") {
 }
 
 TEST_CASE("tops gelu_tanh: the kernels' vector path gives the scalar functions' bits (the CUDA twin's)", "[tops]") {
-  cpu::TransformerOps ops;
+  cpu::CpuOps ops;
   std::vector<float> x;
   const float specials[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-41f, 3.0f, -3.0f, 10.0f, -10.0f, -12.0f, 30.0f, -30.0f,
                             1e4f, -1e4f, 3e38f, -3e38f, INFINITY, -INFINITY, NAN, 4.6f, -4.6f, 88.0f, -52.0f};
@@ -829,7 +828,7 @@ float spec_lane(const std::vector<float>& v, int64_t n, float init, bool max) {
 }  // namespace
 
 TEST_CASE("tops causal_softmax: the kernels' vector path gives the scalar specification's bits", "[tops]") {
-  cpu::TransformerOps ops;
+  cpu::CpuOps ops;
   Rng rng(91);
   for (int64_t T : {1, 7, 8, 9, 31, 32, 33, 45, 64, 71, 100}) {
     const int64_t batch = 3, rows = batch * T;
@@ -873,7 +872,7 @@ TEST_CASE("tops causal_softmax: the kernels' vector path gives the scalar specif
 // LayerNorm forward and backward (FP32, accumulating and not) against transformer_args.h's
 // specification computed here in scalar code: the kernels' vector path must give its bits.
 TEST_CASE("tops layernorm: the kernels' vector path gives the scalar specification's bits", "[tops]") {
-  cpu::TransformerOps ops;
+  cpu::CpuOps ops;
   Rng rng(93);
   for (int64_t C : {1, 7, 8, 31, 32, 33, 64, 100, 128, 257}) {
     const int64_t rows = 37;
@@ -947,7 +946,7 @@ TEST_CASE("tops layernorm: the kernels' vector path gives the scalar specificati
 // ---------------------------------------------------------------- embedding
 
 TEST_CASE("tops embedding_forward: one FP32 addition and one rounding, invalid tokens give NaN rows", "[tops]") {
-  cpu::TransformerOps ops;
+  cpu::CpuOps ops;
   uint64_t seed = 600;
   for (DType t : kTypes) {
     const int64_t B = 3, T = 17, C = 40, V = 29, P = 20;
@@ -984,8 +983,8 @@ TEST_CASE("tops embedding_forward: one FP32 addition and one rounding, invalid t
 
 TEST_CASE("tops embedding_backward: repeated tokens in position order, dwte accumulated, dwpe written entirely",
           "[tops]") {
-  cpu::TransformerOps ops;
-  ops.reserve(4 * 64, 11);
+  cpu::CpuOps ops;
+  ops.reserve_embedding(4 * 64, 11);
   uint64_t seed = 700;
   for (DType t : kTypes) {
     const int64_t B = 4, T = 64, C = 300, V = 11, P = 80;  // C > one column tile
@@ -1061,14 +1060,14 @@ TEST_CASE("tops embedding_backward: every position the same token, and the reser
   EmbeddingBackwardArgs a;
   a.B = B, a.T = T, a.C = C, a.vocab = V, a.max_positions = T, a.type = t, a.tokens = tok.data();
   a.dx = dx.data(), a.dwte = dwte.data(), a.dwpe = dwpe.data();
-  cpu::TransformerOps ops, few_tokens, small_vocab;
+  cpu::CpuOps ops, few_tokens, small_vocab;
   REQUIRE_THROWS_AS(ops.embedding_backward(a), Error);  // no reserve
-  few_tokens.reserve(B * T - 1, V);
+  few_tokens.reserve_embedding(B * T - 1, V);
   REQUIRE_THROWS_AS(few_tokens.embedding_backward(a), Error);
-  small_vocab.reserve(B * T, V - 1);
+  small_vocab.reserve_embedding(B * T, V - 1);
   REQUIRE_THROWS_AS(small_vocab.embedding_backward(a), Error);
-  ops.reserve(B * T, 1);
-  ops.reserve(1, V);  // grows each bound on its own
+  ops.reserve_embedding(B * T, 1);
+  ops.reserve_embedding(1, V);  // grows each bound on its own
 
   REQUIRE(dwte.bytes == old.bytes);
   ops.embedding_backward(a);
@@ -1081,7 +1080,7 @@ TEST_CASE("tops embedding_backward: every position the same token, and the reser
     REQUIRE(dwte.bits(size_t(j)) == old.bits(size_t(j)));
   }
   // No positions: dwpe zeros, dwte untouched, no reserve needed.
-  cpu::TransformerOps fresh;
+  cpu::CpuOps fresh;
   a.B = 0;
   dwpe.fill_bits(ops_ref::sentinel_bits(t));
   const Raw before = dwte;
@@ -1108,8 +1107,8 @@ TEST_CASE("tops determinism: two runs and 1 or 2 OpenMP threads give the same bi
   auto run_all = [&](int threads) {
     const int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
-    cpu::TransformerOps ops;
-    ops.reserve(B * Tt, V);
+    cpu::CpuOps ops;
+    ops.reserve_embedding(B * Tt, V);
     std::vector<Raw> out;
     const LnRun fwd = run_ln_forward(ops, x, g, b, rows, C);
     Raw stats(DType::F32, fwd.mean.size() * 2);

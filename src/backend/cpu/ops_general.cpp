@@ -1,4 +1,4 @@
-#include "backend/cpu/ops_general.h"
+#include "backend/cpu/cpu_ops.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -75,7 +75,7 @@ void scatter_f32(const float* src, void* dst, DType t, int64_t nb, int64_t rows,
 
 }  // namespace
 
-struct GeneralOps::Impl {
+struct CpuOps::GemmPlans {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   bool bf16_native = false;
@@ -188,54 +188,54 @@ struct GeneralOps::Impl {
   }
 };
 
-GeneralOps::GeneralOps() : impl_(std::make_unique<Impl>()) {
+void CpuOps::GemmPlansDeleter::operator()(GemmPlans* p) const { delete p; }
+
+std::unique_ptr<CpuOps::GemmPlans, CpuOps::GemmPlansDeleter> CpuOps::make_gemm_plans() {
+  std::unique_ptr<GemmPlans, GemmPlansDeleter> plans(new GemmPlans);
   // oneDNN runs BF16 matmuls natively only where the CPU has AVX-512 (BF16 or emulated); probe once.
-  Impl::Plan probe;
+  GemmPlans::Plan probe;
   const memory::desc d = matrix_desc(DType::BF16, 1, 1, 1, false, 1, 1);
-  impl_->bf16_native = impl_->try_make(d, d, d, 0.0f, false, &probe);
+  plans->bf16_native = plans->try_make(d, d, d, 0.0f, false, &probe);
+  return plans;
 }
 
-GeneralOps::~GeneralOps() = default;
-
-bool GeneralOps::bf16_native() const { return impl_->bf16_native; }
-
-std::string GeneralOps::gemm_implementation(const GemmArgs& g) {
+std::string CpuOps::gemm_implementation(const GemmArgs& g) {
   check_args(g);
   if (g.empty() || g.k == 0) return "none (no product)";
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  const Impl::Plan& p = impl_->plan_for(g);
+  std::lock_guard<std::mutex> lock(plans_->mu);
+  const GemmPlans::Plan& p = plans_->plan_for(g);
   return p.impl + (p.direct ? " (direct)" : " (widened to f32)");
 }
 
-void GeneralOps::gemm(const GemmArgs& g) {
+void CpuOps::gemm(const GemmArgs& g) {
   check_args(g);
   if (g.empty()) return;
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<std::mutex> lock(plans_->mu);
   if (g.k == 0) {
-    Impl::scale_c(g);
+    GemmPlans::scale_c(g);
     return;
   }
-  Impl::Plan& p = impl_->plan_for(g);
+  GemmPlans::Plan& p = plans_->plan_for(g);
   if (p.direct) {
-    impl_->execute(p, g.A, g.B, g.C, g.alpha);
+    plans_->execute(p, g.A, g.B, g.C, g.alpha);
     return;
   }
   // Widen (or copy) the operands to dense FP32, multiply in FP32, round C once.
   const auto [nba, nbb] = dense_batches(g);
-  auto& sa = impl_->sa;
-  auto& sb = impl_->sb;
-  auto& sc = impl_->sc;
+  auto& sa = plans_->sa;
+  auto& sb = plans_->sb;
+  auto& sc = plans_->sc;
   sa.resize(size_t(nba * g.m * g.k));
   sb.resize(size_t(nbb * g.k * g.n));
   sc.resize(size_t(g.batch * g.m * g.n));
   gather_f32(g.A, g.ab, nba, g.a_rows(), g.a_cols(), g.lda, g.stride_a, sa.data());
   gather_f32(g.B, g.ab, nbb, g.b_rows(), g.b_cols(), g.ldb, g.stride_b, sb.data());
   if (g.beta != 0.0f) gather_f32(g.C, g.c, g.batch, g.m, g.n, g.ldc, g.stride_c, sc.data());
-  impl_->execute(p, sa.data(), sb.data(), sc.data(), g.alpha);
+  plans_->execute(p, sa.data(), sb.data(), sc.data(), g.alpha);
   scatter_f32(sc.data(), g.C, g.c, g.batch, g.m, g.n, g.ldc, g.stride_c);
 }
 
-void GeneralOps::add(const AddArgs& a) {
+void CpuOps::add(const AddArgs& a) {
   check_args(a);
   const int64_t n = a.n, nb = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
@@ -255,14 +255,14 @@ void GeneralOps::add(const AddArgs& a) {
   }
 }
 
-void GeneralOps::row_sum(const RowSumArgs& r) {
+void CpuOps::row_sum(const RowSumArgs& r) {
   check_args(r);
   if (r.cols == 0) return;
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::lock_guard<std::mutex> lock(plans_->mu);
   // partial[l][j]: lane l's sum of rows l, l + L, ... of column j (the order ops_args.h fixes).
   // Work items are (column tile, lane) pairs, so even a single column uses kRowSumLanes threads.
   constexpr int64_t L = kRowSumLanes;
-  auto& partial = impl_->partial;
+  auto& partial = plans_->partial;
   partial.assign(size_t(L * r.cols), 0.0f);
   const int64_t tiles = (r.cols + kTile - 1) / kTile, items = tiles * L;
 #pragma omp parallel for schedule(static) if (r.rows * r.cols >= kParallelMin && items > 1)

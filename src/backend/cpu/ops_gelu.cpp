@@ -1,0 +1,60 @@
+// No contraction of a*b+c into an FMA in this file (GCC contracts by default, also in ISO mode):
+// the CUDA twin is compiled with --fmad=false, and both must round every product and sum alike.
+// Before any include, so every function of this translation unit has the same options.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "backend/cpu/cpu_ops.h"
+
+#include "backend/cpu/transformer_rows.h"
+#include "core/error.h"
+
+namespace amp::cpu {
+
+using namespace trows;
+
+// GELU with the tanh approximation, forward and backward (transformer_args.h): blocks of elements
+// in parallel, 8 at a time with AVX2 (the scalar specification's bits).
+
+void CpuOps::gelu_tanh_forward(const GeluArgs& a) {
+  check_args(a);
+  const int64_t n = a.n, nb = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    alignas(64) float buf[kBlock];
+    const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
+    const float* x = row_in(a.x, a.type, off, len, buf);  // FP32: read and written in place
+    float* y = row_out(a.y, a.type, off, buf);
+    int64_t i = 0;
+#if defined(__AVX2__)
+    for (; i + 8 <= len; i += 8) _mm256_storeu_ps(y + i, gelu_tanh8(_mm256_loadu_ps(x + i)));
+#endif
+    for (; i < len; ++i) y[i] = tmath::gelu_tanh(x[i]);
+    row_store(buf, a.y, a.type, off, len);
+  }
+}
+
+void CpuOps::gelu_tanh_backward(const GeluBackwardArgs& a) {
+  check_args(a);
+  const int64_t n = a.n, nb = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    alignas(64) float xbuf[kBlock], gbuf[kBlock];
+    const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
+    const float* x = row_in(a.x, a.type, off, len, xbuf);  // FP32: read and written in place
+    const float* dy = row_in(a.dy, a.type, off, len, gbuf);
+    float* dx = row_out(a.dx, a.type, off, gbuf);
+    int64_t i = 0;
+#if defined(__AVX2__)
+    for (; i + 8 <= len; i += 8)
+      _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dy + i), gelu_tanh_grad8(_mm256_loadu_ps(x + i))));
+#endif
+    for (; i < len; ++i) dx[i] = dy[i] * tmath::gelu_tanh_grad(x[i]);
+    row_store(gbuf, a.dx, a.type, off, len);
+  }
+}
+
+}  // namespace amp::cpu

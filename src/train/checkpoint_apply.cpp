@@ -1,0 +1,219 @@
+// How a run continues from a verified checkpoint (CheckpointIO::apply), in three steps:
+//   validate  every section and header field the resume reads, each against what this program can
+//             have written (a checkpoint error names the field and the file)
+//   derive    what this run takes from it: the scaler adapted to this run's settings
+//             (amp/scaler_resume.h), the half-finished log interval's sums gathered from another
+//             world size and rescaled to another global batch, the data position
+//   load      into the step, the sampler and the run record; nothing is loaded before every field
+//             has passed.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "amp/scaler_resume.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "train/checkpoint_fields.h"
+#include "train/checkpoint_io.h"
+
+namespace amp {
+
+using checkpoint_fields::config_then;
+using checkpoint_fields::header_field;
+
+// What a checkpoint resumes, validated, then adapted to this run.
+struct CheckpointIO::Resumed {
+  int64_t step = 0;
+  std::vector<float> master, states[2];  // states: empty when the optimizer has none
+  ScalerResume scaler;
+  int64_t world_then = 0, batch_then = 0, zero_then = 0;
+  std::vector<RankIntervalSums> sums_then;  // every writing rank's
+  RankIntervalSums sums;                    // this rank's share (derive)
+  DataPosition pos;
+  int64_t samples = 0;  // training samples consumed (all ranks) up to step
+  RunRecord record;     // the fields a checkpoint carries
+};
+
+namespace {
+
+std::vector<float> floats(const std::vector<char>& raw) {
+  std::vector<float> v(raw.size() / sizeof(float));
+  std::memcpy(v.data(), raw.data(), v.size() * sizeof(float));
+  return v;
+}
+
+bool in_range(double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; }
+
+}  // namespace
+
+void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecord& record) {
+  Resumed r = validate(ck, path);
+  derive(r);
+  load(r, record);
+}
+
+CheckpointIO::Resumed CheckpointIO::validate(const Checkpoint& ck, const std::string& path) const {
+  auto bad = [&](const std::string& what) { throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": ", what)); };
+  auto section = [&](const char* name, size_t bytes) -> const std::vector<char>& {
+    auto it = ck.sections.find(name);
+    if (it == ck.sections.end()) bad(strcat("section \"", name, "\" is missing"));
+    if (it->second.size() != bytes)
+      bad(strcat("section \"", name, "\" has ", it->second.size(), " bytes, this run needs ", bytes));
+    return it->second;
+  };
+  Resumed r;
+  r.step = ck.step();
+
+  // The weights: the header's hash of the masters (a master section from another file does not
+  // pass), every value finite; the optimizer moments finite, and AdamW's second moment (a running
+  // mean of squares) >= 0: a value the optimizer cannot have written is the file's fault, named
+  // here, not a later NaN's.
+  const size_t n = layout_.total;
+  auto where = [&](size_t i) {  // element i of the flat buffers: its tensor and index, or padding
+    for (const ParamInfo& t : layout_.tensors)
+      if (i >= t.span.offset && i < t.span.offset + t.span.count) return strcat(t.name, "[", i - t.span.offset, "]");
+    return strcat("padding element ", i);
+  };
+  r.master = floats(section("master", n * sizeof(float)));
+  const std::string hash_then = header_field<std::string>(ck, "params_hash", "");
+  if (const std::string hash_now = hex64(hash64(r.master.data(), r.master.size() * sizeof(float)));
+      !hash_then.empty() && hash_then != hash_now)
+    bad(strcat("its master weights hash to ", hash_now, ", not to the header's params_hash ", hash_then,
+               ": the sections were replaced or corrupted"));
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(r.master[i]))
+      bad(strcat("master weight ", where(i), " is not finite (", r.master[i], "): the run it comes from had diverged"));
+  const bool adam = cfg_.optimizer.params.kind == OptimizerKind::AdamW;
+  for (int which : {1, 2}) {
+    if (!step_.has_state(which)) continue;
+    std::vector<float>& state = r.states[which - 1];
+    state = floats(section(which == 1 ? "state1" : "state2", n * sizeof(float)));
+    const char* what = adam ? (which == 1 ? "AdamW first moment" : "AdamW second moment") : "SGD momentum";
+    const bool signed_ok = !(adam && which == 2);
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isfinite(state[i]) || (!signed_ok && state[i] < 0.0f))
+        bad(strcat("optimizer state (", what, ") of ", where(i), " is ", state[i],
+                   signed_ok ? ", not finite" : ", not a finite number >= 0",
+                   ": the file is corrupt or was not written by this program"));
+  }
+
+  // The scaler's state, validated and adapted to this run's settings by its own policy.
+  r.world_then = header_field<int64_t>(ck, "world_size", -1);
+  if (r.world_then < 1 || r.world_then > (int64_t(1) << 24)) bad(strcat("header field \"world_size\" is ", r.world_then));
+  ScalerState saved;
+  std::memcpy(&saved, section("scaler", sizeof saved).data(), sizeof saved);
+  std::string scaler_error;
+  const std::string hysteresis_then = config_then(ck, "precision.loss_scale.hysteresis");
+  r.scaler = scaler_resume(saved, header_field<std::string>(ck, "loss_scale_mode", ""), cfg_.precision.scaler, r.step,
+                           int64_t(layout_.tensors.size()), r.world_then, &scaler_error,
+                           hysteresis_then.empty() ? -1 : std::strtoll(hysteresis_then.c_str(), nullptr, 10));
+  if (!scaler_error.empty()) bad(scaler_error);
+
+  // The half-finished log interval: every writing rank's sums, finite and >= 0.
+  const auto& rs = section("rank_sums", size_t(r.world_then) * sizeof(RankIntervalSums));
+  r.sums_then.resize(size_t(r.world_then));
+  std::memcpy(r.sums_then.data(), rs.data(), rs.size());
+  for (const RankIntervalSums& s : r.sums_then)
+    if (!(std::isfinite(s.loss_sum) && s.loss_sum >= 0.0f) || s.correct < 0)
+      bad(strcat("the half-finished log interval's sums (loss ", s.loss_sum, ", hits ", s.correct,
+                 ") are not finite non-negative numbers"));
+
+  // The run record: a loss is finite and >= 0 (or -1: none yet), an accuracy in [0, 1] (or -1).
+  RunRecord& rec = r.record;
+  rec.interval_steps = header_field<int64_t>(ck, "interval_steps", 0);
+  if (rec.interval_steps < 0 || rec.interval_steps > r.step)
+    bad(strcat("header field \"interval_steps\" is ", rec.interval_steps, " at step ", r.step));
+  rec.first_loss = header_field<double>(ck, "first_loss", 0.0);
+  rec.last_eval_loss = header_field<double>(ck, "last_eval_loss", -1.0);
+  rec.last_eval_accuracy = header_field<double>(ck, "last_eval_accuracy", -1.0);
+  rec.train_seconds = header_field<double>(ck, "train_seconds", 0.0);
+  rec.wall_seconds = header_field<double>(ck, "wall_seconds", rec.train_seconds);
+  // The half-finished interval's training time (older checkpoints: unknown, unless it is empty).
+  const auto it_s = ck.header.find("interval_seconds");
+  rec.interval_seconds = it_s != ck.header.end() && !it_s->is_null() ? header_field<double>(ck, "interval_seconds", 0.0)
+                         : rec.interval_steps == 0                   ? 0.0
+                                                                     : std::nan("");
+  if (!in_range(rec.first_loss, 0.0, 3.4e38)) bad(strcat("header field \"first_loss\" is ", rec.first_loss));
+  if (!(rec.last_eval_loss == -1.0 || in_range(rec.last_eval_loss, 0.0, 3.4e38)))
+    bad(strcat("header field \"last_eval_loss\" is ", rec.last_eval_loss));
+  if (!(rec.last_eval_accuracy == -1.0 || in_range(rec.last_eval_accuracy, 0.0, 1.0)))
+    bad(strcat("header field \"last_eval_accuracy\" is ", rec.last_eval_accuracy));
+  if (!in_range(rec.train_seconds, 0.0, 1e12)) bad(strcat("header field \"train_seconds\" is ", rec.train_seconds));
+  if (!in_range(rec.wall_seconds, 0.0, 1e12)) bad(strcat("header field \"wall_seconds\" is ", rec.wall_seconds));
+  if (!std::isnan(rec.interval_seconds) && !in_range(rec.interval_seconds, 0.0, rec.train_seconds))
+    bad(strcat("header field \"interval_seconds\" is ", rec.interval_seconds, " (train_seconds ", rec.train_seconds, ")"));
+
+  // Where the data stands: recorded by the writer (any global batch); older checkpoints hold only
+  // the step and their global batch, which was constant over their run.
+  r.batch_then = header_field<int64_t>(ck, "global_batch", 0);
+  if (r.batch_then < 1) bad(strcat("header field \"global_batch\" is ", r.batch_then));
+  const uint64_t n_samples = sampler_.samples();
+  const uint64_t spe_then = n_samples / uint64_t(r.batch_then);
+  if (spe_then == 0)
+    bad(strcat("its global batch of ", r.batch_then, " is larger than the ", n_samples, " training samples"));
+  r.pos = DataPosition{int64_t(uint64_t(r.step) / spe_then), uint64_t(r.step) % spe_then * uint64_t(r.batch_then)};
+  r.pos.epoch = header_field<int64_t>(ck, "data_epoch", r.pos.epoch);
+  r.pos.offset = uint64_t(header_field<int64_t>(ck, "data_offset", int64_t(r.pos.offset)));
+  if (r.pos.epoch < 0 || r.pos.epoch > r.step || r.pos.offset > n_samples)  // every epoch takes a step at least
+    bad(strcat("the data position (epoch ", r.pos.epoch, ", sample ", r.pos.offset, ") is outside the ", n_samples,
+               " training samples"));
+  r.samples = header_field<int64_t>(ck, "samples_consumed", r.step * r.batch_then);
+  if (r.samples < 0) bad(strcat("header field \"samples_consumed\" is ", r.samples));
+  r.zero_then = header_field<int64_t>(ck, "zero", 0);
+  return r;
+}
+
+void CheckpointIO::derive(Resumed& r) const {
+  // Every rank continues its own half-finished log interval; with another world size rank 0
+  // carries the old ranks' sums together.
+  if (r.world_then == world_.size()) {
+    r.sums = r.sums_then[size_t(world_.rank())];
+  } else if (world_.rank() == 0) {
+    for (const RankIntervalSums& theirs : r.sums_then) {
+      r.sums.loss_sum += theirs.loss_sum;
+      r.sums.correct += theirs.correct;
+    }
+  }
+  // The sums count the writer's samples per step: with another global batch they are rescaled to
+  // this run's, so the interval's logged mean weighs each step alike.
+  const bool batch_changed = r.batch_then != int64_t(sampler_.global_batch());
+  if (batch_changed) {
+    const double k = double(sampler_.global_batch()) / double(r.batch_then);
+    r.sums.loss_sum = float(double(r.sums.loss_sum) * k);
+    r.sums.correct = int32_t(std::min<double>(std::llround(double(r.sums.correct) * k), INT32_MAX));
+  }
+  if (world_.rank() != 0) return;
+  if (r.world_then != world_.size() || r.zero_then != cfg_.distributed.zero || batch_changed)
+    reporter_.message(strcat("elastic resume: the checkpoint was written by ", r.world_then,
+                             " rank(s) with distributed.zero ", r.zero_then, " (global batch ", r.batch_then,
+                             "); this run has ", world_.size(), " rank(s) with distributed.zero ",
+                             cfg_.distributed.zero, " (global batch ", sampler_.global_batch(),
+                             "): masters and optimizer state load whole; the data continues at sample ", r.pos.offset,
+                             " of epoch ", r.pos.epoch, " (", r.samples, " samples consumed)",
+                             batch_changed ? "; the global batch changed (adjust data.batch_size or "
+                                             "data.grad_accum_steps to keep it)"
+                                           : ""));
+  if (!r.scaler.note.empty()) reporter_.message("note: " + r.scaler.note);
+}
+
+void CheckpointIO::load(const Resumed& r, RunRecord& record) {
+  step_.load_masters(r.master.data());
+  step_.load_states(r.states[0].empty() ? nullptr : r.states[0].data(),
+                    r.states[1].empty() ? nullptr : r.states[1].data());
+  step_.amp().load(r.scaler.state);
+  step_.load_sums(r.sums.loss_sum, r.sums.correct);
+  sampler_.resume_at(r.step, r.pos);
+  resumed_step_ = r.step;
+  samples_before_ = uint64_t(r.samples);
+  record.interval_steps = r.record.interval_steps;
+  record.first_loss = r.record.first_loss;
+  record.last_eval_loss = r.record.last_eval_loss;
+  record.last_eval_accuracy = r.record.last_eval_accuracy;
+  record.train_seconds = r.record.train_seconds;
+  record.interval_seconds = r.record.interval_seconds;
+  record.wall_seconds = r.record.wall_seconds;
+}
+
+}  // namespace amp
