@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "data/token_stream.h"
+
 namespace amp {
 
 enum class Task { Classification, Regression, LanguageModel };
@@ -33,7 +35,7 @@ struct Dataset {
   // windows; window i is tokens[i*T .. i*T + T] inclusive (T + 1 tokens, T = seq_len): the inputs
   // are its first T tokens, the targets its last T. n_features = seq_len; every token is in
   // [0, vocab). Windows are the samples the sampler and eval_shard index.
-  std::vector<int32_t> tokens; // the token stream
+  TokenStream tokens;          // the token stream (shards stay on disk, memory-mapped)
   size_t seq_len = 0;          // T
   int vocab = 0;               // output classes of every position
   std::string tokenizer;       // what made the tokens (data/tokenizer.h): "bytes" for text, "" unknown
@@ -41,8 +43,8 @@ struct Dataset {
   size_t n_outputs() const {
     return task == Task::Classification ? size_t(n_classes) : task == Task::LanguageModel ? size_t(vocab) : n_targets;
   }
-  // Language model: the first of window i's T + 1 tokens (inputs window(i)[0..T), targets window(i)[1..T]).
-  const int32_t* window(size_t i) const { return tokens.data() + i * seq_len; }
+  // Language model: window i's T + 1 tokens into out (inputs out[0..T), targets out[1..T]).
+  void copy_window(size_t i, int32_t* out) const { tokens.copy(i * seq_len, seq_len + 1, out); }
 };
 
 // ---- IDX ---------------------------------------------------------------------------------
@@ -102,42 +104,45 @@ struct Normalizer {
 };
 
 // ---- language modelling ------------------------------------------------------------------
-// Where the tokens of a stream came from: each file with the index of its first token.
-using TokenSources = std::vector<std::pair<std::string, size_t>>;
-
 // Every path or glob pattern (glob(3): * ? [..]) of `patterns`, in order; a pattern's matches are
 // sorted by bytes. A pattern that matches nothing is an error naming it and `key` (the config key);
 // so is a file reached twice (also through a symbolic link, such as the fortunes package's NAME.u8
 // links to NAME). A plain path is taken as it is (its reader reports a missing file).
 std::vector<std::string> expand_paths(const std::vector<std::string>& patterns, const std::string& key);
 
-// Text files as byte-level tokens (each byte its token, 0..255), concatenated in order. An empty,
-// missing or unreadable file, and a file with a NUL byte (binary, such as an index file a glob
-// matched), are errors naming the file.
-std::vector<int32_t> read_text_tokens(const std::vector<std::string>& paths, TokenSources* source = nullptr);
+// Text files as byte-level tokens (each byte its token, 0..255), concatenated in order, held in
+// memory. An empty, missing or unreadable file, and a file with a NUL byte (binary, such as an
+// index file a glob matched), are errors naming the file.
+TokenStream read_text_tokens(const std::vector<std::string>& paths);
 
-// llm.c's token shard: 256 little-endian int32 (header[0] = magic 20240520, header[1] = version 1,
-// header[2] = token count N), then N little-endian uint16 tokens; the file is exactly 1024 + 2N
-// bytes. Every field and the size are checked; errors name the file and what is wrong.
+// llm.c's token shards, as its writer (the data_common module of its dev/data) makes them: 256 int32
+// little-endian (header[0] = magic, header[1] = version, header[2] = token count N), then N
+// tokens: magic 20240520 version 1 (GPT-2: uint16 tokens) or magic 20240801 version 7 (LLaMA 3:
+// uint32 tokens); the file is exactly 1024 + N x the token width bytes. Every field and the size
+// are checked (errors name the file and what is wrong); the tokens stay in the file, mapped.
 constexpr int32_t kTokenShardMagic = 20240520;
 constexpr int32_t kTokenShardVersion = 1;
+constexpr int32_t kTokenShard32Magic = 20240801;
+constexpr int32_t kTokenShard32Version = 7;
 constexpr size_t kTokenShardHeaderInts = 256;
-std::vector<int32_t> read_token_shard(const std::string& path);
+TokenStream read_token_shard(const std::string& path);
 // The shards in order, concatenated.
-std::vector<int32_t> read_token_shards(const std::vector<std::string>& paths, TokenSources* source = nullptr);
+TokenStream read_token_shards(const std::vector<std::string>& paths);
 
-// Every token in [0, vocab); the first one outside is an error naming its file (from `source`),
-// its index in that file and the vocabulary (`vocab_key`: where it came from, for the message).
-void check_tokens(const std::vector<int32_t>& tokens, int vocab, const TokenSources& source, const char* vocab_key);
+// The largest token (-1 for an empty stream; a uint32 token >= 2^31 counts as negative).
+int64_t max_token(const TokenStream& tokens);
+// Every token in [0, vocab); the first one outside is an error naming its file, its index in that
+// file and the vocabulary (`vocab_key`: where it came from, for the message).
+void check_tokens(const TokenStream& tokens, int vocab, const char* vocab_key);
 
 // A language-model data set over `tokens` with windows of seq_len (>= 1) tokens and `vocab`
 // classes. Fewer than seq_len + 1 tokens is an error saying how many are needed; so is a token
-// outside [0, vocab) and more windows than the sampler can index (2^32 - 1).
-Dataset make_lm_dataset(std::vector<int32_t> tokens, size_t seq_len, int vocab, const std::string& name);
+// outside [0, vocab) (checked unless `checked`: the caller did) and more windows than the sampler
+// can index (2^32 - 1).
+Dataset make_lm_dataset(TokenStream tokens, size_t seq_len, int vocab, const std::string& name, bool checked = false);
 
 // Splits a token stream before its last round(fraction * size) tokens: {train part, eval part};
 // windows cut from each never straddle the split. fraction in (0, 1); an empty part is an error.
-std::pair<std::vector<int32_t>, std::vector<int32_t>> split_token_stream(std::vector<int32_t> tokens,
-                                                                         double fraction, const std::string& name);
+std::pair<TokenStream, TokenStream> split_token_stream(const TokenStream& tokens, double fraction, const std::string& name);
 
 }  // namespace amp

@@ -40,10 +40,9 @@ DataSets load_lm_datasets(const Config& cfg) {
   const bool text = d.format == "text";
   const char* train_key = text ? "data.text_files" : "data.train_tokens";
   const std::vector<std::string> train_files = expand_paths(text ? d.text_files : d.train_tokens, train_key);
-  TokenSources train_src, eval_src;
-  std::vector<int32_t> train = text ? read_text_tokens(train_files, &train_src) : read_token_shards(train_files, &train_src);
+  TokenStream train = text ? read_text_tokens(train_files) : read_token_shards(train_files);
   std::string train_name = describe_files(train_files), eval_name;
-  std::vector<int32_t> eval;
+  TokenStream eval;
   if (!text && !d.eval_tokens.empty()) {
     const std::vector<std::string> eval_files = expand_paths(d.eval_tokens, "data.eval_tokens");
     for (const auto& e : eval_files)
@@ -53,7 +52,7 @@ DataSets load_lm_datasets(const Config& cfg) {
           throw Error(ErrorKind::Data, strcat("data error: ", e, ": is both an evaluation shard (data.eval_tokens) and a ",
                                               "training shard (data.train_tokens", e == t ? "" : strcat(": ", t), ")"));
       }
-    eval = read_token_shards(eval_files, &eval_src);
+    eval = read_token_shards(eval_files);
     eval_name = describe_files(eval_files);
   }
 
@@ -64,18 +63,16 @@ DataSets load_lm_datasets(const Config& cfg) {
     vocab = 256;
     vocab_key = "byte-level text";
   } else if (vocab == 0) {
-    int32_t top = 0;
-    for (int32_t t : train) top = std::max(top, t);
-    for (int32_t t : eval) top = std::max(top, t);
-    vocab = int(top) + 1;
+    const int64_t top = std::max(max_token(train), max_token(eval));
+    vocab = int(std::clamp<int64_t>(top + 1, 1, INT32_MAX));
     vocab_key = "model.vocab_size = 0: the largest token + 1";
   }
-  check_tokens(train, vocab, train_src, vocab_key.c_str());
-  check_tokens(eval, vocab, eval_src, vocab_key.c_str());
+  check_tokens(train, vocab, vocab_key.c_str());
+  check_tokens(eval, vocab, vocab_key.c_str());
 
   if (eval_name.empty() && d.eval_fraction > 0) {
     const size_t total = train.size();
-    auto parts = split_token_stream(std::move(train), d.eval_fraction, train_name);
+    auto parts = split_token_stream(train, d.eval_fraction, train_name);
     train = std::move(parts.first);
     eval = std::move(parts.second);
     eval_name = strcat(train_name, " [eval: the last ", eval.size(), " of ", total, " tokens]");
@@ -83,8 +80,8 @@ DataSets load_lm_datasets(const Config& cfg) {
   }
   const size_t seq_len = size_t(cfg.model.seq_len);
   DataSets out;
-  out.train = make_lm_dataset(std::move(train), seq_len, vocab, train_name);
-  if (!eval_name.empty()) out.eval = make_lm_dataset(std::move(eval), seq_len, vocab, eval_name);
+  out.train = make_lm_dataset(std::move(train), seq_len, vocab, train_name, true);
+  if (!eval_name.empty()) out.eval = make_lm_dataset(std::move(eval), seq_len, vocab, eval_name, true);
   out.train.tokenizer = out.eval.tokenizer = text ? "bytes" : "";
   return out;
 }
@@ -179,7 +176,7 @@ uint64_t dataset_digest(const Dataset& d, uint64_t seed) {
   if (d.task == Task::LanguageModel) {
     const uint64_t lm[2] = {uint64_t(d.seq_len), uint64_t(d.vocab)};
     h.update(lm, sizeof lm);
-    h.update(d.tokens.data(), d.tokens.size() * sizeof(int32_t));
+    d.tokens.scan([&](size_t, const int32_t* t, size_t n) { h.update(t, n * sizeof(int32_t)); });
   }
   return h.digest();
 }

@@ -1,6 +1,7 @@
 // Token streams from files: expand_paths() (paths and glob patterns), read_text_tokens() (text as
-// bytes) and read_token_shard() / read_token_shards() (llm.c's token shards). Every failure is a
-// Data error naming the file (or the pattern and its config key) and what is wrong.
+// bytes, in memory) and read_token_shard() / read_token_shards() (llm.c's token shards, mapped).
+// Every failure is a Data error naming the file (or the pattern and its config key) and what is
+// wrong.
 #include <glob.h>
 
 #include <algorithm>
@@ -102,70 +103,58 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& patterns, 
   return out;
 }
 
-std::vector<int32_t> read_text_tokens(const std::vector<std::string>& paths, TokenSources* source) {
-  std::vector<int32_t> tokens;
+TokenStream read_text_tokens(const std::vector<std::string>& paths) {
+  TokenStream tokens;
   std::vector<uint8_t> buf;
   for (const std::string& path : paths) {
     uint64_t size = 0;
     std::ifstream in = open_file(path, &size);
     if (size == 0) data_error(path, "empty file (a text file needs at least one byte)");
-    if (source) source->emplace_back(path, tokens.size());
     buf.resize(size_t(size));
     read_exact(in, path, buf.data(), buf.size(), 0, "its text (did it shrink while being read?)");
     const auto nul = std::find(buf.begin(), buf.end(), uint8_t(0));
     if (nul != buf.end())
       data_error(path, "byte ", nul - buf.begin(), " (0-based) is NUL: not a text file (data.text_files must name ",
                  "text files only; list them explicitly if a glob also matches binary files such as .dat indexes)");
-    tokens.insert(tokens.end(), buf.begin(), buf.end());
+    tokens.append(TokenStream(std::vector<int32_t>(buf.begin(), buf.end()), path));
   }
   return tokens;
 }
 
-std::vector<int32_t> read_token_shard(const std::string& path) {
+TokenStream read_token_shard(const std::string& path) {
   uint64_t size = 0;
   std::ifstream in = open_file(path, &size);
   constexpr size_t kHeaderBytes = kTokenShardHeaderInts * 4;
-  if (size == 0) data_error(path, "empty file (expected an llm.c token shard: a 1024-byte header, then uint16 tokens)");
+  if (size == 0) data_error(path, "empty file (expected an llm.c token shard: a 1024-byte header, then the tokens)");
   if (size < kHeaderBytes)
     data_error(path, "truncated: ", size, " bytes, shorter than the ", kHeaderBytes, "-byte header of a token shard");
   uint8_t header[kHeaderBytes];
   read_exact(in, path, header, kHeaderBytes, 0, "the header");
   const int32_t magic = le32(header), version = le32(header + 4), count = le32(header + 8);
-  if (magic != kTokenShardMagic)
-    data_error(path, "bad magic ", magic, " (expected ", kTokenShardMagic, ", an llm.c GPT-2 token shard",
-               magic == 20240801 ? "; 20240801 is a llama-3 shard of uint32 tokens, which is not supported" : "", ")");
-  if (version != kTokenShardVersion)
-    data_error(path, "unsupported version ", version, " (only version ", kTokenShardVersion, ", uint16 tokens, is read)");
+  if (magic != kTokenShardMagic && magic != kTokenShard32Magic)
+    data_error(path, "bad magic ", magic, " (expected ", kTokenShardMagic, ", an llm.c GPT-2 token shard of uint16 tokens, or ",
+               kTokenShard32Magic, ", an llm.c LLaMA 3 shard of uint32 tokens)");
+  const bool wide = magic == kTokenShard32Magic;
+  const int32_t want = wide ? kTokenShard32Version : kTokenShardVersion;
+  if (version != want)
+    data_error(path, "unsupported version ", version, " of magic ", magic, " (only version ", want, ", ",
+               wide ? "uint32" : "uint16", " tokens, is read)");
   if (count < 0) data_error(path, "bad token count ", count, " in the header (negative)");
   if (count == 0) data_error(path, "empty: the header declares 0 tokens");
-  const uint64_t expected = uint64_t(kHeaderBytes) + 2 * uint64_t(count);
+  const int width = wide ? 4 : 2;
+  const uint64_t expected = uint64_t(kHeaderBytes) + uint64_t(width) * uint64_t(count);
   if (size < expected)
     data_error(path, "truncated: the header declares ", count, " tokens (", expected, " bytes with the header) but the file has ",
                size, " bytes");
   if (size > expected)
     data_error(path, "size mismatch: the header declares ", count, " tokens (", expected,
                " bytes with the header) but the file has ", size, " bytes (", size - expected, " bytes too many)");
-  std::vector<int32_t> tokens(static_cast<size_t>(count));
-  constexpr size_t kChunk = size_t(1) << 22;  // tokens per read: 8 MiB
-  std::vector<uint8_t> buf(2 * std::min(kChunk, tokens.size()));
-  for (size_t done = 0; done < tokens.size();) {
-    const size_t n = std::min(kChunk, tokens.size() - done);
-    read_exact(in, path, buf.data(), 2 * n, kHeaderBytes + 2 * uint64_t(done),
-               "the tokens (did it shrink while being read?)");
-    for (size_t i = 0; i < n; ++i) tokens[done + i] = int32_t(uint32_t(buf[2 * i]) | (uint32_t(buf[2 * i + 1]) << 8));
-    done += n;
-  }
-  return tokens;
+  return TokenStream::mapped(path, kHeaderBytes, size_t(count), width);
 }
 
-std::vector<int32_t> read_token_shards(const std::vector<std::string>& paths, TokenSources* source) {
-  std::vector<int32_t> tokens;
-  for (const std::string& path : paths) {
-    std::vector<int32_t> shard = read_token_shard(path);
-    if (source) source->emplace_back(path, tokens.size());
-    if (tokens.empty()) tokens = std::move(shard);
-    else tokens.insert(tokens.end(), shard.begin(), shard.end());
-  }
+TokenStream read_token_shards(const std::vector<std::string>& paths) {
+  TokenStream tokens;
+  for (const std::string& path : paths) tokens.append(read_token_shard(path));
   return tokens;
 }
 

@@ -143,11 +143,11 @@ Tensor Gpt::param(const void* base, int index) const {
 void Gpt::stage(const Dataset& data, const uint32_t* idx, size_t first, size_t rows) {
   const size_t T = opt_.seq_len;
   AMP_CHECK(rows <= max_rows_ && data.seq_len == T, "Gpt::stage: bad batch");
+  window_.resize(T + 1);
   for (size_t r = 0; r < rows; ++r) {
-    const size_t w = idx ? idx[r] : first + r;
-    const int32_t* win = data.tokens.data() + w * T;
-    std::memcpy(&tokens_host_[r * T], win, T * sizeof(int32_t));
-    std::memcpy(&targets_host_[r * T], win + 1, T * sizeof(int32_t));
+    data.copy_window(idx ? idx[r] : first + r, window_.data());
+    std::memcpy(&tokens_host_[r * T], window_.data(), T * sizeof(int32_t));
+    std::memcpy(&targets_host_[r * T], window_.data() + 1, T * sizeof(int32_t));
   }
   stage_tokens(tokens_host_.data(), targets_host_.data(), rows);
 }

@@ -94,7 +94,7 @@ class Gpt final : public Model {
 
   // Inputs: token ids and targets (int32), staged per step; host gathering buffers.
   Buffer tokens_, targets_;
-  std::vector<int32_t> tokens_host_, targets_host_;
+  std::vector<int32_t> tokens_host_, targets_host_, window_;  // window_: one window of T + 1 tokens
   // Saved activations, per layer where the backward needs them (compute dtype; statistics FP32).
   struct Layer {
     Buffer res_in, ln1, mean1, rstd1, qkv, probs, att, res_mid, ln2, mean2, rstd2, fc, gelu;

@@ -46,85 +46,29 @@ std::vector<float> floats(const std::vector<char>& raw) {
 
 bool in_range(double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; }
 
-}  // namespace
+// A checkpoint error naming the file.
+struct Bad {
+  const std::string& path;
+  [[noreturn]] void operator()(const std::string& what) const {
+    throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": ", what));
+  }
+};
 
-void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecord& record) {
-  Resumed r = validate(ck, path);
-  derive(r);
-  load(r, record);
+const std::vector<char>& section(const Checkpoint& ck, const Bad& bad, const char* name, size_t bytes) {
+  auto it = ck.sections.find(name);
+  if (it == ck.sections.end()) bad(strcat("section \"", name, "\" is missing"));
+  if (it->second.size() != bytes)
+    bad(strcat("section \"", name, "\" has ", it->second.size(), " bytes, this run needs ", bytes));
+  return it->second;
 }
 
-CheckpointIO::Resumed CheckpointIO::validate(const Checkpoint& ck, const std::string& path) const {
-  auto bad = [&](const std::string& what) { throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": ", what)); };
-  auto section = [&](const char* name, size_t bytes) -> const std::vector<char>& {
-    auto it = ck.sections.find(name);
-    if (it == ck.sections.end()) bad(strcat("section \"", name, "\" is missing"));
-    if (it->second.size() != bytes)
-      bad(strcat("section \"", name, "\" has ", it->second.size(), " bytes, this run needs ", bytes));
-    return it->second;
-  };
-  Resumed r;
-  r.step = ck.step();
-
-  // The weights: the header's hash of the masters (a master section from another file does not
-  // pass), every value finite; the optimizer moments finite, and AdamW's second moment (a running
-  // mean of squares) >= 0: a value the optimizer cannot have written is the file's fault, named
-  // here, not a later NaN's.
-  const size_t n = layout_.total;
-  auto where = [&](size_t i) {  // element i of the flat buffers: its tensor and index, or padding
-    for (const ParamInfo& t : layout_.tensors)
-      if (i >= t.span.offset && i < t.span.offset + t.span.count) return strcat(t.name, "[", i - t.span.offset, "]");
-    return strcat("padding element ", i);
-  };
-  r.master = floats(section("master", n * sizeof(float)));
-  const std::string hash_then = header_field<std::string>(ck, "params_hash", "");
-  if (const std::string hash_now = hex64(hash64(r.master.data(), r.master.size() * sizeof(float)));
-      !hash_then.empty() && hash_then != hash_now)
-    bad(strcat("its master weights hash to ", hash_now, ", not to the header's params_hash ", hash_then,
-               ": the sections were replaced or corrupted"));
-  for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(r.master[i]))
-      bad(strcat("master weight ", where(i), " is not finite (", r.master[i], "): the run it comes from had diverged"));
-  const bool adam = cfg_.optimizer.params.kind == OptimizerKind::AdamW;
-  for (int which : {1, 2}) {
-    if (!step_.has_state(which)) continue;
-    std::vector<float>& state = r.states[which - 1];
-    state = floats(section(which == 1 ? "state1" : "state2", n * sizeof(float)));
-    const char* what = adam ? (which == 1 ? "AdamW first moment" : "AdamW second moment") : "SGD momentum";
-    const bool signed_ok = !(adam && which == 2);
-    for (size_t i = 0; i < n; ++i)
-      if (!std::isfinite(state[i]) || (!signed_ok && state[i] < 0.0f))
-        bad(strcat("optimizer state (", what, ") of ", where(i), " is ", state[i],
-                   signed_ok ? ", not finite" : ", not a finite number >= 0",
-                   ": the file is corrupt or was not written by this program"));
-  }
-
-  // The scaler's state, validated and adapted to this run's settings by its own policy.
-  r.world_then = header_field<int64_t>(ck, "world_size", -1);
-  if (r.world_then < 1 || r.world_then > (int64_t(1) << 24)) bad(strcat("header field \"world_size\" is ", r.world_then));
-  ScalerState saved;
-  std::memcpy(&saved, section("scaler", sizeof saved).data(), sizeof saved);
-  std::string scaler_error;
-  const std::string hysteresis_then = config_then(ck, "precision.loss_scale.hysteresis");
-  r.scaler = scaler_resume(saved, header_field<std::string>(ck, "loss_scale_mode", ""), cfg_.precision.scaler, r.step,
-                           int64_t(layout_.tensors.size()), r.world_then, &scaler_error,
-                           hysteresis_then.empty() ? -1 : std::strtoll(hysteresis_then.c_str(), nullptr, 10));
-  if (!scaler_error.empty()) bad(scaler_error);
-
-  // The half-finished log interval: every writing rank's sums, finite and >= 0.
-  const auto& rs = section("rank_sums", size_t(r.world_then) * sizeof(RankIntervalSums));
-  r.sums_then.resize(size_t(r.world_then));
-  std::memcpy(r.sums_then.data(), rs.data(), rs.size());
-  for (const RankIntervalSums& s : r.sums_then)
-    if (!(std::isfinite(s.loss_sum) && s.loss_sum >= 0.0f) || s.correct < 0)
-      bad(strcat("the half-finished log interval's sums (loss ", s.loss_sum, ", hits ", s.correct,
-                 ") are not finite non-negative numbers"));
-
-  // The run record: a loss is finite and >= 0 (or -1: none yet), an accuracy in [0, 1] (or -1).
-  RunRecord& rec = r.record;
+// The run record: a loss is finite and >= 0 (or -1: none yet), an accuracy in [0, 1] (or -1),
+// times finite and >= 0, the half-finished interval within the run.
+RunRecord validated_record(const Checkpoint& ck, const Bad& bad, int64_t step) {
+  RunRecord rec;
   rec.interval_steps = header_field<int64_t>(ck, "interval_steps", 0);
-  if (rec.interval_steps < 0 || rec.interval_steps > r.step)
-    bad(strcat("header field \"interval_steps\" is ", rec.interval_steps, " at step ", r.step));
+  if (rec.interval_steps < 0 || rec.interval_steps > step)
+    bad(strcat("header field \"interval_steps\" is ", rec.interval_steps, " at step ", step));
   rec.first_loss = header_field<double>(ck, "first_loss", 0.0);
   rec.last_eval_loss = header_field<double>(ck, "last_eval_loss", -1.0);
   rec.last_eval_accuracy = header_field<double>(ck, "last_eval_accuracy", -1.0);
@@ -144,6 +88,44 @@ CheckpointIO::Resumed CheckpointIO::validate(const Checkpoint& ck, const std::st
   if (!in_range(rec.wall_seconds, 0.0, 1e12)) bad(strcat("header field \"wall_seconds\" is ", rec.wall_seconds));
   if (!std::isnan(rec.interval_seconds) && !in_range(rec.interval_seconds, 0.0, rec.train_seconds))
     bad(strcat("header field \"interval_seconds\" is ", rec.interval_seconds, " (train_seconds ", rec.train_seconds, ")"));
+  return rec;
+}
+
+}  // namespace
+
+void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecord& record) {
+  Resumed r = validate(ck, path);
+  derive(r);
+  load(r, record);
+}
+
+CheckpointIO::Resumed CheckpointIO::validate(const Checkpoint& ck, const std::string& path) const {
+  const Bad bad{path};
+  Resumed r;
+  r.step = ck.step();
+  validate_weights(ck, path, r);
+
+  // The scaler's state, validated and adapted to this run's settings by its own policy.
+  r.world_then = header_field<int64_t>(ck, "world_size", -1);
+  if (r.world_then < 1 || r.world_then > (int64_t(1) << 24)) bad(strcat("header field \"world_size\" is ", r.world_then));
+  ScalerState saved;
+  std::memcpy(&saved, section(ck, bad, "scaler", sizeof saved).data(), sizeof saved);
+  std::string scaler_error;
+  const std::string hysteresis_then = config_then(ck, "precision.loss_scale.hysteresis");
+  r.scaler = scaler_resume(saved, header_field<std::string>(ck, "loss_scale_mode", ""), cfg_.precision.scaler, r.step,
+                           int64_t(layout_.tensors.size()), r.world_then, &scaler_error,
+                           hysteresis_then.empty() ? -1 : std::strtoll(hysteresis_then.c_str(), nullptr, 10));
+  if (!scaler_error.empty()) bad(scaler_error);
+
+  // The half-finished log interval: every writing rank's sums, finite and >= 0.
+  const auto& rs = section(ck, bad, "rank_sums", size_t(r.world_then) * sizeof(RankIntervalSums));
+  r.sums_then.resize(size_t(r.world_then));
+  std::memcpy(r.sums_then.data(), rs.data(), rs.size());
+  for (const RankIntervalSums& s : r.sums_then)
+    if (!(std::isfinite(s.loss_sum) && s.loss_sum >= 0.0f) || s.correct < 0)
+      bad(strcat("the half-finished log interval's sums (loss ", s.loss_sum, ", hits ", s.correct,
+                 ") are not finite non-negative numbers"));
+  r.record = validated_record(ck, bad, r.step);
 
   // Where the data stands: recorded by the writer (any global batch); older checkpoints hold only
   // the step and their global batch, which was constant over their run.
@@ -163,6 +145,42 @@ CheckpointIO::Resumed CheckpointIO::validate(const Checkpoint& ck, const std::st
   if (r.samples < 0) bad(strcat("header field \"samples_consumed\" is ", r.samples));
   r.zero_then = header_field<int64_t>(ck, "zero", 0);
   return r;
+}
+
+// The weights: the header's hash of the masters (a master section from another file does not
+// pass), every value finite; the optimizer moments finite, and AdamW's second moment (a running
+// mean of squares) >= 0: a value the optimizer cannot have written is the file's fault, named here,
+// not a later NaN's.
+void CheckpointIO::validate_weights(const Checkpoint& ck, const std::string& path, Resumed& r) const {
+  const Bad bad{path};
+  const size_t n = layout_.total;
+  auto where = [&](size_t i) {  // element i of the flat buffers: its tensor and index, or padding
+    for (const ParamInfo& t : layout_.tensors)
+      if (i >= t.span.offset && i < t.span.offset + t.span.count) return strcat(t.name, "[", i - t.span.offset, "]");
+    return strcat("padding element ", i);
+  };
+  r.master = floats(section(ck, bad, "master", n * sizeof(float)));
+  const std::string hash_then = header_field<std::string>(ck, "params_hash", "");
+  if (const std::string hash_now = hex64(hash64(r.master.data(), r.master.size() * sizeof(float)));
+      !hash_then.empty() && hash_then != hash_now)
+    bad(strcat("its master weights hash to ", hash_now, ", not to the header's params_hash ", hash_then,
+               ": the sections were replaced or corrupted"));
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(r.master[i]))
+      bad(strcat("master weight ", where(i), " is not finite (", r.master[i], "): the run it comes from had diverged"));
+  const bool adam = cfg_.optimizer.params.kind == OptimizerKind::AdamW;
+  for (int which : {1, 2}) {
+    if (!step_.has_state(which)) continue;
+    std::vector<float>& state = r.states[which - 1];
+    state = floats(section(ck, bad, which == 1 ? "state1" : "state2", n * sizeof(float)));
+    const char* what = adam ? (which == 1 ? "AdamW first moment" : "AdamW second moment") : "SGD momentum";
+    const bool signed_ok = !(adam && which == 2);
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isfinite(state[i]) || (!signed_ok && state[i] < 0.0f))
+        bad(strcat("optimizer state (", what, ") of ", where(i), " is ", state[i],
+                   signed_ok ? ", not finite" : ", not a finite number >= 0",
+                   ": the file is corrupt or was not written by this program"));
+  }
 }
 
 void CheckpointIO::derive(Resumed& r) const {

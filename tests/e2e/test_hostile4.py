@@ -36,6 +36,16 @@ def seed_run(out, *sets, timeout=120):
     return run(seed, [f"run.out_dir={out}"] + quick + list(sets), timeout=timeout)
 
 
+def sigint_blocked(pid):
+    """Whether the process's main thread blocks SIGINT (amp_ddp's main() does so first thing)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(mask & (1 << (signal.SIGINT - 1)))
+
+
 def run_id(out):
     with open(os.path.join(out, "run.json")) as f:
         return json.load(f)["run_id"]
@@ -135,7 +145,13 @@ g3 = os.path.join(base, "g3")
 p = subprocess.Popen([args().binary, gpt, "--set", f"run.out_dir={g3}"] + [a for s in quick for a in ("--set", s)],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                      env=dict(os.environ, OMP_NUM_THREADS="1"))
-time.sleep(0.3)  # inside set-up (the red team's window: 0.3-0.5 s after start)
+# Inside set-up (the red team's window: 0.3-0.5 s after start), but not before main() has blocked
+# the stop signals: before that (the loader still mapping libraries, which under a loaded CI
+# machine took longer than 0.3 s) SIGINT's default action kills any program, ours included.
+t0 = time.time()
+while time.time() - t0 < 30 and p.poll() is None and not sigint_blocked(p.pid):
+    time.sleep(0.01)
+time.sleep(0.1)
 p.send_signal(signal.SIGINT)
 o, e = p.communicate(timeout=60)
 s = summary(g3) if os.path.exists(os.path.join(g3, "summary.json")) else {}

@@ -58,6 +58,17 @@ std::string shard_bytes(const std::vector<uint16_t>& tokens, int32_t magic = kTo
   return b;
 }
 
+// An llm.c LLaMA 3 shard (magic 20240801, version 7): uint32 tokens.
+std::string shard32_bytes(const std::vector<uint32_t>& tokens, int32_t version = kTokenShard32Version) {
+  std::string b;
+  put_le32(b, kTokenShard32Magic);
+  put_le32(b, version);
+  put_le32(b, int32_t(tokens.size()));
+  b.resize(1024, '\0');
+  for (uint32_t t : tokens) put_le32(b, int32_t(t));
+  return b;
+}
+
 std::vector<int32_t> as_tokens(const std::string& text) {
   std::vector<int32_t> v;
   for (unsigned char c : text) v.push_back(int32_t(c));
@@ -77,7 +88,7 @@ std::string yaml_list(const std::vector<std::string>& items) {
 TEST_CASE("LM windows: T + 1 tokens each, non-overlapping, inputs then targets", "[data][lm]") {
   std::vector<int32_t> tokens(23);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(100 + i);
-  const Dataset d = make_lm_dataset(tokens, 5, 200, "mem");
+  const Dataset d = make_lm_dataset(TokenStream(tokens), 5, 200, "mem");
   CHECK(d.task == Task::LanguageModel);
   CHECK(d.n == 4);  // (23 - 1) / 5
   CHECK(d.n_features == 5);
@@ -85,22 +96,25 @@ TEST_CASE("LM windows: T + 1 tokens each, non-overlapping, inputs then targets",
   CHECK(d.n_outputs() == 200);
   CHECK(d.x.empty());
   CHECK(d.labels.empty());
+  int32_t w[6];
   for (size_t i = 0; i < d.n; ++i) {
-    const int32_t* w = d.window(i);
+    d.copy_window(i, w);
     for (size_t j = 0; j <= 5; ++j) CHECK(w[j] == int32_t(100 + i * 5 + j));  // tokens[i*T .. i*T + T]
   }
   // The last window's last target is token 20; tokens 21 and 22 are in no window.
-  CHECK(d.window(3)[5] == 120);
+  d.copy_window(3, w);
+  CHECK(w[5] == 120);
 
   // Exactly T + 1 tokens make one window; T make none; k*T tokens make k - 1 (the last target is missing).
-  CHECK(make_lm_dataset(std::vector<int32_t>(6, 1), 5, 2, "six").n == 1);
-  CHECK(make_lm_dataset(std::vector<int32_t>(20, 1), 5, 2, "twenty").n == 3);
-  CHECK(make_lm_dataset(std::vector<int32_t>(21, 1), 5, 2, "twenty-one").n == 4);
-  CHECK_THAT(data_error_of([] { make_lm_dataset(std::vector<int32_t>(5, 1), 5, 2, "five"); }),
+  CHECK(make_lm_dataset(TokenStream(std::vector<int32_t>(6, 1)), 5, 2, "six").n == 1);
+  CHECK(make_lm_dataset(TokenStream(std::vector<int32_t>(20, 1)), 5, 2, "twenty").n == 3);
+  CHECK(make_lm_dataset(TokenStream(std::vector<int32_t>(21, 1)), 5, 2, "twenty-one").n == 4);
+  CHECK_THAT(data_error_of([] { make_lm_dataset(TokenStream(std::vector<int32_t>(5, 1)), 5, 2, "five"); }),
              Contains("five: 5 tokens are too few for one window of model.seq_len = 5: a window needs 6 tokens"));
-  CHECK_THAT(data_error_of([] { make_lm_dataset({1, 2, 7, 3}, 1, 7, "v"); }),
+  CHECK_THAT(data_error_of([] { make_lm_dataset(TokenStream({1, 2, 7, 3}, "v"), 1, 7, "v"); }),
              Contains("v: token 2 (0-based) is 7, outside the vocabulary [0, 7)"));
-  CHECK_THAT(data_error_of([] { make_lm_dataset({1, -1, 3}, 1, 7, "neg"); }), Contains("token 1 (0-based) is -1"));
+  CHECK_THAT(data_error_of([] { make_lm_dataset(TokenStream({1, -1, 3}), 1, 7, "neg"); }),
+             Contains("token 1 (0-based) is 4294967295"));  // a uint32 token beyond int32
 
   // The sampler indexes windows as samples: every window once per epoch, disjoint slices per rank.
   ShardedSampler s0(d.n, 1, 0, 2, 9, true), s1(d.n, 1, 1, 2, 9, true);
@@ -116,15 +130,17 @@ TEST_CASE("LM windows: T + 1 tokens each, non-overlapping, inputs then targets",
 TEST_CASE("split_token_stream: the eval part is the end of the stream", "[data][lm]") {
   std::vector<int32_t> t(100);
   for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(i);
-  auto [train, eval] = split_token_stream(t, 0.1, "s");
+  const TokenStream s(t);
+  auto [train, eval] = split_token_stream(s, 0.1, "s");
   REQUIRE(train.size() == 90);
   REQUIRE(eval.size() == 10);
-  CHECK(train.back() == 89);
-  CHECK(eval.front() == 90);
-  CHECK(eval.back() == 99);
-  CHECK_THAT(data_error_of([&] { split_token_stream(t, 0.001, "s"); }), Contains("leaves the eval part empty"));
-  CHECK_THAT(data_error_of([&] { split_token_stream(t, 0.999, "s"); }), Contains("leaves the train part empty"));
-  CHECK_THAT(data_error_of([&] { split_token_stream(t, 0.0, "s"); }), Contains("is not in (0, 1)"));
+  CHECK(train.at(89) == 89);
+  CHECK(eval.at(0) == 90);
+  CHECK(eval.at(9) == 99);
+  CHECK(s.heap_bytes() == 400);  // the parts share the stream's memory
+  CHECK_THAT(data_error_of([&] { split_token_stream(s, 0.001, "s"); }), Contains("leaves the eval part empty"));
+  CHECK_THAT(data_error_of([&] { split_token_stream(s, 0.999, "s"); }), Contains("leaves the train part empty"));
+  CHECK_THAT(data_error_of([&] { split_token_stream(s, 0.0, "s"); }), Contains("is not in (0, 1)"));
 }
 
 // ---------------------------------------------------------------------------------------- text
@@ -132,20 +148,20 @@ TEST_CASE("split_token_stream: the eval part is the end of the stream", "[data][
 TEST_CASE("text files: bytes as tokens, concatenated in order", "[data][lm]") {
   TempDir dir;
   const std::string a = dir.write("a.txt", "Hi\n%\n"), b = dir.write("b.txt", std::string("\xC3\xA9t\xC3\xA9\n", 6));
-  TokenSources src;
-  const std::vector<int32_t> t = read_text_tokens({b, a}, &src);
+  const TokenStream t = read_text_tokens({b, a});
   const std::vector<int32_t> want = {0xC3, 0xA9, 't', 0xC3, 0xA9, '\n', 'H', 'i', '\n', '%', '\n'};
-  CHECK(t == want);
-  REQUIRE(src.size() == 2);
-  CHECK(src[0] == std::make_pair(b, size_t(0)));
-  CHECK(src[1] == std::make_pair(a, size_t(6)));
+  CHECK(t.to_vector() == want);
+  CHECK(t.where(0) == std::make_pair(b, size_t(0)));
+  CHECK(t.where(7) == std::make_pair(a, size_t(1)));
   // A token outside the vocabulary is named by its file and its index in that file.
-  CHECK_THAT(data_error_of([&] { check_tokens(t, 0xC3, src, "model.vocab_size = 195"); }),
+  CHECK_THAT(data_error_of([&] { check_tokens(t, 0xC3, "model.vocab_size = 195"); }),
              Contains("data error: " + b + ": token 0 (0-based) is 195, outside the vocabulary [0, 195) (model.vocab_size = 195)"));
-  check_tokens(t, 256, src, "v");
-  std::vector<int32_t> t2 = t;
+  check_tokens(t, 256, "v");
+  std::vector<int32_t> t2 = want;
   t2[7] = 500;
-  CHECK_THAT(data_error_of([&] { check_tokens(t2, 256, src, "v"); }), Contains(a + ": token 1 (0-based) is 500"));
+  TokenStream s2(std::vector<int32_t>(t2.begin(), t2.begin() + 6), b);
+  s2.append(TokenStream(std::vector<int32_t>(t2.begin() + 6, t2.end()), a));
+  CHECK_THAT(data_error_of([&] { check_tokens(s2, 256, "v"); }), Contains(a + ": token 1 (0-based) is 500"));
 }
 
 TEST_CASE("text files: empty, missing, binary and directories are refused naming the file", "[data][lm]") {
@@ -194,20 +210,22 @@ TEST_CASE("token shards: a valid shard round-trips and shards concatenate in glo
   const std::vector<uint16_t> t0 = {0, 1, 255, 256, 50256, 65535}, t1 = {7, 8, 9};
   dir.write("s_000.bin", shard_bytes(t0));
   dir.write("s_001.bin", shard_bytes(t1));
-  const std::vector<int32_t> got = read_token_shard(dir.file("s_000.bin"));
-  CHECK(got == std::vector<int32_t>{0, 1, 255, 256, 50256, 65535});
-  TokenSources src;
-  const auto all = read_token_shards(expand_paths({dir.file("s_*.bin")}, "data.train_tokens"), &src);
-  CHECK(all == std::vector<int32_t>{0, 1, 255, 256, 50256, 65535, 7, 8, 9});
-  REQUIRE(src.size() == 2);
-  CHECK(src[1] == std::make_pair(dir.file("s_001.bin"), size_t(6)));
+  const TokenStream got = read_token_shard(dir.file("s_000.bin"));
+  CHECK(got.to_vector() == std::vector<int32_t>{0, 1, 255, 256, 50256, 65535});
+  const TokenStream all = read_token_shards(expand_paths({dir.file("s_*.bin")}, "data.train_tokens"));
+  CHECK(all.to_vector() == std::vector<int32_t>{0, 1, 255, 256, 50256, 65535, 7, 8, 9});
+  CHECK(all.where(7) == std::make_pair(dir.file("s_001.bin"), size_t(1)));
+  int32_t across[3];  // a range over both files
+  all.copy(5, 3, across);
+  CHECK(std::vector<int32_t>(across, across + 3) == std::vector<int32_t>{65535, 7, 8});
+  CHECK(all.slice(4, 8).to_vector() == std::vector<int32_t>{50256, 65535, 7, 8});
+  CHECK(all.slice(4, 8).where(3) == std::make_pair(dir.file("s_001.bin"), size_t(1)));
+  CHECK(max_token(all) == 65535);
   // A token beyond the vocabulary: file and index within that file.
-  CHECK_THAT(data_error_of([&] { check_tokens(all, 50257, src, "model.vocab_size = 50257"); }),
+  CHECK_THAT(data_error_of([&] { check_tokens(all, 50257, "model.vocab_size = 50257"); }),
              Contains(dir.file("s_000.bin") + ": token 5 (0-based) is 65535, outside the vocabulary [0, 50257)"));
-  check_tokens(all, 65536, src, "v");
-  std::vector<int32_t> small = all;
-  std::fill(small.begin(), small.begin() + 6, 0);
-  CHECK_THAT(data_error_of([&] { check_tokens(small, 9, src, "v"); }),
+  check_tokens(all, 65536, "v");
+  CHECK_THAT(data_error_of([&] { check_tokens(all.slice(6, 9), 9, "v"); }),
              Contains(dir.file("s_001.bin") + ": token 2 (0-based) is 9, outside the vocabulary [0, 9)"));
 }
 
@@ -221,9 +239,13 @@ TEST_CASE("token shards: every corrupted field is refused naming the file and th
   const auto path = [&](const std::string& name) { return "data error: " + dir.file(name) + ": "; };
   CHECK_THAT(err("magic.bin", shard_bytes(tok, 12345)),
              Contains(path("magic.bin") + "bad magic 12345 (expected 20240520"));
-  CHECK_THAT(err("llama.bin", shard_bytes(tok, 20240801)), Contains("bad magic 20240801") && Contains("llama-3"));
   CHECK_THAT(err("version.bin", shard_bytes(tok, kTokenShardMagic, 7)),
-             Contains(path("version.bin") + "unsupported version 7 (only version 1"));
+             Contains(path("version.bin") + "unsupported version 7 of magic 20240520 (only version 1"));
+  CHECK_THAT(err("version32.bin", shard32_bytes({1, 2}, 1)),
+             Contains(path("version32.bin") + "unsupported version 1 of magic 20240801 (only version 7"));
+  std::string cut32 = shard32_bytes({1, 2, 3});
+  cut32.pop_back();
+  CHECK_THAT(err("cut32.bin", cut32), Contains("the header declares 3 tokens (1036 bytes with the header)"));
   std::string longer = shard_bytes(tok);
   longer += "xy";
   CHECK_THAT(err("long.bin", longer), Contains(path("long.bin") + "size mismatch: the header declares 4 tokens (1032 bytes "
@@ -256,22 +278,26 @@ TEST_CASE("load_datasets: data.format text splits the end of the stream off for 
   const Config cfg = load_config(cfg_path, {});
   const DataSets ds = load_datasets(cfg);
   const std::vector<int32_t> all = as_tokens(a_text + b_text);  // 40 tokens: 30 train, 10 eval
-  CHECK(ds.train.tokens == std::vector<int32_t>(all.begin(), all.begin() + 30));
-  CHECK(ds.eval.tokens == std::vector<int32_t>(all.begin() + 30, all.end()));
+  CHECK(ds.train.tokens.to_vector() == std::vector<int32_t>(all.begin(), all.begin() + 30));
+  CHECK(ds.eval.tokens.to_vector() == std::vector<int32_t>(all.begin() + 30, all.end()));
   CHECK(ds.train.n == 7);  // (30 - 1) / 4
   CHECK(ds.eval.n == 2);   // (10 - 1) / 4
   CHECK(ds.train.n_outputs() == 256);
   CHECK(ds.eval.n_outputs() == 256);
   CHECK(ds.train.n_features == 4);
   // The last training window ends at the last training token; no window straddles the split.
-  CHECK(ds.train.window(6)[4] == all[28]);
-  CHECK(ds.eval.window(0)[0] == all[30]);
-  CHECK(ds.eval.window(1)[4] == all[38]);
+  int32_t w[5];
+  ds.train.copy_window(6, w);
+  CHECK(w[4] == all[28]);
+  ds.eval.copy_window(0, w);
+  CHECK(w[0] == all[30]);
+  ds.eval.copy_window(1, w);
+  CHECK(w[4] == all[38]);
   CHECK_THAT(ds.eval.source, Contains("[eval: the last 10 of 40 tokens]"));
 
   // No eval fraction: no evaluation.
   const DataSets whole = load_datasets(load_config(cfg_path, {"data.eval_fraction=0"}));
-  CHECK(whole.train.tokens == all);
+  CHECK(whole.train.tokens.to_vector() == all);
   CHECK(whole.eval.n == 0);
 
   // Too little text says how much one window needs.
@@ -284,7 +310,9 @@ TEST_CASE("load_datasets: data.format text splits the end of the stream off for 
   // The digest covers the tokens.
   const uint64_t d0 = dataset_digest(ds.train, 0);
   Dataset changed = ds.train;
-  changed.tokens[17] ^= 1;
+  std::vector<int32_t> flipped = ds.train.tokens.to_vector();
+  flipped[17] ^= 1;
+  changed.tokens = TokenStream(flipped);
   CHECK(dataset_digest(changed, 0) != d0);
   CHECK(dataset_digest(ds.train, 0) == d0);
 }
@@ -303,8 +331,10 @@ TEST_CASE("load_datasets: data.format tokens, eval shards and the inferred vocab
                     yaml_list({dir.file("train_*.bin")}) + "\n  eval_tokens: " + yaml_list({dir.file("val_000.bin")}) + "\n");
   const DataSets ds = load_datasets(load_config(cfg_path, {}));
   REQUIRE(ds.train.tokens.size() == 33);
-  CHECK(ds.train.tokens[0] == 0);      // train_000 first: matches are sorted
-  CHECK(ds.train.tokens[20] == 1000);
+  CHECK(ds.train.tokens.at(0) == 0);      // train_000 first: matches are sorted
+  CHECK(ds.train.tokens.at(20) == 1000);
+  CHECK(ds.train.tokens.mapped());
+  CHECK(ds.train.tokens.heap_bytes() == 0);  // read in place
   CHECK(ds.train.n == 4);              // (33 - 1) / 8
   CHECK(ds.eval.n == 1);
   CHECK(ds.train.vocab == 2009);       // model.vocab_size 0: largest token (of train and eval) + 1
@@ -327,7 +357,7 @@ TEST_CASE("load_datasets: data.format tokens, eval shards and the inferred vocab
   const DataSets split = load_datasets(load_config(cfg_path, {"data.eval_tokens=[]", "data.eval_fraction=0.5"}));
   CHECK(split.train.tokens.size() == 16);   // 33 - round(16.5)
   CHECK(split.eval.tokens.size() == 17);
-  CHECK(split.eval.tokens.front() == 16);
+  CHECK(split.eval.tokens.at(0) == 16);
 }
 
 // ------------------------------------------------------------------------------------ fortunes
@@ -350,7 +380,9 @@ TEST_CASE("the fortunes corpus of configs/gpt_fortunes_fp16.yaml loads", "[data]
   std::ifstream first(cfg.data.text_files.at(0), std::ios::binary);
   std::string head(65, '\0');
   first.read(&head[0], 65);
-  CHECK(std::vector<int32_t>(ds.train.window(0), ds.train.window(0) + 65) == as_tokens(head));
+  std::vector<int32_t> w0(65);
+  ds.train.copy_window(0, w0.data());
+  CHECK(w0 == as_tokens(head));
   // The evaluation split is the end of the last file (cookie).
   std::ifstream last(cfg.data.text_files.back(), std::ios::binary | std::ios::ate);
   CHECK(size_t(last.tellg()) > ds.eval.tokens.size());
@@ -358,4 +390,28 @@ TEST_CASE("the fortunes corpus of configs/gpt_fortunes_fp16.yaml loads", "[data]
   CHECK_THAT(data_error_of([&] { load_datasets(load_config(std::string(AMP_SOURCE_DIR) + "/configs/gpt_fortunes_fp16.yaml",
                                                            {"data.text_files=[\"" + dir + "*\"]"})); }),
              Contains("are the same file"));
+}
+
+TEST_CASE("token shards: uint32 (LLaMA 3) shards read in place, and a shard cut short while mapped is a data error",
+          "[data][lm]") {
+  TempDir dir;
+  const TokenStream wide = read_token_shard(dir.write("l_000.bin", shard32_bytes({70000, 5, 128255})));
+  CHECK(wide.to_vector() == std::vector<int32_t>{70000, 5, 128255});
+  CHECK(wide.mapped());
+  CHECK(max_token(wide) == 128255);
+
+  // 100000 uint16 tokens over many pages; the file then loses all but its first page.
+  std::vector<uint16_t> many(100000);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = uint16_t(i % 50000);
+  const std::string path = dir.write("big.bin", shard_bytes(many));
+  const TokenStream s = read_token_shard(path);
+  int32_t w[4];
+  s.copy(60000, 4, w);
+  CHECK(w[0] == 10000);
+  fs::resize_file(path, 4096);
+  CHECK_THAT(data_error_of([&] { s.copy(90000, 4, w); }),
+             Contains("data error: " + path + ": changed while being read"));
+  CHECK_THAT(data_error_of([&] { check_tokens(s, 50000, "v"); }), Contains(path + ": changed while being read"));
+  s.copy(10, 4, w);  // what is still there reads as before
+  CHECK(w[3] == 13);
 }
