@@ -35,7 +35,7 @@ struct Dataset {
   // windows; window i is tokens[i*T .. i*T + T] inclusive (T + 1 tokens, T = seq_len): the inputs
   // are its first T tokens, the targets its last T. n_features = seq_len; every token is in
   // [0, vocab). Windows are the samples the sampler and eval_shard index.
-  TokenStream tokens;          // the token stream (shards stay on disk, memory-mapped)
+  TokenStream tokens;          // the token stream (shards stay in their files, read as needed)
   size_t seq_len = 0;          // T
   int vocab = 0;               // output classes of every position
   std::string tokenizer;       // what made the tokens (data/tokenizer.h): "bytes" for text, "" unknown
@@ -119,7 +119,7 @@ TokenStream read_text_tokens(const std::vector<std::string>& paths);
 // little-endian (header[0] = magic, header[1] = version, header[2] = token count N), then N
 // tokens: magic 20240520 version 1 (GPT-2: uint16 tokens) or magic 20240801 version 7 (LLaMA 3:
 // uint32 tokens); the file is exactly 1024 + N x the token width bytes. Every field and the size
-// are checked (errors name the file and what is wrong); the tokens stay in the file, mapped.
+// are checked (errors name the file and what is wrong); the tokens stay in the file, read as needed.
 constexpr int32_t kTokenShardMagic = 20240520;
 constexpr int32_t kTokenShardVersion = 1;
 constexpr int32_t kTokenShard32Magic = 20240801;

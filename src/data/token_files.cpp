@@ -1,5 +1,5 @@
 // Token streams from files: expand_paths() (paths and glob patterns), read_text_tokens() (text as
-// bytes, in memory) and read_token_shard() / read_token_shards() (llm.c's token shards, mapped).
+// bytes, in memory) and read_token_shard() / read_token_shards() (llm.c's token shards, left in their files).
 // Every failure is a Data error naming the file (or the pattern and its config key) and what is
 // wrong.
 #include <glob.h>
@@ -149,7 +149,7 @@ TokenStream read_token_shard(const std::string& path) {
   if (size > expected)
     data_error(path, "size mismatch: the header declares ", count, " tokens (", expected,
                " bytes with the header) but the file has ", size, " bytes (", size - expected, " bytes too many)");
-  return TokenStream::mapped(path, kHeaderBytes, size_t(count), width);
+  return TokenStream::in_file(path, kHeaderBytes, size_t(count), width);
 }
 
 TokenStream read_token_shards(const std::vector<std::string>& paths) {

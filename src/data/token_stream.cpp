@@ -1,9 +1,7 @@
 #include "data/token_stream.h"
 
 #include <fcntl.h>
-#include <setjmp.h>
-#include <signal.h>
-#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,36 +16,6 @@ namespace amp {
 
 namespace {
 
-// SIGBUS from a mapped file that shrank: the thread reading it jumps back to its guarded copy.
-thread_local sigjmp_buf* t_bus_jump = nullptr;
-struct sigaction g_previous_bus {};
-
-void on_sigbus(int sig, siginfo_t* info, void* ctx) {
-  if (sigjmp_buf* j = t_bus_jump) {
-    t_bus_jump = nullptr;
-    siglongjmp(*j, 1);
-  }
-  // Not ours: what was there before (by default, the core dump of an invalid access).
-  if (g_previous_bus.sa_flags & SA_SIGINFO) {
-    if (g_previous_bus.sa_sigaction) return g_previous_bus.sa_sigaction(sig, info, ctx);
-  } else if (g_previous_bus.sa_handler != SIG_DFL && g_previous_bus.sa_handler != SIG_IGN && g_previous_bus.sa_handler) {
-    return g_previous_bus.sa_handler(sig);
-  }
-  signal(SIGBUS, SIG_DFL);
-  raise(SIGBUS);
-}
-
-void install_bus_handler() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction sa {};
-    sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGBUS, &sa, &g_previous_bus);
-  });
-}
-
 template <typename... Args>
 [[noreturn]] void data_error(const std::string& path, const Args&... args) {
   throw Error(ErrorKind::Data, strcat("data error: ", path, ": ", args...));
@@ -55,23 +23,51 @@ template <typename... Args>
 
 constexpr size_t kScanChunk = size_t(1) << 20;  // tokens per scan chunk
 
+// A data set of many shards keeps a descriptor per shard: the soft limit on open files (often
+// 1024) is raised to the hard one once.
+void raise_open_file_limit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    rlimit r{};
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+      r.rlim_cur = r.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &r);
+    }
+  });
+}
+
 }  // namespace
 
-struct TokenStream::Mapping {
+struct TokenStream::ShardFile {
   std::string path;
-  const uint8_t* base = nullptr;  // the whole file
-  size_t bytes = 0;
-  const uint8_t* tokens = nullptr;  // base + the tokens' offset
+  int fd = -1;
+  uint64_t offset = 0;  // of the first token
   int width = 2;
-  ~Mapping() {
-    if (base) munmap(const_cast<uint8_t*>(base), bytes);
+  ~ShardFile() {
+    if (fd >= 0) ::close(fd);
   }
-  // Drops this process's pages of tokens [first, first + n) (they stay in the page cache).
-  void release(size_t first, size_t n) const {
-    const size_t page = size_t(sysconf(_SC_PAGESIZE));
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(tokens + first * size_t(width)) / page * page;
-    const uintptr_t hi = reinterpret_cast<uintptr_t>(tokens + (first + n) * size_t(width));
-    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  // Tokens [first, first + n) of the file into out, widened; a short read is a Data error.
+  void read(size_t first, size_t n, int32_t* out) const {
+    thread_local std::vector<uint8_t> buf;
+    const size_t bytes = n * size_t(width);
+    buf.resize(bytes);
+    const uint64_t at = offset + uint64_t(first) * uint64_t(width);
+    for (size_t done = 0; done < bytes;) {
+      const ssize_t got = ::pread(fd, buf.data() + done, bytes - done, off_t(at + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) data_error(path, "read error at byte ", at + done, ": ", std::strerror(errno));
+      if (got == 0)
+        data_error(path, "changed while being read: it ends at byte ", at + done, ", before the tokens the run "
+                         "opened it with (a shard must not be rewritten or truncated during a run)");
+      done += size_t(got);
+    }
+    const uint8_t* b = buf.data();
+    if (width == 2) {
+      for (size_t i = 0; i < n; ++i) out[i] = int32_t(uint32_t(b[2 * i]) | (uint32_t(b[2 * i + 1]) << 8));
+    } else {
+      for (size_t i = 0; i < n; ++i, b += 4)
+        out[i] = int32_t(uint32_t(b[0]) | (uint32_t(b[1]) << 8) | (uint32_t(b[2]) << 16) | (uint32_t(b[3]) << 24));
+    }
   }
 };
 
@@ -85,35 +81,23 @@ TokenStream::TokenStream(std::vector<int32_t> tokens, std::string name) {
   size_ = pieces_.back().count;
 }
 
-TokenStream TokenStream::mapped(const std::string& path, uint64_t offset, size_t count, int width) {
-  AMP_CHECK(width == 2 || width == 4, "TokenStream::mapped: width ", width);
-  install_bus_handler();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) data_error(path, "cannot open: ", std::strerror(errno));
+TokenStream TokenStream::in_file(const std::string& path, uint64_t offset, size_t count, int width) {
+  AMP_CHECK(width == 2 || width == 4, "TokenStream::in_file: width ", width);
+  raise_open_file_limit();
+  auto f = std::make_shared<ShardFile>();
+  f->path = path;
+  f->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f->fd < 0) data_error(path, "cannot open: ", std::strerror(errno));
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    data_error(path, "cannot read its size: ", std::strerror(err));
-  }
+  if (fstat(f->fd, &st) != 0) data_error(path, "cannot read its size: ", std::strerror(errno));
   const uint64_t need = offset + uint64_t(count) * uint64_t(width);
-  if (uint64_t(st.st_size) < need) {
-    ::close(fd);
+  if (uint64_t(st.st_size) < need)
     data_error(path, "truncated: ", st.st_size, " bytes, the tokens need ", need, " (did it change while being read?)");
-  }
-  auto m = std::make_shared<Mapping>();
-  m->path = path;
-  m->bytes = size_t(st.st_size);
-  m->width = width;
-  void* base = mmap(nullptr, m->bytes, PROT_READ, MAP_SHARED, fd, 0);
-  const int err = errno;
-  ::close(fd);  // the map keeps the file
-  if (base == MAP_FAILED) data_error(path, "cannot map it into memory: ", std::strerror(err));
-  m->base = static_cast<const uint8_t*>(base);
-  m->tokens = m->base + offset;
+  f->offset = offset;
+  f->width = width;
   TokenStream s;
   Piece p;
-  p.map = std::move(m);
+  p.file = std::move(f);
   p.count = count;
   s.pieces_.push_back(std::move(p));
   s.size_ = count;
@@ -135,27 +119,8 @@ size_t TokenStream::piece_of(size_t i) const {
 }
 
 void TokenStream::copy_piece(const Piece& p, size_t at, size_t n, int32_t* out) const {
-  if (p.memory) {
-    std::memcpy(out, p.memory->data() + p.first + at, n * sizeof(int32_t));
-    return;
-  }
-  const Mapping& m = *p.map;
-  const uint8_t* src = m.tokens + (p.first + at) * size_t(m.width);
-  sigjmp_buf jump;
-  if (sigsetjmp(jump, 1) != 0)
-    data_error(m.path, "changed while being read: its tokens were cut short after the run opened it (a shard must "
-                       "not be rewritten or truncated during a run)");
-  t_bus_jump = &jump;
-  if (m.width == 2) {
-    for (size_t i = 0; i < n; ++i) out[i] = int32_t(uint32_t(src[2 * i]) | (uint32_t(src[2 * i + 1]) << 8));
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      const uint8_t* b = src + 4 * i;
-      out[i] = int32_t(uint32_t(b[0]) | (uint32_t(b[1]) << 8) | (uint32_t(b[2]) << 16) | (uint32_t(b[3]) << 24));
-    }
-  }
-  t_bus_jump = nullptr;
-  m.release(p.first + at, n);
+  if (p.memory) std::memcpy(out, p.memory->data() + p.first + at, n * sizeof(int32_t));
+  else p.file->read(p.first + at, n, out);
 }
 
 void TokenStream::copy(size_t begin, size_t n, int32_t* out) const {
@@ -211,7 +176,7 @@ void TokenStream::scan(const std::function<void(size_t, const int32_t*, size_t)>
 std::pair<std::string, size_t> TokenStream::where(size_t i) const {
   if (i >= size_ || pieces_.empty()) return {"<tokens>", i};
   const Piece& p = pieces_[piece_of(i)];
-  return {p.map ? p.map->path : p.name, p.file_first + (i - p.start)};
+  return {p.file ? p.file->path : p.name, p.file_first + (i - p.start)};
 }
 
 size_t TokenStream::heap_bytes() const {
@@ -221,8 +186,8 @@ size_t TokenStream::heap_bytes() const {
   return b;
 }
 
-bool TokenStream::mapped() const {
-  return std::any_of(pieces_.begin(), pieces_.end(), [](const Piece& p) { return p.map != nullptr; });
+bool TokenStream::in_files() const {
+  return std::any_of(pieces_.begin(), pieces_.end(), [](const Piece& p) { return p.file != nullptr; });
 }
 
 }  // namespace amp

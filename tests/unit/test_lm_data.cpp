@@ -333,7 +333,7 @@ TEST_CASE("load_datasets: data.format tokens, eval shards and the inferred vocab
   REQUIRE(ds.train.tokens.size() == 33);
   CHECK(ds.train.tokens.at(0) == 0);      // train_000 first: matches are sorted
   CHECK(ds.train.tokens.at(20) == 1000);
-  CHECK(ds.train.tokens.mapped());
+  CHECK(ds.train.tokens.in_files());
   CHECK(ds.train.tokens.heap_bytes() == 0);  // read in place
   CHECK(ds.train.n == 4);              // (33 - 1) / 8
   CHECK(ds.eval.n == 1);
@@ -392,15 +392,15 @@ TEST_CASE("the fortunes corpus of configs/gpt_fortunes_fp16.yaml loads", "[data]
              Contains("are the same file"));
 }
 
-TEST_CASE("token shards: uint32 (LLaMA 3) shards read in place, and a shard cut short while mapped is a data error",
+TEST_CASE("token shards: uint32 (LLaMA 3) shards read in place, and a shard cut short during a run is a data error",
           "[data][lm]") {
   TempDir dir;
   const TokenStream wide = read_token_shard(dir.write("l_000.bin", shard32_bytes({70000, 5, 128255})));
   CHECK(wide.to_vector() == std::vector<int32_t>{70000, 5, 128255});
-  CHECK(wide.mapped());
+  CHECK(wide.in_files());
   CHECK(max_token(wide) == 128255);
 
-  // 100000 uint16 tokens over many pages; the file then loses all but its first page.
+  // 100000 uint16 tokens; the file then loses all but its first 4096 bytes.
   std::vector<uint16_t> many(100000);
   for (size_t i = 0; i < many.size(); ++i) many[i] = uint16_t(i % 50000);
   const std::string path = dir.write("big.bin", shard_bytes(many));
