@@ -2,6 +2,7 @@
 // Parses the command line, starts MPI, makes every rank agree on what to do (an MPMD launch may
 // give ranks different command lines), loads the config on every rank (agreed before anything
 // runs), then trains. Any error on any rank ends the whole job with its rank.
+// `amp_ddp sample CHECKPOINT [options]` generates text from a checkpoint in one process, no MPI.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "train/run.h"
+#include "train/sample_command.h"
 #include "train/signals.h"
 
 namespace {
@@ -48,7 +50,8 @@ struct Cli {
 Cli parse_cli(int argc, char** argv) {
   Cli cli;
   CLI::App app{"amp_ddp: data-parallel mixed-precision training (FP16/BF16 compute, FP32 masters,\n"
-               "loss scaling, one global overflow flag). Run under mpirun/srun for several ranks.",
+               "loss scaling, one global overflow flag). Run under mpirun/srun for several ranks.\n"
+               "amp_ddp sample CHECKPOINT: text from a trained GPT (amp_ddp sample --help).",
                "amp_ddp"};
   app.add_option("config", cli.config, "YAML config file (see configs/)")->required();
   app.add_option("--set", cli.sets, "override a config key, e.g. --set optimizer.lr=3e-4 (repeatable)")
@@ -133,9 +136,63 @@ int agree_on_action(amp::MpiCommunicator& world, const Cli& cli) {
   return -1;
 }
 
+// `amp_ddp sample CHECKPOINT ...`: one process; usage errors exit 2, amp errors their code.
+int sample_main(int argc, char** argv) {
+  CLI::App app{"amp_ddp sample: text from a trained language model's checkpoint (no training data needed).\n"
+               "Options default to the checkpoint's sample.* settings, so the sample of a run's final\n"
+               "checkpoint with them is the run's final sample.",
+               "amp_ddp sample"};
+  amp::SampleRequest r;
+  std::string prompt;
+  int64_t tokens = 0, top_k = 0, seed = 0;
+  double temperature = 0;
+  app.add_option("checkpoint", r.checkpoint, "a checkpoint of a model.type gpt run")->required();
+  auto* o_prompt = app.add_option("--prompt", prompt, "the text the sample continues");
+  auto* o_tokens = app.add_option("--tokens", tokens, "tokens to generate")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  const CLI::Validator positive(
+      [](std::string& v) {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        return end && *end == '\0' && x > 0 && x < 1e30 ? std::string() : "expected a number > 0, got " + v;
+      },
+      "NUMBER > 0");
+  auto* o_temp = app.add_option("--temperature", temperature, "sampling temperature (> 0)")->check(positive);
+  auto* o_topk = app.add_option("--top-k", top_k, "sample among the k likeliest tokens (0: all)")
+                     ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
+  auto* o_seed = app.add_option("--seed", seed, "sampling seed")->check(CLI::NonNegativeNumber);
+  app.add_option("--device", r.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--threads", r.threads, "CPU threads (0: every CPU)")->check(CLI::Range(0, 1024));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {
+      std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "usage error: %s\nRun 'amp_ddp sample --help' for the options.\n", e.what());
+    return 2;
+  }
+  if (*o_prompt) r.prompt = prompt;
+  if (*o_tokens) r.tokens = tokens;
+  if (*o_temp) r.temperature = temperature;
+  if (*o_topk) r.top_k = top_k;
+  if (*o_seed) r.seed = seed;
+  try {
+    amp::run_sample(r);
+    return 0;
+  } catch (const amp::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "sample") return sample_main(argc - 1, argv + 1);  // Ctrl-C stops it
   amp::block_stop_signals();  // before any thread exists: no handler ever runs inside library code
   const Cli cli = parse_cli(argc, argv);
   if (!launched_as_rank())

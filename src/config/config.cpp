@@ -110,15 +110,35 @@ const char* scale_mode_name(ScaleMode m) {
   return m == ScaleMode::Dynamic ? "dynamic" : m == ScaleMode::Static ? "static" : "none";
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+namespace {
+// Every key at its default; defaults go through the same parser as user values.
+Config defaults(const std::string& source) {
   Config cfg;
-  cfg.source = path;
-  // Defaults go through the same parser as user values.
+  cfg.source = source;
   const Reporter def_rep("<defaults>", false, "");
   for (const auto& k : keys()) {
     set_value(cfg, k, YAML::Load(k.def), def_rep);
     cfg.origin[k.path] = "default";
   }
+  return cfg;
+}
+}  // namespace
+
+Config config_from_values(const std::map<std::string, std::string>& values, const std::string& origin) {
+  Config cfg = defaults(origin);
+  for (const auto& [path, text] : values) {
+    const Key* key = find_key(path);
+    if (!key) continue;  // written by another version of the program
+    const Reporter rep(origin + " (its recorded config)", false, "");
+    apply_key(cfg, *key, parse_yaml(text, rep, path), rep, origin);
+  }
+  validate(cfg);
+  cfg.precision.scaler.mode = resolved_scale_mode(cfg);
+  return cfg;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  Config cfg = defaults(path);
 
   const std::string text = read_file_or_fail(path);
   const Reporter file_rep(path, false, "");

@@ -148,6 +148,10 @@ std::string config_to_yaml(const Config& c);
 // Every key's value as config_to_yaml prints it, by key path: what a checkpoint records, so that a
 // resume can name the keys that changed.
 std::map<std::string, std::string> config_values(const Config& c);
+// The config a run had, from the values its checkpoint recorded (config_values): the defaults, then
+// each recorded value as if given by --set (a key this program does not know keeps its default), then
+// the checks of load_config. An error names `origin` (the checkpoint) and the key.
+Config config_from_values(const std::map<std::string, std::string>& values, const std::string& origin);
 
 // 64-bit digest of the resolved configuration text and the program version; ranks compare it.
 uint64_t config_hash(const Config& c);

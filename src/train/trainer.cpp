@@ -12,6 +12,7 @@
 #include "core/hash.h"
 #include "data/tokenizer.h"
 #include "model/sampling.h"
+#include "train/sample_text.h"
 #include "train/signals.h"
 
 namespace amp {
@@ -128,17 +129,8 @@ void Trainer::evaluate_now(int64_t step) {
 // sample.prompt as tokens of the data's tokenizer (none: the last token id). A token the model's
 // vocabulary does not hold (a byte above model.vocab_size) is a config error, found at start-up.
 std::vector<int32_t> Trainer::sample_prompt() const {
-  const std::unique_ptr<Tokenizer> tok = make_tokenizer(data_.train.tokenizer);
-  const int32_t vocab = int32_t(data_.train.vocab);
-  std::vector<int32_t> prompt = tok ? tok->encode(cfg_.sample.prompt) : std::vector<int32_t>{};
-  for (size_t i = 0; i < prompt.size(); ++i)
-    if (prompt[i] < 0 || prompt[i] >= vocab)
-      throw Error(ErrorKind::Config,
-                  strcat("config error: ", cfg_.origin.at("sample.prompt"), ": sample.prompt: token ", i, " of the prompt (",
-                         data_.train.tokenizer, " tokenizer) is ", prompt[i], ", outside the model's vocabulary of ", vocab,
-                         " tokens (model.vocab_size); use a prompt the vocabulary holds, or a larger vocabulary"));
-  if (prompt.empty()) prompt.push_back(vocab - 1);
-  return prompt;
+  return encode_prompt(data_.train.tokenizer, cfg_.sample.prompt, int32_t(data_.train.vocab),
+                       cfg_.origin.at("sample.prompt"), "sample.prompt");
 }
 
 // Rank 0 continues sample.prompt with the model (language models only; no collective inside). The
@@ -146,9 +138,8 @@ std::vector<int32_t> Trainer::sample_prompt() const {
 // from the last token id and prints ids, and says so once.
 void Trainer::write_sample(int64_t step) {
   if (!model_->language_model() || rank_ != 0 || cfg_.sample.tokens <= 0) return;
-  const std::unique_ptr<Tokenizer> tok = make_tokenizer(data_.train.tokenizer);
   const int32_t vocab = int32_t(data_.train.vocab);
-  if (!tok && !warned_no_tokenizer_) {
+  if (!make_tokenizer(data_.train.tokenizer) && !warned_no_tokenizer_) {
     reporter_.message(strcat("note: the token data names no tokenizer, so sample.prompt cannot be encoded: samples start "
                              "from token ", vocab - 1, " and print token ids"));
     warned_no_tokenizer_ = true;
@@ -164,12 +155,7 @@ void Trainer::write_sample(int64_t step) {
   const auto stopping = [&] { return cfg_.checkpoint.on_signal && stop_signal() != 0; };
   const std::vector<int32_t> out = generate(
       prompt, o, [&](const std::vector<int32_t>& context) { return model_->next_logits(params, context); }, stopping);
-  std::string text;
-  if (tok) {
-    text = tok->decode(out);
-  } else {
-    for (int32_t t : out) text += (text.empty() ? "" : " ") + std::to_string(t);
-  }
+  const std::string text = decode_sample(data_.train.tokenizer, out);
   if (out.size() < prompt.size() + o.tokens)
     reporter_.message(strcat("note: the sample at step ", step, " was cut short after ", out.size() - prompt.size(), " of ",
                              o.tokens, " tokens by ", signal_name(stop_signal())));

@@ -1,0 +1,103 @@
+#include "train/sample_command.h"
+
+#include <cstdio>
+#include <map>
+#include <thread>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "core/error.h"
+#include "data/dataset.h"
+#include "model/make_model.h"
+#include "model/sampling.h"
+#include "train/checkpoint.h"
+#include "train/sample_text.h"
+
+namespace amp {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": ", what));
+}
+
+// The checkpoint's recorded config (header "config": key -> value text).
+std::map<std::string, std::string> recorded_config(const Checkpoint& ck) {
+  const auto it = ck.header.find("config");
+  if (it == ck.header.end() || !it->is_object())
+    bad(ck.path, "its header records no config (written by an older amp_ddp): the model cannot be rebuilt from it");
+  std::map<std::string, std::string> values;
+  for (const auto& [k, v] : it->items())
+    if (v.is_string()) values[k] = v.get<std::string>();
+  return values;
+}
+
+// Rows of the named tensor in the header's layout (0 when absent).
+size_t layout_rows(const Checkpoint& ck, const std::string& name) {
+  const auto it = ck.header.find("layout");
+  if (it == ck.header.end() || !it->is_array()) return 0;
+  for (const auto& t : *it)
+    if (t.is_object() && t.value("name", "") == name && t.contains("rows") && t["rows"].is_number_unsigned())
+      return t["rows"].get<size_t>();
+  return 0;
+}
+
+}  // namespace
+
+void run_sample(const SampleRequest& r) {
+  const Checkpoint ck = load_checkpoint(r.checkpoint);
+  const Config cfg = config_from_values(recorded_config(ck), r.checkpoint);
+  if (cfg.model.type != ModelType::Gpt)
+    throw Error(ErrorKind::Config, strcat("config error: ", r.checkpoint, ": the checkpoint holds a model of type ",
+                                          cfg.model.type == ModelType::Mlp ? "mlp" : "?",
+                                          "; sampling needs a language model (model.type gpt)"));
+  // What the data set told the model: its vocabulary (the token embedding's rows) and tokenizer.
+  Dataset shape;
+  shape.task = Task::LanguageModel;
+  shape.seq_len = shape.n_features = size_t(cfg.model.seq_len);
+  const size_t vocab = cfg.model.vocab_size > 0 ? size_t(cfg.model.vocab_size) : layout_rows(ck, "wte.weight");
+  if (vocab == 0 || vocab > size_t(INT32_MAX)) bad(r.checkpoint, "its layout has no token embedding (wte.weight)");
+  shape.vocab = int(vocab);
+  shape.tokenizer = cfg.data.format == "text" ? "bytes" : "";
+
+  const int threads = r.threads > 0 ? r.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  const std::unique_ptr<Backend> be = make_backend(r.device, 0, threads);
+  const DType compute = cfg.precision.compute;
+  const std::unique_ptr<Model> model =
+      make_model(cfg, shape, be->memory(), be->ops(), compute, 1, 1, be->memory().memory_available(1));
+  const ParamLayout& L = model->layout();
+  for (const ParamInfo& t : L.tensors)
+    if (layout_rows(ck, t.name) != t.rows)
+      bad(r.checkpoint, strcat("tensor ", t.name, " has ", layout_rows(ck, t.name), " rows in the checkpoint, the model ",
+                               "its config describes has ", t.rows));
+  const auto master = ck.sections.find("master");
+  if (master == ck.sections.end() || master->second.size() != L.total * sizeof(float))
+    bad(r.checkpoint, strcat("its master section does not hold the model's ", L.total, " FP32 weights"));
+
+  // The working weights: the masters in the compute precision (the optimizer's cast).
+  Buffer master32 = be->memory().alloc(L.total * sizeof(float));
+  be->memory().upload(master32.data(), master->second.data(), L.total * sizeof(float));
+  Buffer working;
+  const void* params = master32.data();
+  if (compute != DType::F32) {
+    working = be->memory().alloc(L.total * dtype_size(compute));
+    be->ops().cast(master32.data(), DType::F32, working.data(), compute, L.total);
+    params = working.data();
+  }
+
+  const std::string prompt_text = r.prompt ? *r.prompt : cfg.sample.prompt;
+  const std::vector<int32_t> prompt = encode_prompt(shape.tokenizer, prompt_text, shape.vocab,
+                                                    r.prompt ? std::string("--prompt") : r.checkpoint, "sample.prompt");
+  SampleOptions o;
+  o.tokens = size_t(r.tokens ? *r.tokens : (cfg.sample.tokens > 0 ? cfg.sample.tokens : 200));
+  o.temperature = r.temperature ? *r.temperature : cfg.sample.temperature;
+  o.top_k = size_t(r.top_k ? *r.top_k : cfg.sample.top_k);
+  o.seed = uint64_t(r.seed ? *r.seed : cfg.sample.seed);
+  const std::vector<int32_t> out =
+      generate(prompt, o, [&](const std::vector<int32_t>& context) { return model->next_logits(params, context); });
+  const std::string text = decode_sample(shape.tokenizer, out);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+}
+
+}  // namespace amp
