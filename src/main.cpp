@@ -2,7 +2,8 @@
 // Parses the command line, starts MPI, makes every rank agree on what to do (an MPMD launch may
 // give ranks different command lines), loads the config on every rank (agreed before anything
 // runs), then trains. Any error on any rank ends the whole job with its rank.
-// `amp_ddp sample CHECKPOINT [options]` generates text from a checkpoint in one process, no MPI.
+// `amp_ddp sample CHECKPOINT [options]` generates text from a checkpoint in one process, no MPI;
+// `amp_ddp export CHECKPOINT --format F -o FILE` writes its weights for other programs.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "comm/startup_deadline.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "train/export_command.h"
 #include "train/run.h"
 #include "train/sample_command.h"
 #include "train/signals.h"
@@ -51,7 +53,8 @@ Cli parse_cli(int argc, char** argv) {
   Cli cli;
   CLI::App app{"amp_ddp: data-parallel mixed-precision training (FP16/BF16 compute, FP32 masters,\n"
                "loss scaling, one global overflow flag). Run under mpirun/srun for several ranks.\n"
-               "amp_ddp sample CHECKPOINT: text from a trained GPT (amp_ddp sample --help).",
+               "amp_ddp sample CHECKPOINT: text from a trained GPT (amp_ddp sample --help).\n"
+               "amp_ddp export CHECKPOINT --format safetensors|llmc -o FILE: its weights (amp_ddp export --help).",
                "amp_ddp"};
   app.add_option("config", cli.config, "YAML config file (see configs/)")->required();
   app.add_option("--set", cli.sets, "override a config key, e.g. --set optimizer.lr=3e-4 (repeatable)")
@@ -189,9 +192,41 @@ int sample_main(int argc, char** argv) {
   }
 }
 
+// `amp_ddp export CHECKPOINT --format safetensors|llmc -o FILE`: one process.
+int export_main(int argc, char** argv) {
+  CLI::App app{"amp_ddp export: a GPT checkpoint's FP32 weights as a safetensors file (Hugging Face GPT-2\n"
+               "names) or an llm.c model file; both load back with model.init_from.",
+               "amp_ddp export"};
+  std::string checkpoint, format, out;
+  app.add_option("checkpoint", checkpoint, "a checkpoint of a model.type gpt run")->required();
+  app.add_option("--format", format, "safetensors or llmc")->required()->check(CLI::IsMember({"safetensors", "llmc"}));
+  app.add_option("-o,--output", out, "the file to write (must not exist)")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {
+      std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "usage error: %s\nRun 'amp_ddp export --help' for the options.\n", e.what());
+    return 2;
+  }
+  try {
+    amp::run_export(checkpoint, format == "llmc" ? amp::WeightFormat::Llmc : amp::WeightFormat::Safetensors, out);
+    return 0;
+  } catch (const amp::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "export") return export_main(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "sample") return sample_main(argc - 1, argv + 1);  // Ctrl-C stops it
   amp::block_stop_signals();  // before any thread exists: no handler ever runs inside library code
   const Cli cli = parse_cli(argc, argv);

@@ -74,6 +74,9 @@ struct Config {
     // gpt: the logits' rows padded to a multiple of this many columns (0: 128 for a vocabulary
     // above 256, else none; 1: none).
     int64_t vocab_pad = 0;
+    // Initial weights instead of model.init: a safetensors file (Hugging Face GPT-2 names), an
+    // llm.c model file or an amp_ddp checkpoint ("" : none). A fresh optimizer and loss scale.
+    std::string init_from;
   } model;
   struct Synthetic {
     int64_t train_samples = 0, eval_samples = 0, features = 0, outputs = 0;

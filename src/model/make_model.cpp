@@ -34,18 +34,27 @@ bool need(const Config& cfg, size_t params, DType compute, int world, size_t act
   return !b.overflow && !__builtin_add_overflow(activations, n->state, &n->total);
 }
 
-std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceMemory& mem, ComputeOps& ops,
-                                DType compute, size_t max_rows, int world, size_t bytes_available) {
-  if (train.task != Task::LanguageModel)
-    throw Error(ErrorKind::Config, strcat("config error: ", cfg.origin.at("model.type"),
-                                          ": model.type: gpt trains on token data (data.format text or tokens)"));
+}  // namespace
+
+GptOptions gpt_options(const Config& cfg, size_t vocab) {
   GptOptions o;
-  o.vocab = size_t(train.vocab);
+  o.vocab = vocab;
   o.seq_len = size_t(cfg.model.seq_len);
   o.n_layer = size_t(cfg.model.n_layer);
   o.n_head = size_t(cfg.model.n_head);
   o.n_embd = size_t(cfg.model.n_embd);
   o.vocab_pad = vocab_pad_for(cfg.model.vocab_pad, o.vocab);
+  return o;
+}
+
+namespace {
+
+std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceMemory& mem, ComputeOps& ops,
+                                DType compute, size_t max_rows, int world, size_t bytes_available) {
+  if (train.task != Task::LanguageModel)
+    throw Error(ErrorKind::Config, strcat("config error: ", cfg.origin.at("model.type"),
+                                          ": model.type: gpt trains on token data (data.format text or tokens)"));
+  const GptOptions o = gpt_options(cfg, size_t(train.vocab));
   const size_t params = gpt_layout(o).total;
   size_t activations = 0;
   Need n;

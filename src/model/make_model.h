@@ -9,6 +9,7 @@
 #include "backend/memory.h"
 #include "config/config.h"
 #include "data/dataset.h"
+#include "model/gpt.h"
 #include "model/model.h"
 
 namespace amp {
@@ -17,6 +18,9 @@ namespace amp {
 // data-parallel ranks (distributed.zero shards the state over them); bytes_available: what this
 // rank may allocate (0: unknown, not checked). The check counts the model's activations and the
 // training state of optim/state_bytes.h.
+// A GPT's options from the config and its data's vocabulary.
+GptOptions gpt_options(const Config& cfg, size_t vocab);
+
 std::unique_ptr<Model> make_model(const Config& cfg, const Dataset& train, DeviceMemory& mem, ComputeOps& ops,
                                   DType compute, size_t max_rows, int world, size_t bytes_available);
 

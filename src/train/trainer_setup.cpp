@@ -11,6 +11,7 @@
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "model/make_model.h"
+#include "train/init_weights.h"
 #include "train/run_identity.h"
 #include "train/signals.h"
 #include "train/trainer.h"
@@ -59,9 +60,17 @@ void Trainer::setup() {
     step_->connect(world_, std::move(device_comm), overlap_buckets());
   }
 
-  // Parameters: rank 0's initialization is everyone's.
-  std::vector<float> init = model_->init_params(uint64_t(cfg_.run.seed));
+  // Parameters: rank 0's initialization (or the weights of model.init_from, read by rank 0) is
+  // everyone's.
+  std::vector<float> init;
+  run_agreed(world_, [&] {
+    if (cfg_.model.init_from.empty()) init = model_->init_params(uint64_t(cfg_.run.seed));
+    else if (rank_ == 0) init = read_initial_weights(cfg_, model_->layout(), size_t(data_.train.vocab));
+  });
+  init.resize(model_->layout().total);
   world_.broadcast(view_of(init.data(), init.size()), 0);
+  if (rank_ == 0 && !cfg_.model.init_from.empty())
+    reporter_.message(strcat("initial weights: ", cfg_.model.init_from, " (model.init_from; a fresh optimizer and loss scale)"));
   step_->load_masters(init.data());
 
   run_agreed(world_, [&] { setup_output(); });

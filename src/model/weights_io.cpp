@@ -1,0 +1,296 @@
+#include "model/weights_io.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/convert.h"
+#include "core/error.h"
+#include "core/files.h"
+
+namespace amp {
+
+namespace {
+
+constexpr int32_t kLlmcMagic = 20240326;
+constexpr size_t kLlmcHeaderInts = 256;
+// llm.c pads the vocabulary to a multiple of 128 (50257 -> 50304).
+size_t llmc_padded_vocab(size_t v) { return (v + 127) / 128 * 128; }
+
+// Our tensor name -> Hugging Face's, and whether HF stores the weight transposed (Conv1D: [in, out]).
+struct HfName {
+  std::string name;
+  bool transpose = false;
+};
+HfName hf_name(const std::string& ours) {
+  static const std::pair<const char*, const char*> kRenames[] = {
+      {".attn.qkv.", ".attn.c_attn."}, {".attn.proj.", ".attn.c_proj."}, {".mlp.fc.", ".mlp.c_fc."}, {".mlp.proj.", ".mlp.c_proj."}};
+  for (const auto& [from, to] : kRenames) {
+    const size_t at = ours.find(from);
+    if (at == std::string::npos) continue;
+    const std::string name = ours.substr(0, at) + to + ours.substr(at + std::strlen(from));
+    return {name, name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0};
+  }
+  return {ours, false};
+}
+
+// llm.c's tensor order: tensor indices of L in the order llm.c stores them.
+std::vector<int> llmc_order(const ParamLayout& L, size_t n_layer) {
+  std::vector<int> order = {L.index_of("wte.weight"), L.index_of("wpe.weight")};
+  static const char* const kKinds[] = {"ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
+                                       "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
+                                       "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"};
+  for (const char* kind : kKinds)
+    for (size_t l = 0; l < n_layer; ++l) order.push_back(L.index_of(strcat("h.", l, ".", kind)));
+  order.push_back(L.index_of("ln_f.weight"));
+  order.push_back(L.index_of("ln_f.bias"));
+  for (int i : order) AMP_CHECK(i >= 0, "llm.c order: a GPT tensor is missing from the layout");
+  AMP_CHECK(order.size() == L.tensors.size(), "llm.c order: ", order.size(), " tensors for a layout of ", L.tensors.size());
+  return order;
+}
+
+// A tensor's values as stored by HF (transposed when it says so), FP32.
+std::vector<float> as_stored(const ParamInfo& t, const float* master, bool transpose) {
+  const float* src = master + t.span.offset;
+  std::vector<float> v(t.rows * t.cols);
+  if (!transpose) {
+    std::memcpy(v.data(), src, v.size() * sizeof(float));
+  } else {
+    for (size_t r = 0; r < t.rows; ++r)
+      for (size_t c = 0; c < t.cols; ++c) v[c * t.rows + r] = src[r * t.cols + c];
+  }
+  return v;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+// Writes bytes to path through a temporary in the same folder; path must not exist.
+void write_new_file(const std::string& path, const std::vector<char>& bytes) {
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::symlink_status(path, ec)))
+    throw Error(ErrorKind::Output, strcat("output error: ", path, ": exists; choose another name (nothing is overwritten)"));
+  const std::string tmp = strcat(path, ".tmp.", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error(ErrorKind::Output, strcat("output error: ", path, ": cannot create: ", std::strerror(errno)));
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw Error(ErrorKind::Output, strcat("output error: ", path, ": write failed: ", std::strerror(errno)));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw Error(ErrorKind::Output, strcat("output error: ", path, ": cannot rename the finished file into place: ",
+                                          std::strerror(err)));
+  }
+}
+
+void append(std::vector<char>& out, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  out.insert(out.end(), c, c + n);
+}
+
+std::vector<char> safetensors_bytes(const ParamLayout& L, const float* master) {
+  nlohmann::json header = {{"__metadata__", {{"format", "pt"}, {"producer", "amp_ddp"}}}};
+  std::vector<char> data;
+  for (const ParamInfo& t : L.tensors) {
+    const HfName hf = hf_name(t.name);
+    const std::vector<float> v = as_stored(t, master, hf.transpose);
+    // HF stores vectors as 1-D, matrices as [rows, cols] (Conv1D weights as [in, out]).
+    const nlohmann::json shape = !t.decay       ? nlohmann::json::array({t.cols})  // biases, gains: 1-D
+                                 : hf.transpose ? nlohmann::json::array({t.cols, t.rows})
+                                                : nlohmann::json::array({t.rows, t.cols});
+    header[hf.name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + v.size() * 4}}};
+    append(data, v.data(), v.size() * 4);
+  }
+  std::string h = header.dump();
+  while (h.size() % 8) h += ' ';  // the data starts 8-byte aligned
+  std::vector<char> out;
+  const uint64_t n = h.size();
+  append(out, &n, 8);
+  append(out, h.data(), h.size());
+  append(out, data.data(), data.size());
+  return out;
+}
+
+std::vector<char> llmc_bytes(const GptOptions& o, const ParamLayout& L, const float* master) {
+  const size_t vp = llmc_padded_vocab(o.vocab);
+  int32_t header[kLlmcHeaderInts] = {};
+  header[0] = kLlmcMagic, header[1] = 3, header[2] = int32_t(o.seq_len), header[3] = int32_t(o.vocab);
+  header[4] = int32_t(o.n_layer), header[5] = int32_t(o.n_head), header[6] = int32_t(o.n_embd), header[7] = int32_t(vp);
+  std::vector<char> out;
+  append(out, header, sizeof header);
+  for (int i : llmc_order(L, o.n_layer)) {
+    const ParamInfo& t = L.tensors[size_t(i)];
+    append(out, master + t.span.offset, t.rows * t.cols * 4);
+    if (t.name == "wte.weight") out.resize(out.size() + (vp - o.vocab) * o.n_embd * 4, 0);  // zero padding rows
+  }
+  return out;
+}
+
+[[noreturn]] void bad_file(const std::string& key, const std::string& path, const std::string& what) {
+  throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", key, ": ", path, ": ", what));
+}
+
+std::vector<char> read_whole(const std::string& key, const std::string& path) {
+  if (const std::string problem = regular_file_problem(path); !problem.empty()) bad_file(key, path, problem);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) bad_file(key, path, strcat("cannot open: ", std::strerror(errno)));
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) bad_file(key, path, strcat("read error: ", std::strerror(errno)));
+  return bytes;
+}
+
+// Values of n elements of dtype dt at p, as FP32.
+void to_f32(const char* p, DType dt, size_t n, float* out) {
+  if (dt == DType::F32) std::memcpy(out, p, n * 4);
+  else convert(p, dt, out, DType::F32, n);
+}
+
+std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::string& path, const std::string& key,
+                                    const ParamLayout& L) {
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  if (n < 2 || n > bytes.size() - 8) bad_file(key, path, strcat("safetensors header of ", n, " bytes in a file of ", bytes.size()));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + std::ptrdiff_t(n));
+  } catch (const nlohmann::json::exception& e) {
+    bad_file(key, path, strcat("the safetensors header is not valid JSON: ", e.what()));
+  }
+  if (!header.is_object()) bad_file(key, path, "the safetensors header is not a JSON object");
+  const size_t data_begin = 8 + size_t(n), data_size = bytes.size() - data_begin;
+  // Our names by HF name; the "transformer." prefix of GPT2LMHeadModel files is accepted.
+  std::map<std::string, int> wanted;
+  for (size_t i = 0; i < L.tensors.size(); ++i) wanted[hf_name(L.tensors[i].name).name] = int(i);
+  std::vector<float> master(L.total, 0.0f);
+  std::vector<bool> seen(L.tensors.size(), false);
+  for (const auto& [raw_name, info] : header.items()) {
+    if (raw_name == "__metadata__") continue;
+    std::string name = raw_name.rfind("transformer.", 0) == 0 ? raw_name.substr(12) : raw_name;
+    // The causal-mask buffers some exports carry, and the LM head tied to wte.
+    if (name.size() > 10 && (name.compare(name.size() - 10, 10, ".attn.bias") == 0 ||
+                             (name.size() > 17 && name.compare(name.size() - 17, 17, ".attn.masked_bias") == 0)))
+      continue;
+    if (name == "lm_head.weight") continue;  // tied to wte in GPT-2 (checked below against wte)
+    const auto it = wanted.find(name);
+    if (it == wanted.end())
+      bad_file(key, path, strcat("tensor \"", raw_name, "\" is not a tensor of this GPT (a model with more layers ",
+                                 "than model.n_layer, or another architecture)"));
+    const ParamInfo& t = L.tensors[size_t(it->second)];
+    const HfName hf = hf_name(t.name);
+    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
+      bad_file(key, path, strcat("tensor \"", raw_name, "\": its header entry lacks dtype, shape or data_offsets"));
+    const std::string dtype = info["dtype"].is_string() ? info["dtype"].get<std::string>() : "?";
+    const DType dt = dtype == "F32" ? DType::F32 : dtype == "F16" ? DType::F16 : dtype == "BF16" ? DType::BF16 : DType::U8;
+    if (dt == DType::U8) bad_file(key, path, strcat("tensor \"", raw_name, "\" is ", dtype, "; F32, F16 or BF16 is read"));
+    std::vector<int64_t> shape;
+    for (const auto& d : info["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+    const std::vector<int64_t> want = !t.decay ? std::vector<int64_t>{int64_t(t.cols)}
+                                      : hf.transpose ? std::vector<int64_t>{int64_t(t.cols), int64_t(t.rows)}
+                                                     : std::vector<int64_t>{int64_t(t.rows), int64_t(t.cols)};
+    if (shape != want)
+      bad_file(key, path, strcat("tensor \"", raw_name, "\" has shape ", shape_text(shape), ", this model's is ",
+                                 shape_text(want), t.name == "wte.weight" ? " (vocabulary x n_embd: model.vocab_size)"
+                                                   : t.name == "wpe.weight" ? " (context x n_embd: model.seq_len)"
+                                                                            : ""));
+    const auto& off = info["data_offsets"];
+    const size_t count = t.rows * t.cols, es = dtype_size(dt);
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned() ||
+        off[1].get<size_t>() < off[0].get<size_t>() || off[1].get<size_t>() > data_size ||
+        off[1].get<size_t>() - off[0].get<size_t>() != count * es)
+      bad_file(key, path, strcat("tensor \"", raw_name, "\": data_offsets ", off.dump(), " do not hold ", count, " ", dtype,
+                                 " values inside the ", data_size, " data bytes"));
+    std::vector<float> v(count);
+    to_f32(bytes.data() + data_begin + off[0].get<size_t>(), dt, count, v.data());
+    float* dst = master.data() + t.span.offset;
+    if (!hf.transpose) {
+      std::memcpy(dst, v.data(), count * 4);
+    } else {
+      for (size_t r = 0; r < t.rows; ++r)
+        for (size_t c = 0; c < t.cols; ++c) dst[r * t.cols + c] = v[c * t.rows + r];
+    }
+    seen[size_t(it->second)] = true;
+  }
+  for (size_t i = 0; i < L.tensors.size(); ++i)
+    if (!seen[i]) bad_file(key, path, strcat("tensor \"", hf_name(L.tensors[i].name).name, "\" of this model is missing"));
+  return master;
+}
+
+std::vector<float> read_llmc(const std::vector<char>& bytes, const std::string& path, const std::string& key,
+                             const GptOptions& o, const ParamLayout& L) {
+  if (bytes.size() < kLlmcHeaderInts * 4) bad_file(key, path, "truncated: shorter than llm.c's 1024-byte header");
+  int32_t h[kLlmcHeaderInts];
+  std::memcpy(h, bytes.data(), sizeof h);
+  const int32_t version = h[1];
+  if (version != 1 && version != 3 && version != 5)
+    bad_file(key, path, strcat("llm.c model version ", version, " (versions 1 and 3, FP32, and 5, BF16, are read)"));
+  const size_t vp = version == 1 ? size_t(h[3]) : size_t(std::max(h[7], 0));
+  auto expect = [&](const char* what, int64_t got, size_t want, const char* k) {
+    if (got != int64_t(want)) bad_file(key, path, strcat("its ", what, " is ", got, ", this model's ", want, " (", k, ")"));
+  };
+  expect("context length", h[2], o.seq_len, "model.seq_len");
+  expect("vocabulary", h[3], o.vocab, "model.vocab_size");
+  expect("layer count", h[4], o.n_layer, "model.n_layer");
+  expect("head count", h[5], o.n_head, "model.n_head");
+  expect("width", h[6], o.n_embd, "model.n_embd");
+  if (vp < o.vocab) bad_file(key, path, strcat("its padded vocabulary ", vp, " is below its vocabulary ", o.vocab));
+  const DType dt = version == 5 ? DType::BF16 : DType::F32;
+  const size_t es = dtype_size(dt);
+  size_t need = kLlmcHeaderInts * 4;
+  for (const ParamInfo& t : L.tensors) need += (t.name == "wte.weight" ? vp * t.cols : t.rows * t.cols) * es;
+  if (bytes.size() != need)
+    bad_file(key, path, strcat("it has ", bytes.size(), " bytes; the header's model needs ", need));
+  std::vector<float> master(L.total, 0.0f);
+  size_t at = kLlmcHeaderInts * 4;
+  for (int i : llmc_order(L, o.n_layer)) {
+    const ParamInfo& t = L.tensors[size_t(i)];
+    to_f32(bytes.data() + at, dt, t.rows * t.cols, master.data() + t.span.offset);
+    at += (t.name == "wte.weight" ? vp * t.cols : t.rows * t.cols) * es;
+  }
+  return master;
+}
+
+}  // namespace
+
+void write_gpt_weights(const std::string& path, WeightFormat f, const GptOptions& o, const ParamLayout& L,
+                       const float* master) {
+  write_new_file(path, f == WeightFormat::Safetensors ? safetensors_bytes(L, master) : llmc_bytes(o, L, master));
+}
+
+bool looks_like_gpt_weights(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char b[9] = {};
+  in.read(b, 9);
+  if (in.gcount() < 9) return false;
+  int32_t magic = 0;
+  std::memcpy(&magic, b, 4);
+  return magic == kLlmcMagic || b[8] == '{';
+}
+
+std::vector<float> read_gpt_weights(const std::string& path, const GptOptions& o, const ParamLayout& L,
+                                    const std::string& key) {
+  const std::vector<char> bytes = read_whole(key, path);
+  if (bytes.size() >= 4) {
+    int32_t magic = 0;
+    std::memcpy(&magic, bytes.data(), 4);
+    if (magic == kLlmcMagic) return read_llmc(bytes, path, key, o, L);
+  }
+  if (bytes.size() >= 9 && bytes[8] == '{') return read_safetensors(bytes, path, key, L);
+  bad_file(key, path, "neither a safetensors file nor an llm.c model file (nor an amp_ddp checkpoint)");
+}
+
+}  // namespace amp
