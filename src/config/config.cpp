@@ -88,7 +88,7 @@ void validate(const Config& c) {
                                                    ", ", ls.max_scale, "]"));
   }
   if (!std::isfinite(ls.init_scale)) fail("precision.loss_scale.init_scale", "must be finite");
-  if (c.optimizer.schedule == LrSchedule::Kind::WarmupCosine && c.optimizer.min_lr > c.optimizer.lr)
+  if (c.optimizer.schedule != LrSchedule::Kind::Constant && c.optimizer.min_lr > c.optimizer.lr)
     fail("optimizer.min_lr", "must not exceed optimizer.lr");
   if (c.distributed.first_bucket_mb > c.distributed.bucket_mb)
     fail("distributed.first_bucket_mb", "must not exceed distributed.bucket_mb");

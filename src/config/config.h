@@ -104,7 +104,7 @@ struct Config {
     OptimizerParams params;  // type, momentum, nesterov, weight_decay, beta1, beta2, eps
     LrSchedule::Kind schedule = LrSchedule::Kind::Constant;
     double lr = 0, grad_clip = 0, min_lr = 0;
-    int64_t warmup_steps = 0;
+    int64_t warmup_steps = 0, decay_steps = 0;
     DecayChoice decay = DecayChoice::Matrices;
   } optimizer;
   struct Distributed {

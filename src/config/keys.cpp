@@ -96,9 +96,10 @@ const std::vector<Key>& keys() {
       {"optimizer.beta2", "0.999", "AdamW beta2", F(optimizer.params.beta2), between(0, 1, false, true)},
       {"optimizer.eps", "1e-8", "AdamW epsilon", F(optimizer.params.eps), above(0)},
       {"optimizer.grad_clip", "0", "clip the global gradient norm to this value (0: off)", F(optimizer.grad_clip), at_least(0)},
-      {"optimizer.schedule", "\"constant\"", "learning-rate schedule", E(optimizer.schedule, LrSchedule::Kind::Constant, LrSchedule::Kind::WarmupCosine), {}, {"constant", "warmup_cosine"}},
-      {"optimizer.warmup_steps", "0", "warmup_cosine: linear warm-up steps", F(optimizer.warmup_steps), count_upto(kMaxSteps)},
-      {"optimizer.min_lr", "0", "warmup_cosine: final learning rate", F(optimizer.min_lr), at_least(0)},
+      {"optimizer.schedule", "\"constant\"", "learning-rate schedule: constant; warmup_cosine or warmup_linear (warm-up, then cosine or linear decay to min_lr); wsd (warm-up, lr, then linear decay to min_lr over the run's last decay_steps)", E(optimizer.schedule, LrSchedule::Kind::Constant, LrSchedule::Kind::WarmupCosine, LrSchedule::Kind::WarmupLinear, LrSchedule::Kind::Wsd), {}, {"constant", "warmup_cosine", "warmup_linear", "wsd"}},
+      {"optimizer.warmup_steps", "0", "linear warm-up steps (schedules other than constant)", F(optimizer.warmup_steps), count_upto(kMaxSteps)},
+      {"optimizer.min_lr", "0", "the learning rate the decay ends at", F(optimizer.min_lr), at_least(0)},
+      {"optimizer.decay_steps", "0", "length of the decay (0: cosine and linear until the last step, wsd the last fifth after warm-up); given, the schedule does not depend on run.steps", F(optimizer.decay_steps), count_upto(kMaxSteps)},
       // distributed
       {"distributed.comm", "\"auto\"", "gradient communicator (auto: nccl on CUDA, mpi on CPU)", F(distributed.comm), {}, {"auto", "mpi", "nccl"}},
       {"distributed.overlap", "\"auto\"", "all-reduce buckets during backward (auto: on GPUs, and on CPUs with a core to spare)", E(distributed.overlap, Toggle::Auto, Toggle::On, Toggle::Off), {}, {"auto", "on", "off"}},

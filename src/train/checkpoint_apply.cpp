@@ -29,6 +29,7 @@ struct CheckpointIO::Resumed {
   std::vector<float> master, states[2];  // states: empty when the optimizer has none
   ScalerResume scaler;
   int64_t world_then = 0, batch_then = 0, zero_then = 0;
+  std::string precision_then;  // the writer's compute precision
   std::vector<RankIntervalSums> sums_then;  // every writing rank's
   RankIntervalSums sums;                    // this rank's share (derive)
   DataPosition pos;
@@ -144,6 +145,7 @@ CheckpointIO::Resumed CheckpointIO::validate(const Checkpoint& ck, const std::st
   r.samples = header_field<int64_t>(ck, "samples_consumed", r.step * r.batch_then);
   if (r.samples < 0) bad(strcat("header field \"samples_consumed\" is ", r.samples));
   r.zero_then = header_field<int64_t>(ck, "zero", 0);
+  r.precision_then = header_field<std::string>(ck, "precision", precision_name(compute_));
   return r;
 }
 
@@ -213,6 +215,10 @@ void CheckpointIO::derive(Resumed& r) const {
                              batch_changed ? "; the global batch changed (adjust data.batch_size or "
                                              "data.grad_accum_steps to keep it)"
                                            : ""));
+  if (r.precision_then != precision_name(compute_))
+    reporter_.message(strcat("note: the checkpoint was written with ", r.precision_then, " compute, this run computes in ",
+                             precision_name(compute_), ": the FP32 masters and optimizer moments load as they are and the ",
+                             "working copy is cast from the masters anew"));
   if (!r.scaler.note.empty()) reporter_.message("note: " + r.scaler.note);
 }
 

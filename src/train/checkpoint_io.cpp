@@ -144,8 +144,11 @@ void CheckpointIO::check_header(const Checkpoint& ck, const std::string& path) c
     throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": header field \"zero\" is ", zero, ", not 0 or 1"));
   const nlohmann::json layout = ck.header.contains("layout") ? ck.header["layout"] : nlohmann::json();
   if (layout != layout_json(layout_)) mismatch("another model: parameter tensors", layout, layout_json(layout_));
-  const std::string prec = header_field<std::string>(ck, "precision", "");
-  if (prec != precision_name(compute_)) mismatch("precision", prec, precision_name(compute_));
+  // Another compute precision is allowed: the masters and moments are FP32 (checkpoint_apply.cpp).
+  if (const std::string prec = header_field<std::string>(ck, "precision", "");
+      prec != "fp32" && prec != "fp16" && prec != "bf16")
+    throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": header field \"precision\" is \"", prec,
+                                              "\", not fp32, fp16 or bf16"));
   const std::string opt = header_field<std::string>(ck, "optimizer", "");
   if (opt != optimizer_name(cfg_.optimizer.params.kind)) mismatch("optimizer", opt, optimizer_name(cfg_.optimizer.params.kind));
   if (const int64_t bytes = header_field<int64_t>(ck, "sizeof_scaler", 0); bytes != int64_t(sizeof(ScalerState)))

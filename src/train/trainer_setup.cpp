@@ -173,6 +173,7 @@ void Trainer::setup_local() {
   schedule_.lr = cfg_.optimizer.lr;
   schedule_.min_lr = cfg_.optimizer.min_lr;
   schedule_.warmup_steps = cfg_.optimizer.warmup_steps;
+  schedule_.decay_steps = cfg_.optimizer.decay_steps;
   schedule_.total_steps = total_steps_;
   checkpoints_ = std::make_unique<CheckpointIO>(cfg_, world_, *step_, L, compute_, *sampler_, reporter_, drills_);
   if (model_->language_model() && cfg_.sample.tokens > 0) sample_prompt();  // refused now, not at the first sample

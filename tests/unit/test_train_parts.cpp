@@ -92,6 +92,46 @@ TEST_CASE("LR schedules: constant, linear warm-up then cosine to min_lr", "[sche
   CHECK(no_warm.at(0) == Approx(1.0));
 }
 
+TEST_CASE("LR schedules: linear decay, warmup-stable-decay, and a decay length independent of the run's", "[schedule]") {
+  LrSchedule lin;
+  lin.kind = LrSchedule::Kind::WarmupLinear;
+  lin.lr = 1.0, lin.min_lr = 0.1, lin.warmup_steps = 10, lin.total_steps = 110;
+  CHECK(lin.at(5) == Approx(0.5));
+  CHECK(lin.at(60) == Approx(0.55));  // half-way: the mean of lr and min_lr
+  CHECK(lin.at(110) == Approx(0.1));
+  CHECK(lin.at(200) == Approx(0.1));
+  // decay_steps: the same schedule whatever total_steps is (an extended run keeps it).
+  LrSchedule fixed = lin;
+  fixed.decay_steps = 100;
+  LrSchedule longer = fixed;
+  longer.total_steps = 1000;
+  for (int64_t s : {1, 10, 37, 60, 110, 111, 500}) CHECK(longer.at(s) == fixed.at(s));
+  CHECK(longer.at(500) == Approx(0.1));
+  LrSchedule cosine = fixed;
+  cosine.kind = LrSchedule::Kind::WarmupCosine;
+  cosine.total_steps = 1000;
+  CHECK(cosine.at(60) == Approx(0.55));  // cos(pi/2) = 0: half-way here too
+  CHECK(cosine.at(110) == Approx(0.1));
+  CHECK(cosine.at(900) == Approx(0.1));
+  // WSD: warm-up, flat, then linear over the last decay_steps; extending the run extends the flat part.
+  LrSchedule wsd;
+  wsd.kind = LrSchedule::Kind::Wsd;
+  wsd.lr = 1.0, wsd.min_lr = 0.0, wsd.warmup_steps = 10, wsd.total_steps = 110, wsd.decay_steps = 20;
+  CHECK(wsd.at(5) == Approx(0.5));
+  CHECK(wsd.at(90) == 1.0);
+  CHECK(wsd.at(100) == Approx(0.5));
+  CHECK(wsd.at(110) == Approx(0.0));
+  LrSchedule wsd_long = wsd;
+  wsd_long.total_steps = 210;
+  CHECK(wsd_long.at(100) == 1.0);
+  CHECK(wsd_long.at(200) == Approx(0.5));
+  LrSchedule wsd_default = wsd;
+  wsd_default.decay_steps = 0;  // the last fifth of the 100 steps after warm-up
+  CHECK(wsd_default.at(90) == 1.0);
+  CHECK(wsd_default.at(100) == Approx(0.5));
+  for (int64_t s = 1; s < 110; ++s) CHECK(wsd.at(s + 1) >= wsd.at(s) - (s >= 90 ? 0.05 + 1e-12 : 0));
+}
+
 TEST_CASE("progress formatting: durations, counts and the line's fixed key order", "[progress]") {
   CHECK(format_duration(0) == "0s");
   CHECK(format_duration(59.4) == "59s");
