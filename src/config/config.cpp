@@ -94,6 +94,12 @@ void validate(const Config& c) {
     fail("distributed.first_bucket_mb", "must not exceed distributed.bucket_mb");
 }
 
+// Values that depend on other keys: the loss-scale mode of auto, the evaluation batch of 0.
+void resolve(Config& c) {
+  c.precision.scaler.mode = resolved_scale_mode(c);
+  if (c.data.eval_batch_size == 0) c.data.eval_batch_size = c.model.type == ModelType::Gpt ? c.data.batch_size : 1000;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- public
@@ -133,7 +139,7 @@ Config config_from_values(const std::map<std::string, std::string>& values, cons
     apply_key(cfg, *key, parse_yaml(text, rep, path), rep, origin);
   }
   validate(cfg);
-  cfg.precision.scaler.mode = resolved_scale_mode(cfg);
+  resolve(cfg);
   return cfg;
 }
 
@@ -165,7 +171,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     apply_key(cfg, *key, value, set_rep, "--set " + arg);
   }
   validate(cfg);
-  cfg.precision.scaler.mode = resolved_scale_mode(cfg);
+  resolve(cfg);
   return cfg;
 }
 

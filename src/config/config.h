@@ -61,6 +61,7 @@ struct Config {
     double max_loss_vs_uniform = 0;  // x ln(classes): the cross-entropy divergence check
     bool cuda_graph = true;
     int64_t sample_interval = 0;  // gpt: steps between text samples (0: only at the end)
+    int64_t eval_iters = 0;       // evaluation batches per rank at most (0: all)
   } run;
   struct Model {
     ModelType type = ModelType::Mlp;

@@ -33,6 +33,7 @@ const std::vector<Key>& keys() {
       {"run.progress", "\"auto\"", "progress output (auto: bar on a terminal, lines otherwise)", F(run.progress), {}, {"auto", "bar", "lines", "off"}},
       {"run.sample_interval", "0", "gpt: steps between text samples (0: only at the end of the run)", F(run.sample_interval), count_upto(kMaxSteps)},
       {"run.max_loss_vs_uniform", "4", "classifiers and language models: stop as diverged (exit 5) when a log interval's mean cross-entropy exceeds this multiple of ln(classes), the loss of predicting every class alike, and step 1's loss (0: off)", F(run.max_loss_vs_uniform), at_least(0)},
+      {"run.eval_iters", "0", "evaluation batches per rank at most (0: the whole evaluation set), as llm.c's val_max_steps", F(run.eval_iters), count_upto(kMaxSteps)},
       // model
       {"model.type", "\"mlp\"", "model family: mlp (model.hidden), gpt (decoder-only transformer: model.n_layer ...; data.format text or tokens)", E(model.type, ModelType::Mlp, ModelType::Gpt), {}, {"mlp", "gpt"}},
       {"model.hidden", "[1024, 1024]", "hidden layer widths (input and output come from the data)", F(model.hidden), positive_upto(kMaxWidth)},
@@ -63,7 +64,7 @@ const std::vector<Key>& keys() {
       {"data.normalize", "\"none\"", "feature normalization fitted on the training set", F(data.normalize), {}, {"none", "global", "per_feature"}},
       {"data.batch_size", "128", "samples per rank per micro-batch (global batch = batch_size x grad_accum_steps x ranks)", F(data.batch_size), positive_upto(kMaxBatch)},
       {"data.grad_accum_steps", "1", "micro-batches of batch_size per rank whose gradients accumulate (FP32) into one optimizer step and one all-reduce", F(data.grad_accum_steps), positive_upto(kMaxAccum)},
-      {"data.eval_batch_size", "1000", "samples per rank per evaluation batch", F(data.eval_batch_size), positive_upto(kMaxBatch)},
+      {"data.eval_batch_size", "0", "samples per rank per evaluation batch (0: 1000 for an mlp, data.batch_size for a gpt, whose windows take far more memory)", F(data.eval_batch_size), count_upto(kMaxBatch)},
       {"data.shuffle", "true", "reshuffle the training set every epoch (seeded, same on every rank)", F(data.shuffle)},
       {"data.synthetic.train_samples", "1024", "synthetic regression: training samples", F(data.synthetic.train_samples), positive_upto(kMaxSamples)},
       {"data.synthetic.eval_samples", "256", "synthetic regression: evaluation samples (0: none)", F(data.synthetic.eval_samples), count_upto(kMaxSamples)},

@@ -19,11 +19,12 @@ struct EvalScalars {
 }  // namespace
 
 EvalResult evaluate(Model& model, DeviceMemory& mem, const void* params, const Dataset& eval, size_t eval_batch,
-                    Communicator& world) {
+                    Communicator& world, size_t max_batches) {
   EvalResult r;
   if (eval.n == 0) return r;
   size_t begin, end;
   eval_shard(eval.n, world.rank(), world.size(), begin, end);
+  if (max_batches > 0 && (end - begin) / eval_batch >= max_batches) end = begin + max_batches * eval_batch;
   Buffer scal = mem.alloc(sizeof(EvalScalars));
   const EvalScalars init;
   mem.upload(scal.data(), &init, sizeof init);

@@ -16,8 +16,9 @@ struct EvalResult {
   size_t samples = 0;
 };
 
-// Collective over `world`.
+// Collective over `world`. max_batches: at most this many batches per rank, the first of its shard
+// (0: the whole shard; run.eval_iters).
 EvalResult evaluate(Model& model, DeviceMemory& mem, const void* params, const Dataset& eval, size_t eval_batch,
-                    Communicator& world);
+                    Communicator& world, size_t max_batches = 0);
 
 }  // namespace amp

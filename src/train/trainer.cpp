@@ -119,8 +119,8 @@ bool Trainer::stopped_in_setup() {
 }
 
 void Trainer::evaluate_now(int64_t step) {
-  const EvalResult r = evaluate(*model_, be_->memory(), step_->working_params(), data_.eval, size_t(cfg_.data.eval_batch_size),
-                                world_);
+  const EvalResult r = evaluate(*model_, be_->memory(), step_->working_params(), data_.eval,
+                                size_t(cfg_.data.eval_batch_size), world_, size_t(cfg_.run.eval_iters));
   record_.last_eval_loss = r.loss;
   record_.last_eval_accuracy = r.accuracy;
   reporter_.evaluation(step, r, model_->classification(), model_->loss_name());

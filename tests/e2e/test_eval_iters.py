@@ -1,0 +1,33 @@
+"""Evaluation bounds: run.eval_iters caps each rank's evaluation at that many batches (the first of
+its shard), on 1 and 2 ranks; the evaluation batch of a GPT defaults to its training batch
+(data.eval_batch_size 0 resolves to data.batch_size; an MLP's to 1000, as before)."""
+import json
+import os
+from e2e_util import args, check, done, run, source, tiny_gpt_config, tmpdir
+
+base = tmpdir()
+cfg = tiny_gpt_config(base)
+
+
+def evals(out):
+    return [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"eval_loss"' in line]
+
+
+full = os.path.join(base, "full")
+rc, o, e = run(cfg, [f"run.out_dir={full}", "run.steps=4", "sample.tokens=0", "run.eval_interval=4"])
+whole = evals(full)[-1] if rc == 0 else {}
+for np in (1, 2):
+    out = os.path.join(base, f"iters{np}")
+    rc, o, e = run(cfg, [f"run.out_dir={out}", "run.steps=4", "sample.tokens=0", "run.eval_interval=4",
+                         "run.eval_iters=2", "data.eval_batch_size=16"], np=np if np > 1 else None)
+    got = evals(out)[-1] if rc == 0 else {}
+    check(rc == 0 and got.get("eval_samples") == 2 * 16 * np and whole.get("eval_samples", 0) > 2 * 16 * np and
+          got.get("eval_loss", 0) > 0,
+          f"{np} rank(s), eval_iters 2 x 16: {got.get('eval_samples')} of {whole.get('eval_samples')} windows evaluated "
+          f"({rc}: {e.strip()[-200:]})")
+
+rc, o, e = run(cfg, ["data.eval_batch_size=0"], extra=["--dry-run"])
+check(rc == 0 and "  eval_batch_size: 8\n" in o, f"a GPT's evaluation batch defaults to its training batch of 8 ({rc})")
+rc, o, e = run(source("configs", "seed_dynamic.yaml"), [], extra=["--dry-run"])
+check(rc == 0 and "  eval_batch_size: 1000\n" in o, f"an MLP's stays 1000 ({rc})")
+done()
