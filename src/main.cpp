@@ -19,6 +19,7 @@
 #include "comm/startup_deadline.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "train/dry_run.h"
 #include "train/export_command.h"
 #include "train/run.h"
 #include "train/sample_command.h"
@@ -259,7 +260,9 @@ int main(int argc, char** argv) {
     amp::run_agreed(*world, [&] { cfg = amp::load_config(cli.config, cli.sets); });
     world->start_watchdog(cfg.distributed.timeout_s);
     if (cli.dry_run) {
-      if (rank == 0) std::printf("# resolved config (%s)\n%s", cli.config.c_str(), amp::config_to_yaml(cfg).c_str());
+      if (rank == 0)
+        std::printf("# resolved config (%s)\n%s%s", cli.config.c_str(), amp::config_to_yaml(cfg).c_str(),
+                    amp::dry_run_plan(cfg, world->size()).c_str());
       world.reset();
       return 0;
     }

@@ -1,8 +1,11 @@
-"""Evaluation bounds: run.eval_iters caps each rank's evaluation at that many batches (the first of
-its shard), on 1 and 2 ranks; the evaluation batch of a GPT defaults to its training batch
-(data.eval_batch_size 0 resolves to data.batch_size; an MLP's to 1000, as before)."""
+"""Evaluation bounds and the dry run's plan: run.eval_iters caps each rank's evaluation at that many
+batches (the first of its shard), on 1 and 2 ranks; the evaluation batch of a GPT defaults to its
+training batch (data.eval_batch_size 0 resolves to data.batch_size; an MLP's to 1000, as before);
+--dry-run prints a GPT's parameter count, tokens per step and per-rank memory, its training state
+the very bytes the run's start-up line reports (one function computes both)."""
 import json
 import os
+import re
 from e2e_util import args, check, done, run, source, tiny_gpt_config, tmpdir
 
 base = tmpdir()
@@ -30,4 +33,12 @@ rc, o, e = run(cfg, ["data.eval_batch_size=0"], extra=["--dry-run"])
 check(rc == 0 and "  eval_batch_size: 8\n" in o, f"a GPT's evaluation batch defaults to its training batch of 8 ({rc})")
 rc, o, e = run(source("configs", "seed_dynamic.yaml"), [], extra=["--dry-run"])
 check(rc == 0 and "  eval_batch_size: 1000\n" in o, f"an MLP's stays 1000 ({rc})")
+rc, o, e = run(cfg, [], extra=["--dry-run"])
+plan = re.search(r"# memory per rank: training state ([^ ]+ [A-Za-z]+) \(masters", o)
+rc2, o2, e2 = run(cfg, [f"run.out_dir={base}/plan", "run.steps=1", "sample.tokens=0"])
+started = re.search(r"training state per rank: .*\(([^)]+)\)", o2)
+check(rc == 0 and "# parameters: " in o and "# tokens per optimizer step: 128 (8 windows of 16)" in o and plan and started and
+      plan.group(1) == started.group(1),
+      f"--dry-run: parameters, tokens per step, and the training state the run reports "
+      f"({plan.group(1) if plan else None} vs {started.group(1) if started else None})")
 done()
