@@ -28,7 +28,7 @@ std::string format_count(double v) {
 std::string format_progress(const ProgressLine& p) {
   char rate[96] = "";  // absent when the interval's time was not measured (NaN)
   if (std::isfinite(p.step_ms))
-    std::snprintf(rate, sizeof rate, "%.1f ms | %s samples/s | ", p.step_ms, format_count(p.samples_per_s).c_str());
+    std::snprintf(rate, sizeof rate, "%.1f ms | %s %s/s | ", p.step_ms, format_count(p.samples_per_s).c_str(), p.rate_unit);
   char buf[320];
   std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | scale %g | skipped %lld | grad_norm %.3g | lr %.2e | %sETA %s",
                 (long long)p.step, (long long)p.total, p.loss, p.scale, (long long)p.skipped, p.grad_norm, p.lr, rate,

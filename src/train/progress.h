@@ -11,6 +11,7 @@ namespace amp {
 struct ProgressLine {
   int64_t step = 0, total = 0;
   double loss = 0, scale = 0, grad_norm = 0, lr = 0, step_ms = 0, samples_per_s = 0, eta_s = 0;
+  const char* rate_unit = "samples";  // what samples_per_s counts ("tokens" for language models)
   int64_t skipped = 0;
 };
 

@@ -59,7 +59,9 @@ void Reporter::log(const IntervalView& v, RunRecord& record) {
   p.grad_norm = v.grad_norm;
   p.lr = v.lr;
   p.step_ms = step_s * 1e3;
-  p.samples_per_s = sps;
+  const bool lm = v.tokens_per_sample > 0;
+  p.samples_per_s = lm ? sps * double(v.tokens_per_sample) : sps;
+  p.rate_unit = lm ? "tokens" : "samples";
   p.eta_s = double(v.total_steps - v.step) * (record.train_seconds / double(std::max<int64_t>(1, v.step)));
   progress_->update(p);
   nlohmann::json r = {{"step", v.step},
@@ -70,7 +72,10 @@ void Reporter::log(const IntervalView& v, RunRecord& record) {
                       {"growth_tracker", v.scaler->growth_tracker},
                       {"grad_norm", finite_or_null(v.grad_norm)},
                       {"lr", p.lr}};
+  r["samples"] = v.samples;
+  if (lm) r["tokens"] = v.samples * v.tokens_per_sample;
   if (timed) r["step_ms"] = p.step_ms, r["samples_per_second"] = sps;  // absent when not measured
+  if (timed && lm) r["tokens_per_second"] = sps * double(v.tokens_per_sample);
   metrics_->record(r);
 }
 

@@ -37,6 +37,8 @@ struct IntervalView {
   const ScalerState* scaler = nullptr;
   size_t global_batch = 0;
   double epoch = 0;  // epochs of data consumed after this step (ShardedSampler::epochs_done)
+  uint64_t samples = 0;  // training samples consumed by the run (all ranks, every segment) after this step
+  size_t tokens_per_sample = 0;  // language models: the tokens a sample trains on (0: not a language model)
 };
 
 class Reporter {

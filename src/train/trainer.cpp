@@ -92,6 +92,8 @@ void Trainer::log_interval(int64_t step, const AmpScalars& now) {
   v.scaler = &now.scaler;
   v.global_batch = sampler_->global_batch();
   v.epoch = sampler_->epochs_done(step);
+  v.samples = checkpoints_->samples_consumed(step);
+  v.tokens_per_sample = model_->language_model() ? model_->loss_terms_per_sample() : 0;
   reporter_.log(v, record_);
   record_.interval_steps = 0;
   guards_->check_loss(step, loss, record_.first_loss, model_->uniform_loss());
