@@ -53,7 +53,7 @@ out = lambda name: f"run.out_dir={os.path.join(d, name)}"
 for key, value, frag in [
         ("run.threads", "100000", "run.threads: expected an integer in [0, 1024]"),
         ("model.hidden", "[4611686018427387904]", "model.hidden[0]: expected an integer in [1, 16777216]"),
-        ("data.eval_batch_size", str(2**60), "data.eval_batch_size: expected an integer in [1, 16777216]"),
+        ("data.eval_batch_size", str(2**60), "data.eval_batch_size: expected an integer in [0, 16777216]"),
         ("run.epochs", str(2**57), "run.epochs: expected an integer in [0, 1000000000]"),
         ("data.n_classes", "4294967306", "data.n_classes: expected an integer in [0, 16777216]"),
         ("precision.loss_scale.growth_interval", str(2**40), "growth_interval: expected an integer in [1, 2147483647]"),
