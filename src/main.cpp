@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -140,6 +141,31 @@ int agree_on_action(amp::MpiCommunicator& world, const Cli& cli) {
   return -1;
 }
 
+// A one-process subcommand (sample, export): parses argv with app (usage errors exit 2, --help
+// prints and exits 0), then runs `run`, whose amp::Error exits with its kind's code.
+int run_subcommand(CLI::App& app, int argc, char** argv, const std::function<void()>& run) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {
+      std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "usage error: %s\nRun '%s --help' for the options.\n", e.what(), app.get_name().c_str());
+    return 2;
+  }
+  try {
+    run();
+    return 0;
+  } catch (const amp::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 1;
+  }
+}
+
 // `amp_ddp sample CHECKPOINT ...`: one process; usage errors exit 2, amp errors their code.
 int sample_main(int argc, char** argv) {
   CLI::App app{"amp_ddp sample: text from a trained language model's checkpoint (no training data needed).\n"
@@ -166,31 +192,14 @@ int sample_main(int argc, char** argv) {
   auto* o_seed = app.add_option("--seed", seed, "sampling seed")->check(CLI::NonNegativeNumber);
   app.add_option("--device", r.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--threads", r.threads, "CPU threads (0: every CPU)")->check(CLI::Range(0, 1024));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) {
-      std::fputs(app.help().c_str(), stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "usage error: %s\nRun 'amp_ddp sample --help' for the options.\n", e.what());
-    return 2;
-  }
-  if (*o_prompt) r.prompt = prompt;
-  if (*o_tokens) r.tokens = tokens;
-  if (*o_temp) r.temperature = temperature;
-  if (*o_topk) r.top_k = top_k;
-  if (*o_seed) r.seed = seed;
-  try {
+  return run_subcommand(app, argc, argv, [&] {
+    if (*o_prompt) r.prompt = prompt;
+    if (*o_tokens) r.tokens = tokens;
+    if (*o_temp) r.temperature = temperature;
+    if (*o_topk) r.top_k = top_k;
+    if (*o_seed) r.seed = seed;
     amp::run_sample(r);
-    return 0;
-  } catch (const amp::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
-    return 1;
-  }
+  });
 }
 
 // `amp_ddp export CHECKPOINT --format safetensors|llmc -o FILE`: one process.
@@ -202,26 +211,9 @@ int export_main(int argc, char** argv) {
   app.add_option("checkpoint", checkpoint, "a checkpoint of a model.type gpt run")->required();
   app.add_option("--format", format, "safetensors or llmc")->required()->check(CLI::IsMember({"safetensors", "llmc"}));
   app.add_option("-o,--output", out, "the file to write (must not exist)")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) {
-      std::fputs(app.help().c_str(), stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "usage error: %s\nRun 'amp_ddp export --help' for the options.\n", e.what());
-    return 2;
-  }
-  try {
+  return run_subcommand(app, argc, argv, [&] {
     amp::run_export(checkpoint, format == "llmc" ? amp::WeightFormat::Llmc : amp::WeightFormat::Safetensors, out);
-    return 0;
-  } catch (const amp::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
-    return 1;
-  }
+  });
 }
 
 }  // namespace

@@ -178,7 +178,7 @@ struct EmbeddingBackwardArgs {
 namespace tmath {
 
 // Host translation units that call these functions must not contract a*b+c into an FMA (GCC does
-// by default): the CPU twins' files (src/backend/cpu/ops_gelu.cpp, ...) turn contraction off, nvcc gets
+// by default): the CPU twins' files include src/backend/cpu/no_fp_contract.h first, nvcc gets
 // --fmad=false. The functions are static, so each translation unit keeps its own copy compiled
 // with its own options (an inline function would be merged with another unit's copy at link time).
 

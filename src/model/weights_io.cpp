@@ -68,6 +68,13 @@ std::vector<float> as_stored(const ParamInfo& t, const float* master, bool trans
   return v;
 }
 
+// A tensor's shape as Hugging Face stores it: biases and gains 1-D, Conv1D weights [in, out].
+std::vector<int64_t> hf_shape(const ParamInfo& t, bool transpose) {
+  if (!t.decay) return {int64_t(t.cols)};
+  return transpose ? std::vector<int64_t>{int64_t(t.cols), int64_t(t.rows)}
+                   : std::vector<int64_t>{int64_t(t.rows), int64_t(t.cols)};
+}
+
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string t = "[";
   for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
@@ -109,11 +116,9 @@ std::vector<char> safetensors_bytes(const ParamLayout& L, const float* master) {
   for (const ParamInfo& t : L.tensors) {
     const HfName hf = hf_name(t.name);
     const std::vector<float> v = as_stored(t, master, hf.transpose);
-    // HF stores vectors as 1-D, matrices as [rows, cols] (Conv1D weights as [in, out]).
-    const nlohmann::json shape = !t.decay       ? nlohmann::json::array({t.cols})  // biases, gains: 1-D
-                                 : hf.transpose ? nlohmann::json::array({t.cols, t.rows})
-                                                : nlohmann::json::array({t.rows, t.cols});
-    header[hf.name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + v.size() * 4}}};
+    header[hf.name] = {{"dtype", "F32"},
+                       {"shape", hf_shape(t, hf.transpose)},
+                       {"data_offsets", {data.size(), data.size() + v.size() * 4}}};
     append(data, v.data(), v.size() * 4);
   }
   std::string h = header.dump();
@@ -199,9 +204,7 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
     if (dt == DType::U8) bad_file(key, path, strcat("tensor \"", raw_name, "\" is ", dtype, "; F32, F16 or BF16 is read"));
     std::vector<int64_t> shape;
     for (const auto& d : info["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
-    const std::vector<int64_t> want = !t.decay ? std::vector<int64_t>{int64_t(t.cols)}
-                                      : hf.transpose ? std::vector<int64_t>{int64_t(t.cols), int64_t(t.rows)}
-                                                     : std::vector<int64_t>{int64_t(t.rows), int64_t(t.cols)};
+    const std::vector<int64_t> want = hf_shape(t, hf.transpose);
     if (shape != want)
       bad_file(key, path, strcat("tensor \"", raw_name, "\" has shape ", shape_text(shape), ", this model's is ",
                                  shape_text(want), t.name == "wte.weight" ? " (vocabulary x n_embd: model.vocab_size)"

@@ -1,12 +1,10 @@
 #include "train/init_weights.h"
 
-#include <algorithm>
-#include <cstring>
-
 #include "core/error.h"
 #include "model/make_model.h"
 #include "model/weights_io.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_model.h"
 
 namespace amp {
 
@@ -29,25 +27,8 @@ std::vector<float> read_initial_weights(const Config& cfg, const ParamLayout& L,
     throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", key, ": not a safetensors file, an llm.c model file or ",
                                               "a readable amp_ddp checkpoint: ", why));
   }
-  auto bad = [&](const std::string& what) {
-    throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", key, ": ", path, ": ", what));
-  };
-  const auto layout = ck.header.find("layout");
-  if (layout == ck.header.end() || !layout->is_array()) bad("its header has no layout");
-  std::vector<std::string> theirs, ours;
-  for (const auto& t : *layout)
-    theirs.push_back(strcat(t.value("name", "?"), " [", t.value("rows", size_t(0)), ", ", t.value("cols", size_t(0)), "]"));
-  for (const ParamInfo& t : L.tensors) ours.push_back(strcat(t.name, " [", t.rows, ", ", t.cols, "]"));
-  for (size_t i = 0; i < std::max(theirs.size(), ours.size()); ++i)
-    if (i >= theirs.size() || i >= ours.size() || theirs[i] != ours[i])
-      bad(strcat("its tensor ", i, " is ", i < theirs.size() ? theirs[i] : "missing", ", this model's ",
-                 i < ours.size() ? ours[i] : "missing", " (another model: check model.* against the run that wrote it)"));
-  const auto master = ck.sections.find("master");
-  if (master == ck.sections.end() || master->second.size() != L.total * sizeof(float))
-    bad(strcat("its master section does not hold this model's ", L.total, " FP32 weights"));
-  std::vector<float> w(L.total);
-  std::memcpy(w.data(), master->second.data(), L.total * sizeof(float));
-  return w;
+  const float* master = checkpoint_masters(ck, L, key + ": ");
+  return std::vector<float>(master, master + L.total);
 }
 
 }  // namespace amp

@@ -1,7 +1,6 @@
 #include "train/sample_command.h"
 
 #include <cstdio>
-#include <map>
 #include <thread>
 
 #include "backend/backend.h"
@@ -11,42 +10,14 @@
 #include "model/make_model.h"
 #include "model/sampling.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_model.h"
 #include "train/sample_text.h"
 
 namespace amp {
 
-namespace {
-
-[[noreturn]] void bad(const std::string& path, const std::string& what) {
-  throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": ", what));
-}
-
-// The checkpoint's recorded config (header "config": key -> value text).
-std::map<std::string, std::string> recorded_config(const Checkpoint& ck) {
-  const auto it = ck.header.find("config");
-  if (it == ck.header.end() || !it->is_object())
-    bad(ck.path, "its header records no config (written by an older amp_ddp): the model cannot be rebuilt from it");
-  std::map<std::string, std::string> values;
-  for (const auto& [k, v] : it->items())
-    if (v.is_string()) values[k] = v.get<std::string>();
-  return values;
-}
-
-// Rows of the named tensor in the header's layout (0 when absent).
-size_t layout_rows(const Checkpoint& ck, const std::string& name) {
-  const auto it = ck.header.find("layout");
-  if (it == ck.header.end() || !it->is_array()) return 0;
-  for (const auto& t : *it)
-    if (t.is_object() && t.value("name", "") == name && t.contains("rows") && t["rows"].is_number_unsigned())
-      return t["rows"].get<size_t>();
-  return 0;
-}
-
-}  // namespace
-
 void run_sample(const SampleRequest& r) {
   const Checkpoint ck = load_checkpoint(r.checkpoint);
-  const Config cfg = config_from_values(recorded_config(ck), r.checkpoint);
+  const Config cfg = checkpoint_config(ck);
   if (cfg.model.type != ModelType::Gpt)
     throw Error(ErrorKind::Config, strcat("config error: ", r.checkpoint, ": the checkpoint holds a model of type ",
                                           cfg.model.type == ModelType::Mlp ? "mlp" : "?",
@@ -55,8 +26,9 @@ void run_sample(const SampleRequest& r) {
   Dataset shape;
   shape.task = Task::LanguageModel;
   shape.seq_len = shape.n_features = size_t(cfg.model.seq_len);
-  const size_t vocab = cfg.model.vocab_size > 0 ? size_t(cfg.model.vocab_size) : layout_rows(ck, "wte.weight");
-  if (vocab == 0 || vocab > size_t(INT32_MAX)) bad(r.checkpoint, "its layout has no token embedding (wte.weight)");
+  const size_t vocab = cfg.model.vocab_size > 0 ? size_t(cfg.model.vocab_size) : checkpoint_rows(ck, "wte.weight");
+  if (vocab == 0 || vocab > size_t(INT32_MAX))
+    throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", r.checkpoint, ": its layout has no token embedding (wte.weight)"));
   shape.vocab = int(vocab);
   shape.tokenizer = cfg.data.format == "text" ? "bytes" : "";
 
@@ -66,17 +38,11 @@ void run_sample(const SampleRequest& r) {
   const std::unique_ptr<Model> model =
       make_model(cfg, shape, be->memory(), be->ops(), compute, 1, 1, be->memory().memory_available(1));
   const ParamLayout& L = model->layout();
-  for (const ParamInfo& t : L.tensors)
-    if (layout_rows(ck, t.name) != t.rows)
-      bad(r.checkpoint, strcat("tensor ", t.name, " has ", layout_rows(ck, t.name), " rows in the checkpoint, the model ",
-                               "its config describes has ", t.rows));
-  const auto master = ck.sections.find("master");
-  if (master == ck.sections.end() || master->second.size() != L.total * sizeof(float))
-    bad(r.checkpoint, strcat("its master section does not hold the model's ", L.total, " FP32 weights"));
+  const float* master = checkpoint_masters(ck, L);
 
   // The working weights: the masters in the compute precision (the optimizer's cast).
   Buffer master32 = be->memory().alloc(L.total * sizeof(float));
-  be->memory().upload(master32.data(), master->second.data(), L.total * sizeof(float));
+  be->memory().upload(master32.data(), master, L.total * sizeof(float));
   Buffer working;
   const void* params = master32.data();
   if (compute != DType::F32) {

@@ -1,11 +1,4 @@
-// No contraction of a*b+c into an FMA in this file (GCC contracts by default, also in ISO mode):
-// the CUDA twin is compiled with --fmad=false, and both must round every product and sum alike.
-// Before any include, so every function of this translation unit has the same options.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "backend/cpu/no_fp_contract.h"  // first: no FMA contraction in this file
 
 #include "backend/cpu/cpu_ops.h"
 

@@ -1,8 +1,8 @@
 // Row helpers of the CPU transformer ops (ops_layernorm.cpp, ops_softmax.cpp, ops_gelu.cpp,
 // ops_embedding.cpp): loads and stores through FP32, the 32-lane row reductions of
 // transformer_args.h (with AVX2: four 8-wide registers, the same operands in the same order), and
-// the AVX2 forms of tmath's exp and GELU, operation for operation. Those files turn off FMA
-// contraction before any include (the CUDA twin is compiled with --fmad=false), so these inline
+// the AVX2 forms of tmath's exp and GELU, operation for operation. Those files include
+// no_fp_contract.h before anything else (the CUDA twin is compiled with --fmad=false), so these inline
 // functions round every product and sum as the scalar specification does.
 #pragma once
 

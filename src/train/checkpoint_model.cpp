@@ -1,0 +1,57 @@
+#include "train/checkpoint_model.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+
+namespace amp {
+
+namespace {
+
+[[noreturn]] void bad(const Checkpoint& ck, const std::string& context, const std::string& what) {
+  throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", context, ck.path, ": ", what));
+}
+
+}  // namespace
+
+Config checkpoint_config(const Checkpoint& ck, const std::string& context) {
+  const auto it = ck.header.find("config");
+  if (it == ck.header.end() || !it->is_object())
+    bad(ck, context, "its header records no config (written by an older amp_ddp): the model cannot be rebuilt from it");
+  std::map<std::string, std::string> values;
+  for (const auto& [k, v] : it->items())
+    if (v.is_string()) values[k] = v.get<std::string>();
+  return config_from_values(values, ck.path);
+}
+
+size_t checkpoint_rows(const Checkpoint& ck, const std::string& tensor) {
+  const auto it = ck.header.find("layout");
+  if (it == ck.header.end() || !it->is_array()) return 0;
+  for (const auto& t : *it)
+    if (t.is_object() && t.value("name", "") == tensor && t.contains("rows") && t["rows"].is_number_unsigned())
+      return t["rows"].get<size_t>();
+  return 0;
+}
+
+const float* checkpoint_masters(const Checkpoint& ck, const ParamLayout& L, const std::string& context) {
+  const auto layout = ck.header.find("layout");
+  if (layout == ck.header.end() || !layout->is_array()) bad(ck, context, "its header has no layout");
+  std::vector<std::string> theirs, ours;
+  for (const auto& t : *layout)
+    theirs.push_back(t.is_object() ? strcat(t.value("name", "?"), " [", t.value("rows", size_t(0)), ", ",
+                                            t.value("cols", size_t(0)), "]")
+                                   : std::string("?"));
+  for (const ParamInfo& t : L.tensors) ours.push_back(strcat(t.name, " [", t.rows, ", ", t.cols, "]"));
+  for (size_t i = 0; i < std::max(theirs.size(), ours.size()); ++i)
+    if (i >= theirs.size() || i >= ours.size() || theirs[i] != ours[i])
+      bad(ck, context, strcat("its tensor ", i, " is ", i < theirs.size() ? theirs[i] : "missing", ", this model's ",
+                              i < ours.size() ? ours[i] : "missing",
+                              " (another model: check model.* against the run that wrote it)"));
+  const auto master = ck.sections.find("master");
+  if (master == ck.sections.end() || master->second.size() != L.total * sizeof(float))
+    bad(ck, context, strcat("its master section does not hold the model's ", L.total, " FP32 weights"));
+  return reinterpret_cast<const float*>(master->second.data());
+}
+
+}  // namespace amp

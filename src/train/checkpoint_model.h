@@ -1,0 +1,22 @@
+// What a checkpoint says about the model that wrote it, for what uses a checkpoint outside its run
+// (`amp_ddp sample`, `amp_ddp export`, model.init_from): the run's config, a tensor's rows in its
+// layout, and its FP32 masters checked against a layout. Errors are Checkpoint errors
+// "checkpoint error: CONTEXTPATH: what is wrong" (context: where the path came from, or "").
+#pragma once
+
+#include <string>
+
+#include "config/config.h"
+#include "model/param_layout.h"
+#include "train/checkpoint.h"
+
+namespace amp {
+
+// The config of the run that wrote ck (config_from_values of its header's "config").
+Config checkpoint_config(const Checkpoint& ck, const std::string& context = "");
+// Rows of the named tensor in ck's layout (0 when absent).
+size_t checkpoint_rows(const Checkpoint& ck, const std::string& tensor);
+// ck's FP32 masters, when its layout is L (tensor by tensor: names and shapes).
+const float* checkpoint_masters(const Checkpoint& ck, const ParamLayout& L, const std::string& context = "");
+
+}  // namespace amp
