@@ -70,6 +70,8 @@ void validate(const Config& c) {
     if (!c.data.eval_tokens.empty() && c.data.eval_fraction > 0)
       fail("data.eval_fraction", "give either data.eval_tokens or data.eval_fraction, not both");
   }
+  if (c.data.format == "text" && c.data.tokenizer == "none")
+    fail("data.tokenizer", "text needs a tokenizer to become tokens: bytes, gpt2 or auto (bytes)");
   if (tokens_data && c.data.normalize != "none")
     fail("data.normalize", "normalizes features; " + c.data.format + " data are token ids: leave it none");
   if (gpt && c.sample.tokens > 0 && c.sample.prompt.empty())

@@ -86,6 +86,7 @@ struct Config {
   struct Data {
     std::string format, train_images, train_labels, eval_images, eval_labels, train_csv, eval_csv,
         target, task, normalize;
+    std::string tokenizer = "auto";  // text and tokens: auto, bytes, gpt2, none (data/tokenizer.h)
     bool csv_header = true, shuffle = true;
     double eval_fraction = 0;
     int64_t n_classes = 0, batch_size = 0, eval_batch_size = 0;

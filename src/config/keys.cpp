@@ -71,9 +71,10 @@ const std::vector<Key>& keys() {
       {"data.synthetic.features", "10", "synthetic regression: input features", F(data.synthetic.features), positive_upto(kMaxWidth)},
       {"data.synthetic.outputs", "1", "synthetic regression: outputs", F(data.synthetic.outputs), positive_upto(kMaxWidth)},
       {"data.synthetic.noise", "0.1", "synthetic regression: noise standard deviation", F(data.synthetic.noise), at_least(0)},
-      {"data.text_files", "[]", "text: files or glob patterns (text files only), read as bytes (vocabulary 256), concatenated in order", F(data.text_files)},
-      {"data.train_tokens", "[]", "tokens: llm.c token shards (uint16 GPT-2 tokens): paths or glob patterns, matches sorted", F(data.train_tokens)},
+      {"data.text_files", "[]", "text: files or glob patterns (text files only), concatenated in order as bytes (vocabulary 256) or, with data.tokenizer gpt2, as GPT-2 tokens", F(data.text_files)},
+      {"data.train_tokens", "[]", "tokens: llm.c token shards (uint16, or uint32 in version 2 shards): paths or glob patterns, matches sorted", F(data.train_tokens)},
       {"data.eval_tokens", "[]", "tokens: evaluation shards ([]: split off data.eval_fraction, or none)", F(data.eval_tokens)},
+      {"data.tokenizer", "\"auto\"", "text and tokens: what makes text tokens and back (prompts, samples): bytes (vocabulary 256), gpt2 (GPT-2's BPE, vocabulary 50257: text files are encoded with it, each after <|endoftext|>; scripts/setup.sh --gpt2 fetches its files), none (token ids are printed), auto (bytes for text, none for tokens)", F(data.tokenizer), {}, {"auto", "bytes", "gpt2", "none"}},
       // precision
       {"precision.compute", "\"fp16\"", "compute precision of GEMMs and activations (masters stay FP32)", E(precision.compute, DType::F32, DType::F16, DType::BF16), {}, {"fp32", "fp16", "bf16"}},
       {"precision.loss_scale.mode", "\"auto\"", "loss scaling (auto: dynamic for fp16, none otherwise)", E(precision.loss_scale, LossScaleChoice::Auto, LossScaleChoice::None, LossScaleChoice::Static, LossScaleChoice::Dynamic), {}, {"auto", "none", "static", "dynamic"}},

@@ -110,10 +110,12 @@ struct Normalizer {
 // links to NAME). A plain path is taken as it is (its reader reports a missing file).
 std::vector<std::string> expand_paths(const std::vector<std::string>& patterns, const std::string& key);
 
-// Text files as byte-level tokens (each byte its token, 0..255), concatenated in order, held in
-// memory. An empty, missing or unreadable file, and a file with a NUL byte (binary, such as an
-// index file a glob matched), are errors naming the file.
-TokenStream read_text_tokens(const std::vector<std::string>& paths);
+// Text files as tokens of `tokenizer` (data/tokenizer.h), concatenated in order, held in memory:
+// bytes (each byte its token, 0..255), or GPT-2's BPE with <|endoftext|> before each file (as data
+// preparation writes documents). An empty, missing or unreadable file, and a file with a NUL byte
+// (binary, such as an index file a glob matched), are errors naming the file.
+class Tokenizer;
+TokenStream read_text_tokens(const std::vector<std::string>& paths, const Tokenizer& tokenizer);
 
 // llm.c's token shards, as its writer (the data_common module of its dev/data) makes them: 256 int32
 // little-endian (header[0] = magic, header[1] = version, header[2] = token count N), then N

@@ -8,6 +8,7 @@
 #include "core/format.h"
 #include "core/host_memory.h"
 #include "core/hash.h"
+#include "data/tokenizer.h"
 
 namespace amp {
 
@@ -40,7 +41,9 @@ DataSets load_lm_datasets(const Config& cfg) {
   const bool text = d.format == "text";
   const char* train_key = text ? "data.text_files" : "data.train_tokens";
   const std::vector<std::string> train_files = expand_paths(text ? d.text_files : d.train_tokens, train_key);
-  TokenStream train = text ? read_text_tokens(train_files) : read_token_shards(train_files);
+  const std::string tokenizer = data_tokenizer_name(d.tokenizer, d.format);
+  const std::shared_ptr<const Tokenizer> tok = make_tokenizer(tokenizer);
+  TokenStream train = text ? read_text_tokens(train_files, *tok) : read_token_shards(train_files);
   std::string train_name = describe_files(train_files), eval_name;
   TokenStream eval;
   if (!text && !d.eval_tokens.empty()) {
@@ -56,12 +59,12 @@ DataSets load_lm_datasets(const Config& cfg) {
     eval_name = describe_files(eval_files);
   }
 
-  // The vocabulary: model.vocab_size, else 256 byte values for text, else the largest token + 1.
+  // The vocabulary: model.vocab_size, else the tokenizer's, else the largest token + 1.
   int vocab = int(cfg.model.vocab_size);
   std::string vocab_key = strcat("model.vocab_size = ", vocab);
-  if (vocab == 0 && text) {
-    vocab = 256;
-    vocab_key = "byte-level text";
+  if (vocab == 0 && tok) {
+    vocab = tok->vocab_size();
+    vocab_key = strcat("the ", tokenizer, " tokenizer's vocabulary (data.tokenizer)");
   } else if (vocab == 0) {
     const int64_t top = std::max(max_token(train), max_token(eval));
     vocab = int(std::clamp<int64_t>(top + 1, 1, INT32_MAX));
@@ -82,7 +85,7 @@ DataSets load_lm_datasets(const Config& cfg) {
   DataSets out;
   out.train = make_lm_dataset(std::move(train), seq_len, vocab, train_name, true);
   if (!eval_name.empty()) out.eval = make_lm_dataset(std::move(eval), seq_len, vocab, eval_name, true);
-  out.train.tokenizer = out.eval.tokenizer = text ? "bytes" : "";
+  out.train.tokenizer = out.eval.tokenizer = tokenizer;
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "core/files.h"
 #include "data/dataset.h"
 
@@ -103,7 +104,7 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& patterns, 
   return out;
 }
 
-TokenStream read_text_tokens(const std::vector<std::string>& paths) {
+TokenStream read_text_tokens(const std::vector<std::string>& paths, const Tokenizer& tokenizer) {
   TokenStream tokens;
   std::vector<uint8_t> buf;
   for (const std::string& path : paths) {
@@ -116,7 +117,11 @@ TokenStream read_text_tokens(const std::vector<std::string>& paths) {
     if (nul != buf.end())
       data_error(path, "byte ", nul - buf.begin(), " (0-based) is NUL: not a text file (data.text_files must name ",
                  "text files only; list them explicitly if a glob also matches binary files such as .dat indexes)");
-    tokens.append(TokenStream(std::vector<int32_t>(buf.begin(), buf.end()), path));
+    std::vector<int32_t> ids;
+    if (tokenizer.end_of_text() >= 0) ids.push_back(tokenizer.end_of_text());
+    const std::vector<int32_t> text = tokenizer.encode(std::string(buf.begin(), buf.end()));
+    ids.insert(ids.end(), text.begin(), text.end());
+    tokens.append(TokenStream(std::move(ids), path));
   }
   return tokens;
 }

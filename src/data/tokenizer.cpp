@@ -1,16 +1,19 @@
 #include "data/tokenizer.h"
 
 #include <cstdio>
+#include <map>
+#include <mutex>
 
 #include "core/error.h"
+#include "data/gpt2_bpe.h"
 
 namespace amp {
 
 namespace {
 
-// Length of the valid UTF-8 sequence starting at s[i] (0: not one); only ids below 256 are bytes.
-size_t utf8_length(const std::vector<int32_t>& s, size_t i) {
-  const auto byte = [&](size_t k) { return s[k] >= 0 && s[k] < 256 ? unsigned(s[k]) : 0u; };
+// Length of the valid UTF-8 sequence starting at s[i] (0: not one).
+size_t utf8_length(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return unsigned(static_cast<unsigned char>(s[k])); };
   const unsigned c = byte(i);
   size_t n = 0;
   unsigned min = 0, cp = 0;
@@ -30,47 +33,64 @@ size_t utf8_length(const std::vector<int32_t>& s, size_t i) {
 class ByteTokenizer final : public Tokenizer {
  public:
   std::string name() const override { return "bytes"; }
+  int32_t vocab_size() const override { return 256; }
   std::vector<int32_t> encode(const std::string& text) const override {
     std::vector<int32_t> t;
     t.reserve(text.size());
     for (unsigned char c : text) t.push_back(int32_t(c));
     return t;
   }
-  // Printable ASCII, newline and tab as they are, valid UTF-8 sequences as they are, other bytes
-  // escaped (\xNN), ids beyond the bytes as <|id|>.
-  std::string decode(const std::vector<int32_t>& tokens) const override {
+  std::string decode_bytes(const std::vector<int32_t>& tokens) const override {
     std::string s;
-    for (size_t i = 0; i < tokens.size();) {
-      const int32_t t = tokens[i];
-      if (t < 0 || t > 255) {
-        s += strcat("<|", t, "|>");
-        ++i;
-        continue;
-      }
-      const unsigned c = unsigned(t);
-      if (c == '\n' || c == '\t' || (c >= 0x20 && c < 0x7F)) {
-        s += char(c);
-        ++i;
-      } else if (const size_t n = c >= 0x80 ? utf8_length(tokens, i) : 0; n > 0) {
-        for (size_t k = 0; k < n; ++k) s += char(tokens[i + k]);
-        i += n;
-      } else {
-        char b[8];
-        std::snprintf(b, sizeof b, "\\x%02X", c);
-        s += b;
-        ++i;
-      }
-    }
+    for (const int32_t t : tokens) s += t >= 0 && t < 256 ? std::string(1, char(t)) : strcat("<|", t, "|>");
     return s;
   }
 };
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name) {
-  if (name == "bytes") return std::make_unique<ByteTokenizer>();
+std::string Tokenizer::printable_text(std::string_view bytes) {
+  std::string s;
+  s.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    const unsigned c = static_cast<unsigned char>(bytes[i]);
+    if (c == '\n' || c == '\t' || (c >= 0x20 && c < 0x7F)) {
+      s += char(c);
+      ++i;
+    } else if (const size_t n = c >= 0x80 ? utf8_length(bytes, i) : 0; n > 0) {
+      s.append(bytes.substr(i, n));
+      i += n;
+    } else {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02X", c);
+      s += b;
+      ++i;
+    }
+  }
+  return s;
+}
+
+std::string data_tokenizer_name(const std::string& key_value, const std::string& format) {
+  if (key_value == "auto") return format == "text" ? "bytes" : "";
+  return key_value == "none" ? "" : key_value;
+}
+
+int32_t tokenizer_vocab_size(const std::string& name) {
+  return name == "bytes" ? 256 : name == "gpt2" ? Gpt2Bpe::kVocab : 0;
+}
+
+std::shared_ptr<const Tokenizer> make_tokenizer(const std::string& name) {
   if (name.empty()) return nullptr;
-  throw Error(ErrorKind::Internal, strcat("unknown tokenizer \"", name, "\""));
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const Tokenizer>> loaded;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = loaded.find(name); it != loaded.end()) return it->second;
+  std::shared_ptr<const Tokenizer> t;
+  if (name == "bytes") t = std::make_shared<ByteTokenizer>();
+  else if (name == "gpt2") t = std::make_shared<Gpt2Bpe>(gpt2_vocab_dir());
+  else throw Error(ErrorKind::Internal, strcat("unknown tokenizer \"", name, "\""));
+  loaded[name] = t;
+  return t;
 }
 
 }  // namespace amp

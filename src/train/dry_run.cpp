@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/format.h"
+#include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "model/make_model.h"
 #include "optim/state_bytes.h"
@@ -15,7 +16,9 @@ std::string dry_run_plan(const Config& cfg, int world) {
   std::string out = strcat("# plan: ", world, " rank(s), global batch ", batch, " (", cfg.data.batch_size, " x ",
                            cfg.data.grad_accum_steps, " micro-batch(es) x ", world, " rank(s))\n");
   if (cfg.model.type != ModelType::Gpt) return out + "# parameters and memory: known once the data is read (its features and outputs)\n";
-  const size_t vocab = cfg.model.vocab_size > 0 ? size_t(cfg.model.vocab_size) : cfg.data.format == "text" ? 256 : 0;
+  const size_t vocab = cfg.model.vocab_size > 0
+                           ? size_t(cfg.model.vocab_size)
+                           : size_t(tokenizer_vocab_size(data_tokenizer_name(cfg.data.tokenizer, cfg.data.format)));
   out += strcat("# tokens per optimizer step: ", format_count(double(batch) * double(cfg.model.seq_len)), " (", batch,
                 " windows of ", cfg.model.seq_len, ")\n");
   if (vocab == 0) return out + "# parameters and memory: known once the token data is read (model.vocab_size 0: its largest token + 1)\n";

@@ -7,6 +7,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "data/tokenizer.h"
 #include "model/make_model.h"
 #include "model/sampling.h"
 #include "train/checkpoint.h"
@@ -30,7 +31,7 @@ void run_sample(const SampleRequest& r) {
   if (vocab == 0 || vocab > size_t(INT32_MAX))
     throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", r.checkpoint, ": its layout has no token embedding (wte.weight)"));
   shape.vocab = int(vocab);
-  shape.tokenizer = cfg.data.format == "text" ? "bytes" : "";
+  shape.tokenizer = data_tokenizer_name(cfg.data.tokenizer, cfg.data.format);
 
   const int threads = r.threads > 0 ? r.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   const std::unique_ptr<Backend> be = make_backend(r.device, 0, threads);

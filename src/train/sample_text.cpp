@@ -9,7 +9,7 @@ namespace amp {
 
 std::vector<int32_t> encode_prompt(const std::string& tokenizer, const std::string& prompt, int32_t vocab,
                                    const std::string& origin, const std::string& key) {
-  const std::unique_ptr<Tokenizer> tok = make_tokenizer(tokenizer);
+  const std::shared_ptr<const Tokenizer> tok = make_tokenizer(tokenizer);
   std::vector<int32_t> tokens = tok ? tok->encode(prompt) : std::vector<int32_t>{};
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= vocab)
@@ -22,7 +22,7 @@ std::vector<int32_t> encode_prompt(const std::string& tokenizer, const std::stri
 }
 
 std::string decode_sample(const std::string& tokenizer, const std::vector<int32_t>& tokens) {
-  if (const std::unique_ptr<Tokenizer> tok = make_tokenizer(tokenizer)) return tok->decode(tokens);
+  if (const std::shared_ptr<const Tokenizer> tok = make_tokenizer(tokenizer)) return tok->decode(tokens);
   std::string text;
   for (int32_t t : tokens) text += (text.empty() ? "" : " ") + std::to_string(t);
   return text;

@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "data/load.h"
 #include "data/sampler.h"
+#include "data/tokenizer.h"
 #include "test_util.h"
 
 using namespace amp;
@@ -148,7 +149,7 @@ TEST_CASE("split_token_stream: the eval part is the end of the stream", "[data][
 TEST_CASE("text files: bytes as tokens, concatenated in order", "[data][lm]") {
   TempDir dir;
   const std::string a = dir.write("a.txt", "Hi\n%\n"), b = dir.write("b.txt", std::string("\xC3\xA9t\xC3\xA9\n", 6));
-  const TokenStream t = read_text_tokens({b, a});
+  const TokenStream t = read_text_tokens({b, a}, *make_tokenizer("bytes"));
   const std::vector<int32_t> want = {0xC3, 0xA9, 't', 0xC3, 0xA9, '\n', 'H', 'i', '\n', '%', '\n'};
   CHECK(t.to_vector() == want);
   CHECK(t.where(0) == std::make_pair(b, size_t(0)));
@@ -169,17 +170,17 @@ TEST_CASE("text files: empty, missing, binary and directories are refused naming
   const std::string ok = dir.write("ok.txt", "fine text\n");
   const std::string empty = dir.write("empty.txt", "");
   const std::string bin = dir.write("idx.dat", std::string("ab\0cd", 5));
-  CHECK_THAT(data_error_of([&] { read_text_tokens({ok, empty}); }),
+  CHECK_THAT(data_error_of([&] { read_text_tokens({ok, empty}, *make_tokenizer("bytes")); }),
              Contains("data error: " + empty + ": empty file"));
-  CHECK_THAT(data_error_of([&] { read_text_tokens({dir.file("nope.txt")}); }),
+  CHECK_THAT(data_error_of([&] { read_text_tokens({dir.file("nope.txt")}, *make_tokenizer("bytes")); }),
              Contains(dir.file("nope.txt") + ": cannot open: No such file or directory"));
-  CHECK_THAT(data_error_of([&] { read_text_tokens({ok, bin}); }),
+  CHECK_THAT(data_error_of([&] { read_text_tokens({ok, bin}, *make_tokenizer("bytes")); }),
              Contains(bin + ": byte 2 (0-based) is NUL: not a text file"));
-  CHECK_THAT(data_error_of([&] { read_text_tokens({dir.path()}); }), Contains(dir.path() + ": cannot open: Is a directory"));
+  CHECK_THAT(data_error_of([&] { read_text_tokens({dir.path()}, *make_tokenizer("bytes")); }), Contains(dir.path() + ": cannot open: Is a directory"));
   if (::geteuid() != 0) {  // root reads anything
     const std::string locked = dir.write("locked.txt", "secret");
     fs::permissions(locked, fs::perms::none);
-    CHECK_THAT(data_error_of([&] { read_text_tokens({locked}); }), Contains(locked + ": cannot open: Permission denied"));
+    CHECK_THAT(data_error_of([&] { read_text_tokens({locked}, *make_tokenizer("bytes")); }), Contains(locked + ": cannot open: Permission denied"));
   }
 }
 

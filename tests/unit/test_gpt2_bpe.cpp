@@ -1,0 +1,150 @@
+// GPT-2's byte-level BPE (data/gpt2_bpe.h): equality with the reference tokenizer on a committed
+// text (tests/data/gpt2_reference.txt, ids from scripts/gpt2_reference_ids.mjs), round trips on
+// arbitrary bytes, and errors on broken vocabulary files. Needs the vocabulary files that
+// scripts/setup.sh --gpt2 fetches (the test set-up does): without them the cases fail, saying so.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/dataset.h"
+#include "data/gpt2_bpe.h"
+
+using namespace amp;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+const Gpt2Bpe& gpt2() {
+  const std::string dir = gpt2_vocab_dir();
+  INFO("the GPT-2 vocabulary files are fetched by scripts/setup.sh --gpt2 (into " << dir << ")");
+  REQUIRE(std::filesystem::exists(dir + "/encoder.json"));
+  static const Gpt2Bpe bpe(dir);
+  return bpe;
+}
+
+}  // namespace
+
+TEST_CASE("gpt2 bpe: the reference tokenizer's ids on a varied text, byte for byte", "[gpt2]") {
+  const Gpt2Bpe& bpe = gpt2();
+  const std::string text = slurp(std::string(AMP_SOURCE_DIR) + "/tests/data/gpt2_reference.txt");
+  std::vector<int32_t> want;
+  std::istringstream ids(slurp(std::string(AMP_SOURCE_DIR) + "/tests/data/gpt2_reference.ids"));
+  for (int32_t id; ids >> id;) want.push_back(id);
+  REQUIRE(text.size() > 60000);
+  REQUIRE(want.size() > 18000);
+  const std::vector<int32_t> got = bpe.encode(text);
+  size_t first = 0;
+  while (first < got.size() && first < want.size() && got[first] == want[first]) ++first;
+  INFO("first difference at token " << first << " of " << want.size() << ", after the text \""
+       << bpe.decode(std::vector<int32_t>(got.begin() + long(first > 8 ? first - 8 : 0), got.begin() + long(first)))
+       << "\"");
+  CHECK(first == want.size());
+  CHECK(got.size() == want.size());
+  CHECK(bpe.decode_bytes(got) == text);
+}
+
+TEST_CASE("gpt2 bpe: known ids, <|endoftext|> is text when encoding, and the display decode", "[gpt2]") {
+  const Gpt2Bpe& bpe = gpt2();
+  CHECK(bpe.vocab_size() == 50257);
+  CHECK(bpe.encode("Hello world") == std::vector<int32_t>{15496, 995});
+  CHECK(bpe.encode(" the") == std::vector<int32_t>{262});
+  CHECK(bpe.encode("") == std::vector<int32_t>{});
+  // The literal text is not the special token (data preparation inserts that one itself).
+  const std::vector<int32_t> eot_text = bpe.encode("<|endoftext|>");
+  CHECK(eot_text.size() > 1);
+  CHECK(std::find(eot_text.begin(), eot_text.end(), Gpt2Bpe::kEndOfText) == eot_text.end());
+  CHECK(bpe.decode({Gpt2Bpe::kEndOfText}) == "<|endoftext|>");
+  // Ids beyond the vocabulary (a padded model) are marked; bytes that are not UTF-8 are escaped.
+  CHECK(bpe.decode({15496, 50300}) == "Hello<|50300|>");
+  CHECK(bpe.decode(bpe.encode("a\xFF" "b\xC3")) == "a\\xFFb\\xC3");
+  CHECK(bpe.decode(bpe.encode("caf\xC3\xA9")) == "caf\xC3\xA9");
+}
+
+TEST_CASE("gpt2 bpe: decode(encode(x)) == x for arbitrary bytes, invalid UTF-8 included", "[gpt2]") {
+  const Gpt2Bpe& bpe = gpt2();
+  std::vector<std::string> cases = {
+      "\x80",           "\xC3",         "\xE2\x82",          "\xF0\x9F\x98",     "\xC0\xAF",  // lone, truncated, overlong
+      "\xED\xA0\x80",   "\xF4\x90\x80\x80", "\xFF\xFE",      "a\x80" "b",        " \xE9t\xE9",  // surrogate, > U+10FFFF, Latin-1
+      "  \xA0  x",      "\xC3\xA9\xC3",   "don't\xC3's",      "\n\n\x85\n",       std::string("a\0b", 3)};
+  Rng rng(11);
+  for (int i = 0; i < 200; ++i) {
+    // Random bytes, and random mixes of ASCII, valid multi-byte sequences and stray bytes.
+    std::string s;
+    const size_t n = 1 + size_t(rng.next_u64() % 400);
+    for (size_t k = 0; k < n; ++k) {
+      const uint64_t r = rng.next_u64();
+      if (i % 2 == 0) s += char(r & 0xFF);
+      else if (r % 4 == 0) s += "\xE6\x97\xA5";
+      else if (r % 4 == 1) s += char(0x80 + (r >> 8) % 0x80);
+      else s += " aZ9'.\t\n"[(r >> 8) % 8];
+    }
+    cases.push_back(s);
+  }
+  for (const std::string& s : cases) {
+    const std::vector<int32_t> ids = bpe.encode(s);
+    INFO("case of " << s.size() << " bytes: " << Tokenizer::printable_text(s));
+    CHECK(bpe.decode_bytes(ids) == s);
+    for (int32_t id : ids) REQUIRE((id >= 0 && id < Gpt2Bpe::kEndOfText));
+  }
+}
+
+TEST_CASE("gpt2 bpe: broken vocabulary files are refused naming the file and the line", "[gpt2]") {
+  const std::string src = gpt2_vocab_dir();
+  gpt2();  // the real files are there
+  const std::string dir = (std::filesystem::temp_directory_path() / "amp_gpt2_vocab_test").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto message = [&] {
+    try {
+      Gpt2Bpe b(dir);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::Data);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(message(), Catch::Contains(dir + "/encoder.json") && Catch::Contains("setup.sh --gpt2"));
+  std::filesystem::copy_file(src + "/encoder.json", dir + "/encoder.json");
+  CHECK_THAT(message(), Catch::Contains(dir + "/vocab.bpe"));
+  // A merge line cut short, and a merge whose result is not a token.
+  std::string merges = slurp(src + "/vocab.bpe");
+  const size_t line3 = merges.find('\n', merges.find('\n', merges.find('\n') + 1) + 1) + 1;
+  std::ofstream(dir + "/vocab.bpe", std::ios::binary) << merges.substr(0, line3) << "broken\n" << merges.substr(line3);
+  CHECK_THAT(message(), Catch::Contains("vocab.bpe:4: \"broken\": expected a merge"));
+  std::ofstream(dir + "/vocab.bpe", std::ios::binary) << "#version: 0.2\nQ \xC4\xA0\n";
+  CHECK_THAT(message(), Catch::Contains("vocab.bpe:2: \"Q \xC4\xA0\": the merged token is not in"));
+  std::ofstream(dir + "/encoder.json", std::ios::binary) << "{\"a\": 0}";
+  CHECK_THAT(message(), Catch::Contains("expected GPT-2's encoder, an object of 50257 tokens, found 1 entries"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("gpt2 bpe: text files read with data.tokenizer gpt2 are GPT-2 tokens, each file after <|endoftext|>", "[gpt2]") {
+  const Gpt2Bpe& bpe = gpt2();
+  const std::string dir = (std::filesystem::temp_directory_path() / "amp_gpt2_text_test").string();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/a.txt") << "Hello world";
+  std::ofstream(dir + "/b.txt") << " the end\n";
+  const std::vector<int32_t> got = read_text_tokens({dir + "/a.txt", dir + "/b.txt"}, *make_tokenizer("gpt2")).to_vector();
+  std::vector<int32_t> want = {Gpt2Bpe::kEndOfText, 15496, 995, Gpt2Bpe::kEndOfText};
+  for (int32_t t : bpe.encode(" the end\n")) want.push_back(t);
+  CHECK(got == want);
+  CHECK(make_tokenizer("gpt2")->vocab_size() == 50257);
+  CHECK(tokenizer_vocab_size(data_tokenizer_name("gpt2", "tokens")) == 50257);
+  CHECK(data_tokenizer_name("auto", "text") == "bytes");
+  CHECK(data_tokenizer_name("auto", "tokens").empty());
+  CHECK(data_tokenizer_name("none", "tokens").empty());
+  std::filesystem::remove_all(dir);
+}
