@@ -3,7 +3,8 @@
 // give ranks different command lines), loads the config on every rank (agreed before anything
 // runs), then trains. Any error on any rank ends the whole job with its rank.
 // `amp_ddp sample CHECKPOINT [options]` generates text from a checkpoint in one process, no MPI;
-// `amp_ddp export CHECKPOINT --format F -o FILE` writes its weights for other programs.
+// `amp_ddp export CHECKPOINT --format F -o FILE` writes its weights for other programs;
+// `amp_ddp prepare FILES... -o DIR` turns text into token shards.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -21,6 +22,8 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "train/dry_run.h"
+#include "core/format.h"
+#include "data/prepare.h"
 #include "train/export_command.h"
 #include "train/run.h"
 #include "train/sample_command.h"
@@ -56,7 +59,8 @@ Cli parse_cli(int argc, char** argv) {
   CLI::App app{"amp_ddp: data-parallel mixed-precision training (FP16/BF16 compute, FP32 masters,\n"
                "loss scaling, one global overflow flag). Run under mpirun/srun for several ranks.\n"
                "amp_ddp sample CHECKPOINT: text from a trained GPT (amp_ddp sample --help).\n"
-               "amp_ddp export CHECKPOINT --format safetensors|llmc -o FILE: its weights (amp_ddp export --help).",
+               "amp_ddp export CHECKPOINT --format safetensors|llmc -o FILE: its weights (amp_ddp export --help).\n"
+               "amp_ddp prepare FILES... -o DIR: text -> token shards (amp_ddp prepare --help).",
                "amp_ddp"};
   app.add_option("config", cli.config, "YAML config file (see configs/)")->required();
   app.add_option("--set", cli.sets, "override a config key, e.g. --set optimizer.lr=3e-4 (repeatable)")
@@ -216,9 +220,43 @@ int export_main(int argc, char** argv) {
   });
 }
 
+// `amp_ddp prepare FILES... -o DIR`: text -> llm.c token shards, one process.
+int prepare_main(int argc, char** argv) {
+  CLI::App app{"amp_ddp prepare: text files -> llm.c token shards (uint16, version 1) for data.format tokens:\n"
+               "DIR/NAME_val_000000.bin (the first --val-fraction of the input), DIR/NAME_train_000000.bin, ...\n"
+               "and DIR/NAME_info.json. With GPT-2's tokenizer every document starts with <|endoftext|>.",
+               "amp_ddp prepare"};
+  amp::PrepareOptions o;
+  bool quiet = false;
+  app.add_option("inputs", o.inputs, "text files or glob patterns, in order")->required();
+  app.add_option("-o,--output", o.out_dir, "the folder for the shards (made when missing)")->required();
+  app.add_option("--tokenizer", o.tokenizer, "gpt2 (GPT-2's BPE) or bytes")->capture_default_str()->check(CLI::IsMember({"gpt2", "bytes"}));
+  app.add_option("--doc-separator", o.doc_separator,
+                 "a line that separates documents inside a file (% for fortune files; default: one document per file)");
+  app.add_option("--val-fraction", o.val_fraction, "the share of the input (by bytes, from its start) for validation")->capture_default_str()
+      ->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--shard-tokens", o.shard_tokens, "tokens per shard at most")->capture_default_str()->check(CLI::Range(uint64_t(1), uint64_t(INT32_MAX)));
+  app.add_option("--name", o.name, "the shards' file name prefix")->capture_default_str();
+  app.add_option("--threads", o.threads, "encoding threads (0: every CPU)")->check(CLI::Range(0, 1024));
+  app.add_flag("-q,--quiet", quiet, "no progress bar");
+  return run_subcommand(app, argc, argv, [&] {
+    const amp::PrepareResult r = amp::prepare_shards(o, quiet ? nullptr : stderr);
+    const std::string tok = o.tokenizer;
+    std::printf("prepared %llu document(s), %s of text in %.1f s (%s/s): %llu validation tokens in %zu shard(s), "
+                "%llu training tokens in %zu shard(s), in %s\n"
+                "to train on them:\n  data: {format: tokens, tokenizer: %s, train_tokens: [%s/%s_train_*.bin]%s}\n",
+                (unsigned long long)r.documents, amp::format_bytes(double(r.bytes)).c_str(), r.seconds,
+                amp::format_bytes(r.seconds > 0 ? double(r.bytes) / r.seconds : 0).c_str(), (unsigned long long)r.val_tokens,
+                r.val_files.size(), (unsigned long long)r.train_tokens, r.train_files.size(), o.out_dir.c_str(), tok.c_str(),
+                o.out_dir.c_str(), o.name.c_str(),
+                r.val_files.empty() ? "" : (", eval_tokens: [" + o.out_dir + "/" + o.name + "_val_*.bin]").c_str());
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "prepare") return prepare_main(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "export") return export_main(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "sample") return sample_main(argc - 1, argv + 1);  // Ctrl-C stops it
   amp::block_stop_signals();  // before any thread exists: no handler ever runs inside library code

@@ -110,6 +110,9 @@ struct Normalizer {
 // links to NAME). A plain path is taken as it is (its reader reports a missing file).
 std::vector<std::string> expand_paths(const std::vector<std::string>& patterns, const std::string& key);
 
+// A text file's bytes; an empty, missing or unreadable file and a NUL byte are Data errors naming it.
+std::string read_text_file(const std::string& path);
+
 // Text files as tokens of `tokenizer` (data/tokenizer.h), concatenated in order, held in memory:
 // bytes (each byte its token, 0..255), or GPT-2's BPE with <|endoftext|> before each file (as data
 // preparation writes documents). An empty, missing or unreadable file, and a file with a NUL byte

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/tokenizer.h"
 #include "core/files.h"
 #include "data/dataset.h"
+#include "data/tokenizer.h"
 
 namespace amp {
 namespace {
@@ -104,22 +104,24 @@ std::vector<std::string> expand_paths(const std::vector<std::string>& patterns, 
   return out;
 }
 
+std::string read_text_file(const std::string& path) {
+  uint64_t size = 0;
+  std::ifstream in = open_file(path, &size);
+  if (size == 0) data_error(path, "empty file (a text file needs at least one byte)");
+  std::string text(size_t(size), '\0');
+  read_exact(in, path, text.data(), text.size(), 0, "its text (did it shrink while being read?)");
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    data_error(path, "byte ", nul, " (0-based) is NUL: not a text file (name text files only; list them ",
+               "explicitly if a glob also matches binary files such as .dat indexes)");
+  return text;
+}
+
 TokenStream read_text_tokens(const std::vector<std::string>& paths, const Tokenizer& tokenizer) {
   TokenStream tokens;
-  std::vector<uint8_t> buf;
   for (const std::string& path : paths) {
-    uint64_t size = 0;
-    std::ifstream in = open_file(path, &size);
-    if (size == 0) data_error(path, "empty file (a text file needs at least one byte)");
-    buf.resize(size_t(size));
-    read_exact(in, path, buf.data(), buf.size(), 0, "its text (did it shrink while being read?)");
-    const auto nul = std::find(buf.begin(), buf.end(), uint8_t(0));
-    if (nul != buf.end())
-      data_error(path, "byte ", nul - buf.begin(), " (0-based) is NUL: not a text file (data.text_files must name ",
-                 "text files only; list them explicitly if a glob also matches binary files such as .dat indexes)");
     std::vector<int32_t> ids;
     if (tokenizer.end_of_text() >= 0) ids.push_back(tokenizer.end_of_text());
-    const std::vector<int32_t> text = tokenizer.encode(std::string(buf.begin(), buf.end()));
+    const std::vector<int32_t> text = tokenizer.encode(read_text_file(path));
     ids.insert(ids.end(), text.begin(), text.end());
     tokens.append(TokenStream(std::move(ids), path));
   }

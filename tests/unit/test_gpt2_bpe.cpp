@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "data/gpt2_bpe.h"
+#include "data/prepare.h"
 
 using namespace amp;
 
@@ -146,5 +147,105 @@ TEST_CASE("gpt2 bpe: text files read with data.tokenizer gpt2 are GPT-2 tokens, 
   CHECK(data_tokenizer_name("auto", "text") == "bytes");
   CHECK(data_tokenizer_name("auto", "tokens").empty());
   CHECK(data_tokenizer_name("none", "tokens").empty());
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+std::vector<int32_t> shard_tokens(const std::vector<std::string>& files) {
+  return files.empty() ? std::vector<int32_t>{} : read_token_shards(files).to_vector();
+}
+
+}  // namespace
+
+TEST_CASE("prepare: cutting a document where the pre-tokenizer starts a piece leaves its tokens unchanged", "[gpt2][prepare]") {
+  const Gpt2Bpe& bpe = gpt2();
+  // Every cut point of the reference text, checked on the 400 bytes around it (the property is
+  // local: a piece never reaches across a cut point).
+  const std::string text = slurp(std::string(AMP_SOURCE_DIR) + "/tests/data/gpt2_reference.txt");
+  size_t cuts = 0;
+  for (size_t p = next_safe_cut(text, 0); p < text.size(); p = next_safe_cut(text, p + 1)) {
+    const size_t a = p > 200 ? p - 200 : 0, b = std::min(text.size(), p + 200);
+    std::vector<int32_t> two = bpe.encode(text.substr(a, p - a));
+    const std::vector<int32_t> rest = bpe.encode(text.substr(p, b - p));
+    two.insert(two.end(), rest.begin(), rest.end());
+    INFO("cut at byte " << p << ": \"" << Tokenizer::printable_text(text.substr(a, p - a)) << "|" << Tokenizer::printable_text(text.substr(p, b - p)) << "\"");
+    REQUIRE(two == bpe.encode(text.substr(a, b - a)));
+    ++cuts;
+  }
+  CHECK(cuts > 500);
+  // The case a newline alone does not make safe: white space before it.
+  const std::string spaced = "word  \n\nNext";
+  CHECK(next_safe_cut(spaced, 0) == spaced.size());
+  std::vector<int32_t> split = bpe.encode("word  \n\n");
+  split.push_back(bpe.encode("Next").at(0));
+  CHECK(split != bpe.encode(spaced));  // "  \n\n" at the end is one token, inside the text two
+}
+
+TEST_CASE("prepare: shards hold each document after <|endoftext|>, the first bytes as validation, for any threads and cuts", "[gpt2][prepare]") {
+  const Gpt2Bpe& bpe = gpt2();
+  const std::string dir = (std::filesystem::temp_directory_path() / "amp_prepare_test").string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/in");
+  // Two files: the reference text (one document) and documents around "~~~" lines.
+  const std::string ref = slurp(std::string(AMP_SOURCE_DIR) + "/tests/data/gpt2_reference.txt");
+  const std::string b = "First one.\n~~~\nSecond\n  one\xE2\x80\x94 caf\xC3\xA9\n~~~\n~~~\nThird \xFF one";
+  std::ofstream(dir + "/in/a.txt", std::ios::binary) << ref;
+  std::ofstream(dir + "/in/b.txt", std::ios::binary) << b;
+  std::vector<int32_t> want;
+  for (const std::string& doc : {ref, std::string("First one.\n"), std::string("Second\n  one\xE2\x80\x94 caf\xC3\xA9\n"),
+                                 std::string("Third \xFF one")}) {
+    want.push_back(Gpt2Bpe::kEndOfText);
+    for (int32_t t : bpe.encode(doc)) want.push_back(t);
+  }
+  PrepareOptions o;
+  o.inputs = {dir + "/in/*.txt"};
+  o.doc_separator = "~~~";
+  o.val_fraction = 0.3;
+  o.shard_tokens = 5000;
+  std::vector<int32_t> first_val;
+  for (const auto& [threads, chunk] : std::vector<std::pair<int, size_t>>{{1, size_t(1) << 20}, {3, 200}, {2, 4096}}) {
+    o.out_dir = dir + "/out" + std::to_string(threads);
+    o.threads = threads;
+    o.chunk_bytes = chunk;
+    const PrepareResult r = prepare_shards(o, nullptr);
+    INFO(threads << " threads, pieces of " << chunk << " bytes");
+    CHECK(r.documents == 4);
+    CHECK(r.bytes == ref.size() + b.size());
+    CHECK(r.train_files.size() == (r.train_tokens + 4999) / 5000);
+    std::vector<int32_t> val = shard_tokens(r.val_files), all = val, train = shard_tokens(r.train_files);
+    all.insert(all.end(), train.begin(), train.end());
+    CHECK(all == want);
+    CHECK(val.size() == r.val_tokens);
+    // The validation split ends at the token that crosses 30% of the input bytes.
+    const size_t val_bytes = size_t(0.3 * double(r.bytes));
+    const auto text_bytes = [&](std::vector<int32_t> t) {
+      t.erase(std::remove(t.begin(), t.end(), Gpt2Bpe::kEndOfText), t.end());
+      return bpe.decode_bytes(t).size();
+    };
+    CHECK(text_bytes(val) >= val_bytes);
+    CHECK(text_bytes(std::vector<int32_t>(val.begin(), val.end() - 1)) < val_bytes);
+    if (first_val.empty()) first_val = val;
+    CHECK(val == first_val);
+  }
+  // Never overwritten: a second run into the same folder is refused, naming a shard.
+  try {
+    prepare_shards(o, nullptr);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Output);
+    CHECK_THAT(e.what(), Catch::Contains("data_") && Catch::Contains("already exists"));
+  }
+  // Bytes: one token per byte, no separator token, the separator lines left out.
+  o.tokenizer = "bytes";
+  o.out_dir = dir + "/bytes";
+  o.val_fraction = 0;
+  const PrepareResult r = prepare_shards(o, nullptr);
+  CHECK(r.val_files.empty());
+  const std::vector<int32_t> bt = shard_tokens(r.train_files);
+  const std::string joined = ref + "First one.\nSecond\n  one\xE2\x80\x94 caf\xC3\xA9\nThird \xFF one";
+  std::vector<int32_t> jb;
+  for (unsigned char c : joined) jb.push_back(c);
+  CHECK(bt == jb);
   std::filesystem::remove_all(dir);
 }

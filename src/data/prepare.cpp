@@ -1,0 +1,288 @@
+#include "data/prepare.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "core/format.h"
+#include "data/dataset.h"
+#include "data/gpt2_bpe.h"
+#include "data/tokenizer.h"
+
+namespace amp {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One split's shards: tokens are appended, a shard is closed (header written, renamed from its
+// temporary name) when it holds shard_tokens tokens or at the end.
+class ShardWriter {
+ public:
+  ShardWriter(std::string dir, std::string prefix, uint64_t shard_tokens)
+      : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {}
+  ~ShardWriter() {
+    if (out_.is_open()) {  // an error unwound past finish(): the unfinished shard goes
+      out_.close();
+      std::error_code ec;
+      fs::remove(tmp_, ec);
+    }
+  }
+
+  void append(const int32_t* t, size_t n) {
+    while (n > 0) {
+      if (!out_.is_open()) open();
+      const size_t take = size_t(std::min<uint64_t>(n, shard_tokens_ - in_shard_));
+      buf_.resize(take);
+      for (size_t i = 0; i < take; ++i) buf_[i] = uint16_t(t[i]);
+      out_.write(reinterpret_cast<const char*>(buf_.data()), std::streamsize(take * 2));
+      if (!out_) fail("cannot write");
+      in_shard_ += take, total_ += take, t += take, n -= take;
+      if (in_shard_ == shard_tokens_) close();
+    }
+  }
+  void finish() {
+    if (out_.is_open()) close();
+  }
+  uint64_t total() const { return total_; }
+  const std::vector<std::string>& files() const { return files_; }
+
+ private:
+  std::string path(size_t index) const {
+    char n[16];
+    std::snprintf(n, sizeof n, "%06zu", index);
+    return (fs::path(dir_) / (prefix_ + n + ".bin")).string();
+  }
+  void open() {
+    final_ = path(files_.size());
+    tmp_ = final_ + ".tmp";
+    out_.open(tmp_, std::ios::binary | std::ios::trunc);
+    if (!out_) fail("cannot create");
+    const std::vector<int32_t> header(kTokenShardHeaderInts, 0);
+    out_.write(reinterpret_cast<const char*>(header.data()), std::streamsize(header.size() * 4));
+    in_shard_ = 0;
+  }
+  void close() {
+    int32_t header[3] = {kTokenShardMagic, kTokenShardVersion, int32_t(in_shard_)};
+    out_.seekp(0);
+    out_.write(reinterpret_cast<const char*>(header), sizeof header);
+    out_.close();
+    if (out_.fail()) fail("cannot write");
+    std::error_code ec;
+    fs::rename(tmp_, final_, ec);
+    if (ec) fail(strcat("cannot rename to ", final_, ": ", ec.message()).c_str());
+    files_.push_back(final_);
+  }
+  [[noreturn]] void fail(const char* what) {
+    throw Error(ErrorKind::Output, strcat("output error: ", tmp_, ": ", what, " (disk full or not writable?)"));
+  }
+
+  std::string dir_, prefix_, final_, tmp_;
+  uint64_t shard_tokens_, in_shard_ = 0, total_ = 0;
+  std::ofstream out_;
+  std::vector<uint16_t> buf_;
+  std::vector<std::string> files_;
+};
+
+// A piece of a document to encode: its bytes, whether <|endoftext|> comes first, and where its
+// first byte is in the whole input (the validation split is by input bytes).
+struct Unit {
+  std::string text;
+  bool doc_start = false;
+  uint64_t offset = 0;
+  std::vector<int32_t> tokens;
+};
+
+// The bar (a terminal: redrawn in place) or a line per tenth of the input (a log).
+class PrepareProgress {
+ public:
+  PrepareProgress(std::FILE* f, uint64_t total) : f_(f), total_(std::max<uint64_t>(total, 1)), tty_(f && isatty(fileno(f))) {}
+  void update(uint64_t done, uint64_t tokens, double seconds, bool last) {
+    if (!f_) return;
+    const double frac = double(done) / double(total_);
+    const int tenth = int(frac * 10);
+    if (!tty_ && !last && tenth == last_tenth_) return;
+    last_tenth_ = tenth;
+    const double rate = seconds > 0 ? double(done) / seconds : 0;
+    std::string bar;
+    for (int i = 0; i < 30; ++i) bar += i < int(frac * 30) ? "#" : ".";
+    const std::string line = strcat("prepare [", bar, "] ", format_bytes(double(done)), " / ", format_bytes(double(total_)), " | ",
+                                    format_bytes(rate), "/s | ", tokens, " tokens",
+                                    !last && rate > 0 ? strcat(" | ETA ", int(double(total_ - done) / rate), "s") : "");
+    std::fprintf(f_, tty_ ? "\r%s\033[K%s" : "%s%s", line.c_str(), tty_ && !last ? "" : "\n");
+    std::fflush(f_);
+  }
+
+ private:
+  std::FILE* f_;
+  uint64_t total_;
+  bool tty_;
+  int last_tenth_ = -1;
+};
+
+// The documents of one file: the whole text, or the parts between lines equal to `sep`.
+std::vector<std::pair<size_t, size_t>> split_documents(const std::string& text, const std::string& sep) {
+  std::vector<std::pair<size_t, size_t>> docs;  // [begin, end)
+  if (sep.empty()) {
+    docs.emplace_back(0, text.size());
+    return docs;
+  }
+  size_t begin = 0, line = 0;
+  while (line < text.size()) {
+    size_t eol = text.find('\n', line);
+    const size_t end = eol == std::string::npos ? text.size() : eol;
+    if (text.compare(line, end - line, sep) == 0) {
+      if (line > begin) docs.emplace_back(begin, line);
+      begin = eol == std::string::npos ? text.size() : eol + 1;
+    }
+    line = eol == std::string::npos ? text.size() : eol + 1;
+  }
+  if (begin < text.size()) docs.emplace_back(begin, text.size());
+  return docs;
+}
+
+}  // namespace
+
+size_t next_safe_cut(const std::string& text, size_t from) {
+  const auto visible = [&](size_t i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    return c > 0x20 && c < 0x7F;
+  };
+  for (size_t p = std::max<size_t>(from, 2); p < text.size(); ++p)
+    if (text[p - 1] == '\n' && visible(p - 2) && visible(p)) return p;
+  return text.size();
+}
+
+PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (opt.tokenizer != "gpt2" && opt.tokenizer != "bytes")
+    throw Error(ErrorKind::Config, strcat("usage error: --tokenizer ", opt.tokenizer, ": expected gpt2 or bytes"));
+  if (!(opt.val_fraction >= 0 && opt.val_fraction < 1))
+    throw Error(ErrorKind::Config, strcat("usage error: --val-fraction ", opt.val_fraction, ": expected a number in [0, 1)"));
+  if (opt.shard_tokens == 0 || opt.shard_tokens > uint64_t(INT32_MAX))
+    throw Error(ErrorKind::Config, strcat("usage error: --shard-tokens ", opt.shard_tokens, ": expected 1 .. ", INT32_MAX,
+                                          " (a shard header counts tokens in an int32)"));
+  const std::vector<std::string> files = expand_paths(opt.inputs, "prepare's input");
+  const std::shared_ptr<const Tokenizer> tok = make_tokenizer(opt.tokenizer);
+
+  // The output: a folder (made when missing) without shards of this name.
+  std::error_code ec;
+  fs::create_directories(opt.out_dir, ec);
+  if (!fs::is_directory(opt.out_dir))
+    throw Error(ErrorKind::Output, strcat("output error: ", opt.out_dir, ": not a folder that can be created",
+                                          ec ? strcat(" (", ec.message(), ")") : ""));
+  for (const auto& e : fs::directory_iterator(opt.out_dir)) {
+    const std::string n = e.path().filename().string();
+    if ((n.rfind(opt.name + "_train_", 0) == 0 || n.rfind(opt.name + "_val_", 0) == 0 || n == opt.name + "_info.json") &&
+        n.find(".tmp") == std::string::npos)
+      throw Error(ErrorKind::Output, strcat("output error: ", e.path().string(), ": already exists; prepare never overwrites ",
+                                            "shards: remove them, or choose another --name or -o folder"));
+  }
+
+  PrepareResult r;
+  for (const std::string& f : files) r.bytes += fs::file_size(f, ec);
+  const uint64_t val_bytes = uint64_t(std::floor(opt.val_fraction * double(r.bytes)));
+  ShardWriter train(opt.out_dir, opt.name + "_train_", opt.shard_tokens), val(opt.out_dir, opt.name + "_val_", opt.shard_tokens);
+  const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  const auto* gpt2 = dynamic_cast<const Gpt2Bpe*>(tok.get());
+  std::vector<std::unique_ptr<Gpt2Bpe::Encoder>> encoders;
+  for (int i = 0; gpt2 && i < threads; ++i) encoders.push_back(std::make_unique<Gpt2Bpe::Encoder>(*gpt2));
+  PrepareProgress bar(progress, r.bytes);
+
+  uint64_t done = 0;  // input bytes consumed
+  std::vector<Unit> batch;
+  size_t batch_bytes = 0;
+  const auto flush = [&] {
+    // Encode in parallel (thread i takes units i, i + threads, ...), then write in order.
+    std::vector<std::thread> pool;
+    for (int w = 0; w < threads; ++w)
+      pool.emplace_back([&, w] {
+        for (size_t u = size_t(w); u < batch.size(); u += size_t(threads)) {
+          Unit& x = batch[u];
+          if (x.doc_start && tok->end_of_text() >= 0) x.tokens.push_back(tok->end_of_text());
+          if (gpt2) encoders[size_t(w)]->encode(x.text, x.tokens);
+          else for (unsigned char c : x.text) x.tokens.push_back(int32_t(c));
+        }
+      });
+    for (auto& t : pool) t.join();
+    for (Unit& x : batch) {
+      // Tokens whose first byte lies before val_bytes are validation tokens.
+      size_t n_val = 0;
+      if (x.offset + x.text.size() <= val_bytes) {
+        n_val = x.tokens.size();
+      } else if (x.offset < val_bytes) {
+        uint64_t at = x.offset;
+        while (n_val < x.tokens.size() && at < val_bytes) {
+          const int32_t t = x.tokens[n_val];
+          at += t == tok->end_of_text() ? 0 : tok->decode_bytes({t}).size();
+          ++n_val;
+        }
+      }
+      val.append(x.tokens.data(), n_val);
+      train.append(x.tokens.data() + n_val, x.tokens.size() - n_val);
+      done += x.text.size();
+    }
+    batch.clear();
+    batch_bytes = 0;
+    bar.update(done, train.total() + val.total(), seconds_since(t0), false);
+  };
+
+  uint64_t file_offset = 0;
+  for (const std::string& path : files) {
+    const std::string text = read_text_file(path);
+    const uint64_t size = text.size();
+    for (const auto& [b, e] : split_documents(text, opt.doc_separator)) {
+      ++r.documents;
+      for (size_t p = b; p < e;) {
+        const size_t cut = p + opt.chunk_bytes >= e ? e : std::min(e, next_safe_cut(text, p + opt.chunk_bytes));
+        batch.push_back(Unit{text.substr(p, cut - p), p == b, file_offset + p, {}});
+        batch_bytes += cut - p;
+        p = cut;
+        if (batch_bytes >= opt.chunk_bytes * size_t(threads) * 2) flush();
+      }
+    }
+    // The separator lines and what lies between documents count as consumed.
+    flush();
+    done = file_offset += size;
+  }
+  flush();
+  val.finish();
+  train.finish();
+  bar.update(done, train.total() + val.total(), seconds_since(t0), true);
+  r.train_tokens = train.total();
+  r.val_tokens = val.total();
+  r.train_files = train.files();
+  r.val_files = val.files();
+  r.seconds = seconds_since(t0);
+
+  nlohmann::json info = {{"tokenizer", opt.tokenizer},
+                         {"vocab_size", tok->vocab_size()},
+                         {"inputs", files},
+                         {"input_bytes", r.bytes},
+                         {"documents", r.documents},
+                         {"doc_separator", opt.doc_separator},
+                         {"val_fraction", opt.val_fraction},
+                         {"train_tokens", r.train_tokens},
+                         {"val_tokens", r.val_tokens},
+                         {"train_shards", r.train_files},
+                         {"val_shards", r.val_files}};
+  const std::string info_path = (fs::path(opt.out_dir) / (opt.name + "_info.json")).string();
+  std::ofstream(info_path) << info.dump(2) << "\n";
+  return r;
+}
+
+}  // namespace amp
