@@ -4,7 +4,8 @@
 // runs), then trains. Any error on any rank ends the whole job with its rank.
 // `amp_ddp sample CHECKPOINT [options]` generates text from a checkpoint in one process, no MPI;
 // `amp_ddp export CHECKPOINT --format F -o FILE` writes its weights for other programs;
-// `amp_ddp prepare FILES... -o DIR` turns text into token shards.
+// `amp_ddp prepare FILES... -o DIR` turns text into token shards. `amp_ddp eval CONFIG` runs as
+// training does (N ranks, the config agreed) but evaluates weights instead of training.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "train/dry_run.h"
 #include "core/format.h"
 #include "data/prepare.h"
+#include "train/eval_command.h"
 #include "train/export_command.h"
 #include "train/run.h"
 #include "train/sample_command.h"
@@ -32,7 +34,7 @@
 namespace {
 
 // What this rank's command line asks for. Ranks compare it before anything else runs.
-enum class Action : int { Train = 0, DryRun = 1, Help = 2, Version = 3, UsageError = 4 };
+enum class Action : int { Train = 0, DryRun = 1, Help = 2, Version = 3, UsageError = 4, Eval = 5 };
 
 const char* action_name(Action a) {
   switch (a) {
@@ -41,6 +43,7 @@ const char* action_name(Action a) {
     case Action::Help: return "--help";
     case Action::Version: return "--version";
     case Action::UsageError: return "a usage error";
+    case Action::Eval: return "eval";
   }
   return "?";
 }
@@ -53,15 +56,23 @@ struct Cli {
   std::string text;  // what to print for Help, Version and UsageError
 };
 
-// Parses without printing: the caller decides which rank prints.
-Cli parse_cli(int argc, char** argv) {
+// Parses without printing: the caller decides which rank prints. eval: `amp_ddp eval CONFIG ...`
+// (argv starts after "eval").
+Cli parse_cli(int argc, char** argv, bool eval) {
   Cli cli;
-  CLI::App app{"amp_ddp: data-parallel mixed-precision training (FP16/BF16 compute, FP32 masters,\n"
+  CLI::App eval_app{"amp_ddp eval: the evaluation loss (and perplexity) of weights on the config's evaluation set,\n"
+                    "on every rank of the job, without training or writing anything:\n"
+                    "  mpirun -np N amp_ddp eval CONFIG --set model.init_from=CHECKPOINT_OR_WEIGHTS\n"
+                    "run.eval_iters bounds the batches per rank; precision.compute is the forward's precision.",
+                    "amp_ddp eval"};
+  CLI::App train_app{"amp_ddp: data-parallel mixed-precision training (FP16/BF16 compute, FP32 masters,\n"
                "loss scaling, one global overflow flag). Run under mpirun/srun for several ranks.\n"
                "amp_ddp sample CHECKPOINT: text from a trained GPT (amp_ddp sample --help).\n"
                "amp_ddp export CHECKPOINT --format safetensors|llmc -o FILE: its weights (amp_ddp export --help).\n"
-               "amp_ddp prepare FILES... -o DIR: text -> token shards (amp_ddp prepare --help).",
+               "amp_ddp prepare FILES... -o DIR: text -> token shards (amp_ddp prepare --help).\n"
+               "amp_ddp eval CONFIG --set model.init_from=WEIGHTS: their evaluation loss (amp_ddp eval --help).",
                "amp_ddp"};
+  CLI::App& app = eval ? eval_app : train_app;
   app.add_option("config", cli.config, "YAML config file (see configs/)")->required();
   app.add_option("--set", cli.sets, "override a config key, e.g. --set optimizer.lr=3e-4 (repeatable)")
       ->type_name("KEY=VALUE")
@@ -74,7 +85,7 @@ Cli parse_cli(int argc, char** argv) {
   std::ostringstream out, err;
   try {
     app.parse(argc, argv);
-    cli.action = cli.dry_run ? Action::DryRun : Action::Train;
+    cli.action = cli.dry_run ? Action::DryRun : eval ? Action::Eval : Action::Train;
   } catch (const CLI::CallForHelp& e) {
     app.exit(e, out, err);
     cli.action = Action::Help;
@@ -85,7 +96,7 @@ Cli parse_cli(int argc, char** argv) {
     cli.text = out.str();
   } catch (const CLI::ParseError& e) {
     cli.action = Action::UsageError;
-    cli.text = std::string("usage error: ") + e.what() + "\nRun 'amp_ddp --help' for the options and config keys.\n";
+    cli.text = std::string("usage error: ") + e.what() + "\nRun '" + app.get_name() + " --help' for the options and config keys.\n";
   }
   return cli;
 }
@@ -260,7 +271,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "export") return export_main(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "sample") return sample_main(argc - 1, argv + 1);  // Ctrl-C stops it
   amp::block_stop_signals();  // before any thread exists: no handler ever runs inside library code
-  const Cli cli = parse_cli(argc, argv);
+  const bool eval = argc > 1 && std::string(argv[1]) == "eval";
+  const Cli cli = eval ? parse_cli(argc - 1, argv + 1, true) : parse_cli(argc, argv, false);
   if (!launched_as_rank())
     if (const int rc = finish_without_training(cli); rc >= 0) return rc;
 
@@ -296,7 +308,7 @@ int main(int argc, char** argv) {
       world.reset();
       return 0;
     }
-    const int rc = amp::run(cfg, *world);
+    const int rc = cli.action == Action::Eval ? amp::run_eval(cfg, *world) : amp::run(cfg, *world);
     world.reset();
     return rc;
   } catch (const amp::Error& e) {

@@ -13,6 +13,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_model.h"
 #include "train/sample_text.h"
+#include "train/working_weights.h"
 
 namespace amp {
 
@@ -41,16 +42,8 @@ void run_sample(const SampleRequest& r) {
   const ParamLayout& L = model->layout();
   const float* master = checkpoint_masters(ck, L);
 
-  // The working weights: the masters in the compute precision (the optimizer's cast).
-  Buffer master32 = be->memory().alloc(L.total * sizeof(float));
-  be->memory().upload(master32.data(), master, L.total * sizeof(float));
-  Buffer working;
-  const void* params = master32.data();
-  if (compute != DType::F32) {
-    working = be->memory().alloc(L.total * dtype_size(compute));
-    be->ops().cast(master32.data(), DType::F32, working.data(), compute, L.total);
-    params = working.data();
-  }
+  const WorkingWeights weights(*be, master, L.total, compute);
+  const void* params = weights.params();
 
   const std::string prompt_text = r.prompt ? *r.prompt : cfg.sample.prompt;
   const std::vector<int32_t> prompt = encode_prompt(shape.tokenizer, prompt_text, shape.vocab,

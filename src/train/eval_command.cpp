@@ -1,0 +1,66 @@
+#include "train/eval_command.h"
+
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "backend/backend.h"
+#include "comm/agree.h"
+#include "core/error.h"
+#include "data/load.h"
+#include "data/sampler.h"
+#include "model/make_model.h"
+#include "train/evaluation.h"
+#include "train/init_weights.h"
+#include "train/working_weights.h"
+
+namespace amp {
+
+int run_eval(const Config& cfg, Communicator& world) {
+  const int rank = world.rank(), nranks = world.size();
+  std::unique_ptr<Backend> be;
+  DataSets data;
+  std::unique_ptr<Model> model;
+  const size_t eval_batch = size_t(cfg.data.eval_batch_size);
+  run_agreed(world, [&] {
+    if (cfg.model.init_from.empty())
+      throw Error(ErrorKind::Config, "config error: model.init_from: eval needs the weights to evaluate: --set "
+                                     "model.init_from=PATH (an amp_ddp checkpoint, a safetensors or an llm.c model file)");
+    const int threads = cfg.run.threads > 0 ? int(cfg.run.threads)
+                                            : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world.local_size()));
+    be = make_backend(cfg.run.device, world.local_rank(), threads);
+    data = load_datasets(cfg);
+    if (data.eval.n == 0)
+      throw Error(ErrorKind::Config,
+                  strcat("config error: ", cfg.origin.count("data.format") ? cfg.origin.at("data.format") + ": " : "",
+                         "the config has no evaluation set: give data.eval_tokens (token shards) or data.eval_fraction"));
+    size_t begin = 0, end = 0;
+    eval_shard(data.eval.n, rank, nranks, begin, end);
+    model = make_model(cfg, data.train, be->memory(), be->ops(), cfg.precision.compute,
+                       std::max<size_t>(1, std::min(eval_batch, end - begin)), nranks,
+                       be->memory().memory_available(world.local_size()));
+  });
+  const ParamLayout& L = model->layout();
+  std::vector<float> w;
+  run_agreed(world, [&] {
+    if (rank == 0) w = read_initial_weights(cfg, L, size_t(data.train.vocab));
+  });
+  w.resize(L.total);
+  world.broadcast(view_of(w.data(), w.size()), 0);
+  const WorkingWeights weights(*be, w.data(), w.size(), cfg.precision.compute);
+  const EvalResult r = evaluate(*model, be->memory(), weights.params(), data.eval, eval_batch, world, size_t(cfg.run.eval_iters));
+  if (rank == 0) {
+    const size_t per = model->loss_terms_per_sample();
+    const std::string what = model->language_model()
+                                 ? strcat("perplexity ", std::exp(r.loss), " | ", r.samples, " window(s) x ", per,
+                                          " tokens = ", r.samples * per, " tokens")
+                                 : strcat(model->classification() ? strcat("accuracy ", r.accuracy, " | ") : std::string(),
+                                          r.samples, " samples");
+    std::printf("eval loss %.6f | %s of %s | weights %s | %s compute | %d rank(s)\n", r.loss, what.c_str(),
+                data.eval.source.c_str(), cfg.model.init_from.c_str(), precision_name(cfg.precision.compute), nranks);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace amp
