@@ -23,10 +23,9 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "train/dry_run.h"
-#include "core/format.h"
-#include "data/prepare.h"
 #include "train/eval_command.h"
 #include "train/export_command.h"
+#include "train/prepare_command.h"
 #include "train/run.h"
 #include "train/sample_command.h"
 #include "train/signals.h"
@@ -250,18 +249,7 @@ int prepare_main(int argc, char** argv) {
   app.add_option("--name", o.name, "the shards' file name prefix")->capture_default_str();
   app.add_option("--threads", o.threads, "encoding threads (0: every CPU)")->check(CLI::Range(0, 1024));
   app.add_flag("-q,--quiet", quiet, "no progress bar");
-  return run_subcommand(app, argc, argv, [&] {
-    const amp::PrepareResult r = amp::prepare_shards(o, quiet ? nullptr : stderr);
-    const std::string tok = o.tokenizer;
-    std::printf("prepared %llu document(s), %s of text in %.1f s (%s/s): %llu validation tokens in %zu shard(s), "
-                "%llu training tokens in %zu shard(s), in %s\n"
-                "to train on them:\n  data: {format: tokens, tokenizer: %s, train_tokens: [%s/%s_train_*.bin]%s}\n",
-                (unsigned long long)r.documents, amp::format_bytes(double(r.bytes)).c_str(), r.seconds,
-                amp::format_bytes(r.seconds > 0 ? double(r.bytes) / r.seconds : 0).c_str(), (unsigned long long)r.val_tokens,
-                r.val_files.size(), (unsigned long long)r.train_tokens, r.train_files.size(), o.out_dir.c_str(), tok.c_str(),
-                o.out_dir.c_str(), o.name.c_str(),
-                r.val_files.empty() ? "" : (", eval_tokens: [" + o.out_dir + "/" + o.name + "_val_*.bin]").c_str());
-  });
+  return run_subcommand(app, argc, argv, [&] { amp::run_prepare(o, quiet); });
 }
 
 }  // namespace

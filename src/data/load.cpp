@@ -41,9 +41,9 @@ DataSets load_lm_datasets(const Config& cfg) {
   const bool text = d.format == "text";
   const char* train_key = text ? "data.text_files" : "data.train_tokens";
   const std::vector<std::string> train_files = expand_paths(text ? d.text_files : d.train_tokens, train_key);
+  // Token shards name their tokenizer for prompts and samples only: its files are not read here.
   const std::string tokenizer = data_tokenizer_name(d.tokenizer, d.format);
-  const std::shared_ptr<const Tokenizer> tok = make_tokenizer(tokenizer);
-  TokenStream train = text ? read_text_tokens(train_files, *tok) : read_token_shards(train_files);
+  TokenStream train = text ? read_text_tokens(train_files, *make_tokenizer(tokenizer)) : read_token_shards(train_files);
   std::string train_name = describe_files(train_files), eval_name;
   TokenStream eval;
   if (!text && !d.eval_tokens.empty()) {
@@ -62,8 +62,8 @@ DataSets load_lm_datasets(const Config& cfg) {
   // The vocabulary: model.vocab_size, else the tokenizer's, else the largest token + 1.
   int vocab = int(cfg.model.vocab_size);
   std::string vocab_key = strcat("model.vocab_size = ", vocab);
-  if (vocab == 0 && tok) {
-    vocab = tok->vocab_size();
+  if (vocab == 0 && !tokenizer.empty()) {
+    vocab = tokenizer_vocab_size(tokenizer);
     vocab_key = strcat("the ", tokenizer, " tokenizer's vocabulary (data.tokenizer)");
   } else if (vocab == 0) {
     const int64_t top = std::max(max_token(train), max_token(eval));

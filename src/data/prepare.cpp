@@ -168,7 +168,7 @@ size_t next_safe_cut(const std::string& text, size_t from) {
 }
 
 PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t_load = std::chrono::steady_clock::now();
   if (opt.tokenizer != "gpt2" && opt.tokenizer != "bytes")
     throw Error(ErrorKind::Config, strcat("usage error: --tokenizer ", opt.tokenizer, ": expected gpt2 or bytes"));
   if (!(opt.val_fraction >= 0 && opt.val_fraction < 1))
@@ -178,6 +178,9 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
                                           " (a shard header counts tokens in an int32)"));
   const std::vector<std::string> files = expand_paths(opt.inputs, "prepare's input");
   const std::shared_ptr<const Tokenizer> tok = make_tokenizer(opt.tokenizer);
+  PrepareResult r;
+  r.load_seconds = seconds_since(t_load);
+  const auto t0 = std::chrono::steady_clock::now();
 
   // The output: a folder (made when missing) without shards of this name.
   std::error_code ec;
@@ -193,7 +196,6 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
                                             "shards: remove them, or choose another --name or -o folder"));
   }
 
-  PrepareResult r;
   for (const std::string& f : files) r.bytes += fs::file_size(f, ec);
   const uint64_t val_bytes = uint64_t(std::floor(opt.val_fraction * double(r.bytes)));
   ShardWriter train(opt.out_dir, opt.name + "_train_", opt.shard_tokens), val(opt.out_dir, opt.name + "_val_", opt.shard_tokens);
@@ -234,7 +236,7 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
       }
       val.append(x.tokens.data(), n_val);
       train.append(x.tokens.data() + n_val, x.tokens.size() - n_val);
-      done += x.text.size();
+      done = x.offset + x.text.size();
     }
     batch.clear();
     batch_bytes = 0;
@@ -255,11 +257,10 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
         if (batch_bytes >= opt.chunk_bytes * size_t(threads) * 2) flush();
       }
     }
-    // The separator lines and what lies between documents count as consumed.
-    flush();
-    done = file_offset += size;
+    file_offset += size;
   }
   flush();
+  done = r.bytes;  // with the separator lines after the last document
   val.finish();
   train.finish();
   bar.update(done, train.total() + val.total(), seconds_since(t0), true);

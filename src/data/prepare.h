@@ -39,7 +39,8 @@ struct PrepareOptions {
 struct PrepareResult {
   uint64_t bytes = 0, documents = 0, train_tokens = 0, val_tokens = 0;
   std::vector<std::string> train_files, val_files;
-  double seconds = 0;
+  double seconds = 0;       // reading, encoding and writing
+  double load_seconds = 0;  // loading the tokenizer
 };
 
 // progress: where the progress bar goes (nullptr: none). Data errors name the input file; output
