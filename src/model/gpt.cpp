@@ -61,14 +61,14 @@ bool Gpt::activation_bytes(const GptOptions& o, size_t max_rows, DType compute, 
 }
 
 Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size_t max_rows)
-    : mem_(mem), ops_(ops), opt_(opt), compute_(compute), max_rows_(max_rows), layout_(gpt_layout(opt)) {
+    : Model(max_rows), mem_(mem), ops_(ops), opt_(opt), compute_(compute), max_rows_(max_rows), layout_(gpt_layout(opt)) {
   AMP_CHECK(opt_.n_head > 0 && opt_.n_embd % opt_.n_head == 0, "n_embd must be a multiple of n_head");
   AMP_CHECK(opt_.n_layer > 0, "a GPT needs at least one layer");
   AMP_CHECK(opt_.vocab_pad > 0, "vocab_pad must be at least 1");
   scale_ = float(1.0 / std::sqrt(double(opt_.n_embd / opt_.n_head)));
   const size_t N = max_rows_ * opt_.seq_len, C = opt_.n_embd, T = opt_.seq_len, H = opt_.n_head, V = opt_.vocab;
   const size_t Vp = opt_.logits_ld(), e = dtype_size(compute_);
-  auto buf = [&](size_t elems, size_t elem_bytes) { return mem_.alloc(elems * elem_bytes); };
+  auto buf = [&](size_t elems, size_t elem_bytes) { return alloc_buffer(mem_, elems * elem_bytes); };
   tokens_ = buf(N, 4);
   targets_ = buf(N, 4);
   tokens_host_.resize(N);

@@ -10,12 +10,12 @@
 namespace amp {
 
 Mlp::Mlp(DeviceMemory& mem, ComputeOps& ops, MlpOptions opt, DType compute, size_t max_rows)
-    : mem_(mem), ops_(ops), opt_(std::move(opt)), compute_(compute), max_rows_(max_rows),
+    : Model(max_rows), mem_(mem), ops_(ops), opt_(std::move(opt)), compute_(compute), max_rows_(max_rows),
       layout_(mlp_layout(opt_.dims)) {
   const std::vector<size_t>& dims = opt_.dims;
   AMP_CHECK(dims.size() >= 2, "an MLP needs inputs and outputs");
   auto make = [&](size_t cols) {
-    store_.push_back(mem_.alloc(max_rows_ * cols * dtype_size(compute_)));
+    store_.push_back(alloc_buffer(mem_, max_rows_ * cols * dtype_size(compute_)));
     return store_.back().tensor(compute_, max_rows_, cols);
   };
   const size_t L = dims.size() - 1;
@@ -32,14 +32,14 @@ Mlp::Mlp(DeviceMemory& mem, ComputeOps& ops, MlpOptions opt, DType compute, size
 
   const size_t in = dims.front(), out = dims.back();
   x_host_.resize(max_rows_ * in);
-  x_stage_ = mem_.alloc(max_rows_ * in * sizeof(float));
-  if (compute_ != DType::F32) x_lp_ = mem_.alloc(max_rows_ * in * dtype_size(compute_));
+  x_stage_ = alloc_buffer(mem_, max_rows_ * in * sizeof(float));
+  if (compute_ != DType::F32) x_lp_ = alloc_buffer(mem_, max_rows_ * in * dtype_size(compute_));
   if (classification()) {
     labels_host_.resize(max_rows_);
-    labels_ = mem_.alloc(max_rows_ * sizeof(int32_t));
+    labels_ = alloc_buffer(mem_, max_rows_ * sizeof(int32_t));
   } else {
     targets_host_.resize(max_rows_ * out);
-    targets_ = mem_.alloc(max_rows_ * out * sizeof(float));
+    targets_ = alloc_buffer(mem_, max_rows_ * out * sizeof(float));
   }
 }
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/memory.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "model/param_layout.h"
@@ -38,6 +39,10 @@ class Model {
   virtual const ParamLayout& layout() const = 0;
   // The FP32 initial parameters (host, layout().total elements), seeded.
   virtual std::vector<float> init_params(uint64_t seed) const = 0;
+  // What the model allocated in backend memory (activations, inputs, scratch), the bytes as they
+  // were allocated, for max_rows() samples per forward pass.
+  size_t buffer_bytes() const { return buffer_bytes_; }
+  size_t max_rows() const { return buffer_rows_; }
 
   // Loss terms per sample (1 for cross-entropy, outputs for a summed squared error): the mean
   // loss divides the sums by samples x this.
@@ -67,6 +72,17 @@ class Model {
   // Backward from the output gradient of the last forward_loss(with_grad), writing the flat
   // gradient buffer (compute dtype). Calls ready(t) as soon as tensor t's gradient is complete.
   virtual void backward(const void* params, void* grads, size_t rows, const std::function<void(int)>& ready) = 0;
+
+ protected:
+  explicit Model(size_t max_rows) : buffer_rows_(max_rows) {}
+  // Every buffer of a model comes from here, so buffer_bytes() is what it holds.
+  Buffer alloc_buffer(DeviceMemory& mem, size_t bytes) {
+    buffer_bytes_ += bytes;
+    return mem.alloc(bytes);
+  }
+
+ private:
+  size_t buffer_bytes_ = 0, buffer_rows_ = 0;
 };
 
 }  // namespace amp

@@ -193,6 +193,8 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
       {"zero", step_->sharded() ? 1 : 0},
       {"optimizer_state_hash", hex64(optimizer_state_hash())},
       {"config_hash", hex64(config_hash(cfg_))},
+      {"memory_per_rank", {{"training_state", step_->state_bytes().total()}, {"activations", model_->buffer_bytes()},
+                           {"rows_per_forward", model_->max_rows()}}},
   };
   // What was not measured is absent (never 0): no loss logged (stopped before the first log line,
   // or resumed at the last step), no evaluation, no training time.

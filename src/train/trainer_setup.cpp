@@ -109,9 +109,12 @@ void Trainer::setup() {
                              " | ", total_steps_, " steps (", sampler_->steps_per_epoch(), " per epoch) | out ",
                              cfg_.resolved_out_dir()));
     const StateBytes& b = step_->state_bytes();
-    reporter_.message(strcat("training state per rank: masters ", format_bytes(b.masters), ", optimizer moments ",
-                             format_bytes(b.moments), ", working copy ", format_bytes(b.working), ", gradients ",
-                             format_bytes(b.gradients), " (", format_bytes(b.total()), ")",
+    const size_t rows = model_->max_rows();
+    reporter_.message(strcat("memory per rank: training state ", format_bytes(b.total()), " (masters ", format_bytes(b.masters),
+                             ", optimizer moments ", format_bytes(b.moments), ", working copy ", format_bytes(b.working),
+                             ", gradients ", format_bytes(b.gradients), "), activations ", format_bytes(model_->buffer_bytes()),
+                             " (", rows, model_->language_model() ? " windows" : " samples", " per forward pass): ",
+                             format_bytes(double(b.total()) + double(model_->buffer_bytes())),
                              step_->sharded() ? strcat("; optimizer state sharded over ", nranks_, " ranks (distributed.zero 1)")
                              : cfg_.distributed.zero == 1 ? std::string("; distributed.zero 1 has nothing to shard on one rank")
                                                           : std::string("")));

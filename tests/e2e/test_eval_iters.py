@@ -36,7 +36,7 @@ check(rc == 0 and "  eval_batch_size: 1000\n" in o, f"an MLP's stays 1000 ({rc})
 rc, o, e = run(cfg, [], extra=["--dry-run"])
 plan = re.search(r"# memory per rank: training state ([^ ]+ [A-Za-z]+) \(masters", o)
 rc2, o2, e2 = run(cfg, [f"run.out_dir={base}/plan", "run.steps=1", "sample.tokens=0"])
-started = re.search(r"training state per rank: .*\(([^)]+)\)", o2)
+started = re.search(r"memory per rank: training state ([^ ]+ [A-Za-z]+) \(masters", o2)
 check(rc == 0 and "# parameters: " in o and "# tokens per optimizer step: 128 (8 windows of 16)" in o and plan and started and
       plan.group(1) == started.group(1),
       f"--dry-run: parameters, tokens per step, and the training state the run reports "

@@ -238,3 +238,21 @@ TEST_CASE("gpt: padded logits rows give the unpadded loss, gradients, logits and
     }
   }
 }
+
+TEST_CASE("gpt: the memory plan's activation bytes cover what the model allocates, within 2%", "[gpt]") {
+  // --dry-run and make_model's memory check use Gpt::activation_bytes; the run reports what the
+  // model allocated (Model::buffer_bytes). The plan must not promise less than the run takes.
+  CpuBackend be(1);
+  for (const DType dt : {DType::F32, DType::BF16})
+    for (const size_t rows : {size_t(1), size_t(8)})
+      for (const GptOptions& o : {GptOptions{300, 16, 2, 2, 32, 128}, GptOptions{50257, 64, 3, 4, 128, 128}}) {
+        Gpt model(be.memory(), be.ops(), o, dt, rows);
+        size_t plan = 0;
+        REQUIRE(Gpt::activation_bytes(o, rows, dt, &plan));
+        INFO("vocab " << o.vocab << ", " << rows << " rows, " << dtype_name(dt) << ": plan " << plan << ", allocated "
+                      << model.buffer_bytes());
+        CHECK(model.max_rows() == rows);
+        CHECK(plan >= model.buffer_bytes());
+        CHECK(double(plan) <= 1.02 * double(model.buffer_bytes()));
+      }
+}
