@@ -1,8 +1,10 @@
-"""PyTorch reads amp_ddp's exported weights and computes the same validation loss: a small GPT is
-trained on GPT-2 BPE shards of Debian's fortunes (amp_ddp prepare), exported as safetensors, and
-scripts/torch_gpt2_eval.py (the nanoGPT-style model of bench/peers, Hugging Face's GPT-2 tensor
-names, Conv1D weights transposed) evaluates the same windows as `amp_ddp eval`: the two losses
-agree within 1e-4. Needs Debian's python3-torch (scripts/peer_env.sh installs it; CI does not) and
+"""Weights between amp_ddp and PyTorch, both ways, on GPT-2 BPE shards of Debian's fortunes
+(amp_ddp prepare). Out: a small GPT trained by amp_ddp and exported as safetensors gives the same
+validation loss in PyTorch (scripts/torch_gpt2_eval.py: the nanoGPT-style model of bench/peers,
+Hugging Face's GPT-2 names, Conv1D weights transposed) as in `amp_ddp eval`, within 1e-4. In: a
+GPT-2 that PyTorch initializes (every LayerNorm and bias perturbed) and writes as a Hugging Face
+safetensors file and as an llm.c model file loads with model.init_from, and `amp_ddp eval` of each
+(FP32) gives PyTorch's loss within 1e-5 relative. Needs Debian's python3-torch (scripts/peer_env.sh installs it; CI does not) and
 GPT-2's vocabulary files; without torch the test is reported skipped (exit 77), never passed."""
 import os
 import re
@@ -54,4 +56,19 @@ mt = re.search(r"torch eval loss (\S+) over (\d+) windows", out_t)
 ours, theirs = (float(m.group(1)) if m else None), (float(mt.group(1)) if mt else None)
 check(ours is not None and theirs is not None and m.group(2) == mt.group(2) and abs(ours - theirs) < 1e-4,
       f"PyTorch's validation loss of the export equals amp_ddp eval's within 1e-4 ({out.strip()} | {out_t.strip()} {err_t.strip()[-300:]})")
+
+# ---- in: PyTorch's weights, both formats
+prefix = os.path.join(base, "torch_gpt2")
+rc_t, out_t, err_t = sh([PY, source("scripts", "torch_gpt2_eval.py"), "--write-random", prefix, "--layers", "2",
+                         "--heads", "4", "--embd", "64", "--seq-len", "48", "--tokens", os.path.join(shards, "data_val_*.bin")])
+mt = re.search(r"torch eval loss (\S+) over (\d+) windows", out_t)
+ref = float(mt.group(1)) if mt else None
+got = {}
+for ext in ("safetensors", "llmc.bin"):
+    rc, out, err = sh([args().binary, "eval", cfg, "--set", f"model.init_from={prefix}.{ext}", "--set", "precision.compute=fp32"])
+    m = re.search(r"^eval loss (\S+) \|", out, re.M)
+    got[ext] = float(m.group(1)) if m else None
+    check(ref is not None and got[ext] is not None and abs(got[ext] - ref) <= 1e-5 * ref,
+          f"PyTorch's GPT-2 as {ext}: amp_ddp's loss {got[ext]} = PyTorch's {ref} ({rc}: {err.strip()[-300:]} {err_t.strip()[-300:]})")
+check(got["safetensors"] == got["llmc.bin"], f"both formats give the same bits of loss ({got})")
 done()
