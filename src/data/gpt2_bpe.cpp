@@ -215,7 +215,7 @@ void Gpt2Bpe::Encoder::piece(std::string_view bytes, std::vector<int32_t>& out) 
   for (size_t i = 0; i < bytes.size(); ++i) ids[i] = bpe_.byte_token_[static_cast<unsigned char>(bytes[i])];
   bpe_.merge(ids);
   out.insert(out.end(), ids.begin(), ids.end());
-  if (cache_.size() >= (size_t(1) << 20)) cache_.clear();  // bounded: a long text's rare pieces
+  if (cache_.size() >= (size_t(1) << 18)) cache_.clear();  // bounded (tens of MB): a long text's rare pieces
   cache_.emplace(std::move(key), std::move(ids));
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -210,17 +211,25 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
   size_t batch_bytes = 0;
   const auto flush = [&] {
     // Encode in parallel (thread i takes units i, i + threads, ...), then write in order.
+    // A worker's exception (out of memory, say) is rethrown here, after every worker has ended.
     std::vector<std::thread> pool;
+    std::vector<std::exception_ptr> failed(static_cast<size_t>(threads));
     for (int w = 0; w < threads; ++w)
       pool.emplace_back([&, w] {
-        for (size_t u = size_t(w); u < batch.size(); u += size_t(threads)) {
-          Unit& x = batch[u];
-          if (x.doc_start && tok->end_of_text() >= 0) x.tokens.push_back(tok->end_of_text());
-          if (gpt2) encoders[size_t(w)]->encode(x.text, x.tokens);
-          else for (unsigned char c : x.text) x.tokens.push_back(int32_t(c));
+        try {
+          for (size_t u = size_t(w); u < batch.size(); u += size_t(threads)) {
+            Unit& x = batch[u];
+            if (x.doc_start && tok->end_of_text() >= 0) x.tokens.push_back(tok->end_of_text());
+            if (gpt2) encoders[size_t(w)]->encode(x.text, x.tokens);
+            else for (unsigned char c : x.text) x.tokens.push_back(int32_t(c));
+          }
+        } catch (...) {
+          failed[size_t(w)] = std::current_exception();
         }
       });
     for (auto& t : pool) t.join();
+    for (const std::exception_ptr& e : failed)
+      if (e) std::rethrow_exception(e);
     for (Unit& x : batch) {
       // Tokens whose first byte lies before val_bytes are validation tokens.
       size_t n_val = 0;
