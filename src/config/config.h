@@ -78,6 +78,7 @@ struct Config {
     // Initial weights instead of model.init: a safetensors file (Hugging Face GPT-2 names), an
     // llm.c model file or an amp_ddp checkpoint ("" : none). A fresh optimizer and loss scale.
     std::string init_from;
+    std::string recompute = "none";  // gpt: none, block (model/gpt.h)
   } model;
   struct Synthetic {
     int64_t train_samples = 0, eval_samples = 0, features = 0, outputs = 0;

@@ -48,6 +48,7 @@ const std::vector<Key>& keys() {
       {"model.vocab_size", "0", "gpt: vocabulary (0: 256 for text, largest token + 1 for tokens; GPT-2 BPE: 50257)", F(model.vocab_size), count_upto(kMaxWidth)},
       {"model.vocab_pad", "0", "gpt: pad the logits' rows (the LM head's output and its gradient) to a multiple of this many columns, for aligned GEMMs; the padding is never part of the softmax, the loss, sampling or the weights (0: 128 above 256 tokens, else 1 = none)", F(model.vocab_pad), count_upto(4096)},
       {"model.init_from", "\"\"", "start from these weights (fine-tuning) instead of model.init: a safetensors file (Hugging Face GPT-2 names), an llm.c model file, or an amp_ddp checkpoint (its masters only); the optimizer and the loss scale start fresh; a resumed checkpoint takes precedence", F(model.init_from)},
+      {"model.recompute", "\"none\"", "gpt: activation recomputation: none (every block's activations kept for backward), block (only each block's input kept; the rest computed again in backward, block by block: the same bits, less memory, about one more forward pass of time)", F(model.recompute), {}, {"none", "block"}},
       // data
       {"data.format", "\"idx\"", "data source (text, tokens: token streams for model.type gpt)", F(data.format), {}, {"idx", "csv", "synthetic", "text", "tokens"}},
       {"data.train_images", "\"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\"", "IDX training inputs (raw or .gz)", F(data.train_images)},

@@ -50,9 +50,12 @@ bool Gpt::activation_bytes(const GptOptions& o, size_t max_rows, DType compute, 
   size_t bytes = 0, t = 0, n = 0, per_token = 0;
   overflow |= __builtin_mul_overflow(max_rows, o.seq_len, &n);
   const size_t C = o.n_embd, H = o.n_head, T = o.seq_len;
-  // per token and layer: residuals, LN outputs, qkv, attention output, MLP (16 C), probabilities (H T)
-  per_token = o.n_layer * (16 * C + H * T) + 3 * C + 2 * o.logits_ld() + 10 * C;
-  overflow |= __builtin_mul_overflow(n, per_token * lp + 32 * o.n_layer, &bytes);
+  // per token and block: its input (C), and what backward needs of it: LN outputs, qkv, attention
+  // output, the middle residual, MLP (15 C), probabilities (H T), LayerNorm statistics (16 bytes;
+  // 32 counted); with recompute only the inputs are per block, the rest is one set.
+  const size_t kept = o.recompute ? 1 : o.n_layer;
+  per_token = o.n_layer * C + kept * (15 * C + H * T) + 3 * C + 2 * o.logits_ld() + 10 * C;
+  overflow |= __builtin_mul_overflow(n, per_token * lp + 32 * kept, &bytes);
   // One head's attention scratch over every row: scores and dP (FP32), dS (compute dtype).
   overflow |= __builtin_mul_overflow(n, T * (8 + lp), &t);
   overflow |= __builtin_add_overflow(bytes, t, &bytes);
@@ -73,9 +76,9 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
   targets_ = buf(N, 4);
   tokens_host_.resize(N);
   targets_host_.resize(N);
-  layers_.resize(opt_.n_layer);
-  for (Layer& l : layers_) {
-    l.res_in = buf(N * C, e);
+  for (size_t l = 0; l < opt_.n_layer; ++l) res_in_.push_back(buf(N * C, e));
+  saved_.resize(opt_.recompute ? 1 : opt_.n_layer);
+  for (Saved& l : saved_) {
     l.ln1 = buf(N * C, e);
     l.mean1 = buf(N, 4);
     l.rstd1 = buf(N, 4);
@@ -182,48 +185,53 @@ void Gpt::layernorm_backward(const void* dy, const void* x, const void* params, 
   ops_.layernorm_backward(a);
 }
 
+// One block: res_in_[l] -> the next block's input (res_out_ after the last), its activations into
+// saved(l). Backward calls it again for a block whose activations were not kept (recompute).
+void Gpt::forward_block(const void* params, size_t l, size_t rows) {
+  const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H, N = rows * T, L = opt_.n_layer;
+  const size_t e = dtype_size(compute_);
+  Saved& y = saved(l);
+  const Buffer& next = l + 1 < L ? res_in_[l + 1] : res_out_;
+  layernorm(res_in_[l].data(), params, layer_param(l, kLn1W), y.ln1.data(), y.mean1, y.rstd1, N);
+  ops_.linear_forward(act(y.ln1, N, C), param(params, layer_param(l, kQkvW)), param(params, layer_param(l, kQkvB)),
+                      act(y.qkv, N, 3 * C));
+  // Attention one head at a time, each GEMM batched over the rows (sequences): the head's Q, K
+  // and V columns of qkv repeat every T x 3C elements; probabilities are stored [H][rows][T][T].
+  const int64_t B = int64_t(rows), qs = int64_t(T * 3 * C), tt = int64_t(T * T);
+  for (size_t h = 0; h < H; ++h) {
+    const char* q = y.qkv.as<char>() + h * D * e;
+    char* probs = y.probs.as<char>() + h * rows * T * T * e;
+    // scores[b] = Q_h K_h^T (FP32); the 1/sqrt(D) is applied inside the softmax.
+    ops_.gemm(gemm_of(GemmShape(T, T, D, B), GemmIn(q, 3 * C, qs), GemmIn(q + C * e, 3 * C, qs).t(),
+                      GemmOut(scores_.data(), T, tt), compute_, DType::F32));
+    CausalSoftmaxArgs sm;
+    sm.batch = B, sm.T = int64_t(T), sm.scale = scale_, sm.s = scores_.data(), sm.s_type = DType::F32;
+    sm.p = probs, sm.p_type = compute_;
+    ops_.causal_softmax_forward(sm);
+    // att[:, h] = P_h V_h, the heads side by side in C columns.
+    ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(probs, T, tt), GemmIn(q + 2 * C * e, 3 * C, qs),
+                      GemmOut(y.att.as<char>() + h * D * e, C, T * C), compute_, compute_));
+  }
+  ops_.linear_forward(act(y.att, N, C), param(params, layer_param(l, kProjW)), param(params, layer_param(l, kProjB)),
+                      act(tmp_, N, C));
+  ops_.add(AddArgs{res_in_[l].data(), compute_, tmp_.data(), compute_, y.res_mid.data(), compute_, int64_t(N * C)});
+  layernorm(y.res_mid.data(), params, layer_param(l, kLn2W), y.ln2.data(), y.mean2, y.rstd2, N);
+  ops_.linear_forward(act(y.ln2, N, C), param(params, layer_param(l, kFcW)), param(params, layer_param(l, kFcB)),
+                      act(y.fc, N, 4 * C));
+  ops_.activation_forward(Activation::GeluTanh, act(y.fc, N, 4 * C), act(y.gelu, N, 4 * C));
+  ops_.linear_forward(act(y.gelu, N, 4 * C), param(params, layer_param(l, kMProjW)),
+                      param(params, layer_param(l, kMProjB)), act(tmp_, N, C));
+  ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(N * C)});
+}
+
 void Gpt::forward(const void* params, size_t rows) {
-  const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H, N = rows * T, V = opt_.vocab;
-  const size_t L = opt_.n_layer, e = dtype_size(compute_);
+  const size_t T = opt_.seq_len, C = opt_.n_embd, N = rows * T, V = opt_.vocab, L = opt_.n_layer;
   EmbeddingArgs emb;
   emb.B = int64_t(rows), emb.T = int64_t(T), emb.C = int64_t(C), emb.vocab = int64_t(V);
   emb.max_positions = int64_t(T), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
-  emb.wte = param(params, kWte).data, emb.wpe = param(params, kWpe).data, emb.x = layers_[0].res_in.data();
+  emb.wte = param(params, kWte).data, emb.wpe = param(params, kWpe).data, emb.x = res_in_[0].data();
   ops_.embedding_forward(emb);
-  for (size_t l = 0; l < L; ++l) {
-    Layer& y = layers_[l];
-    const Buffer& next = l + 1 < L ? layers_[l + 1].res_in : res_out_;
-    layernorm(y.res_in.data(), params, layer_param(l, kLn1W), y.ln1.data(), y.mean1, y.rstd1, N);
-    ops_.linear_forward(act(y.ln1, N, C), param(params, layer_param(l, kQkvW)), param(params, layer_param(l, kQkvB)),
-                        act(y.qkv, N, 3 * C));
-    // Attention one head at a time, each GEMM batched over the rows (sequences): the head's Q, K
-    // and V columns of qkv repeat every T x 3C elements; probabilities are stored [H][rows][T][T].
-    const int64_t B = int64_t(rows), qs = int64_t(T * 3 * C), tt = int64_t(T * T);
-    for (size_t h = 0; h < H; ++h) {
-      const char* q = y.qkv.as<char>() + h * D * e;
-      char* probs = y.probs.as<char>() + h * rows * T * T * e;
-      // scores[b] = Q_h K_h^T (FP32); the 1/sqrt(D) is applied inside the softmax.
-      ops_.gemm(gemm_of(GemmShape(T, T, D, B), GemmIn(q, 3 * C, qs), GemmIn(q + C * e, 3 * C, qs).t(),
-                        GemmOut(scores_.data(), T, tt), compute_, DType::F32));
-      CausalSoftmaxArgs sm;
-      sm.batch = B, sm.T = int64_t(T), sm.scale = scale_, sm.s = scores_.data(), sm.s_type = DType::F32;
-      sm.p = probs, sm.p_type = compute_;
-      ops_.causal_softmax_forward(sm);
-      // att[:, h] = P_h V_h, the heads side by side in C columns.
-      ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(probs, T, tt), GemmIn(q + 2 * C * e, 3 * C, qs),
-                        GemmOut(y.att.as<char>() + h * D * e, C, T * C), compute_, compute_));
-    }
-    ops_.linear_forward(act(y.att, N, C), param(params, layer_param(l, kProjW)), param(params, layer_param(l, kProjB)),
-                        act(tmp_, N, C));
-    ops_.add(AddArgs{y.res_in.data(), compute_, tmp_.data(), compute_, y.res_mid.data(), compute_, int64_t(N * C)});
-    layernorm(y.res_mid.data(), params, layer_param(l, kLn2W), y.ln2.data(), y.mean2, y.rstd2, N);
-    ops_.linear_forward(act(y.ln2, N, C), param(params, layer_param(l, kFcW)), param(params, layer_param(l, kFcB)),
-                        act(y.fc, N, 4 * C));
-    ops_.activation_forward(Activation::GeluTanh, act(y.fc, N, 4 * C), act(y.gelu, N, 4 * C));
-    ops_.linear_forward(act(y.gelu, N, 4 * C), param(params, layer_param(l, kMProjW)),
-                        param(params, layer_param(l, kMProjB)), act(tmp_, N, C));
-    ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(N * C)});
-  }
+  for (size_t l = 0; l < L; ++l) forward_block(params, l, rows);
   layernorm(res_out_.data(), params, lnf_w(), lnf_.data(), meanf_, rstdf_, N);
   // The LM head, tied to the token embedding: logits = lnf wte^T, rows Vp apart.
   ops_.gemm(gemm_of(GemmShape(N, V, C), GemmIn(lnf_.data(), C), GemmIn(param(params, kWte).data, C).t(),
@@ -271,7 +279,9 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
                     GemmOut(G(kWte).data, C), compute_, compute_));
   layernorm_back(dtmp_.data(), res_out_.data(), lnf_w(), meanf_, rstdf_, false);
   for (size_t li = L; li-- > 0;) {
-    Layer& y = layers_[li];
+    // The last block's activations are still in the shared buffers after forward.
+    if (opt_.recompute && li + 1 < L) forward_block(params, li, rows);
+    const Saved& y = saved(li);
     auto lp = [&](int slot) { return layer_param(li, slot); };
     // MLP: dres is the gradient of the block's output (the residual passes it through).
     linear_back(act(dres_, N, C), act(y.gelu, N, 4 * C), lp(kMProjW), act(dfc_, N, 4 * C));
@@ -303,7 +313,7 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
                         GemmOut(dq + C * e, 3 * C, qs), compute_, compute_));
     }
     linear_back(act(dqkv_, N, 3 * C), act(y.ln1, N, C), lp(kQkvW), act(dtmp_, N, C));
-    layernorm_back(dtmp_.data(), y.res_in.data(), lp(kLn1W), y.mean1, y.rstd1, true);
+    layernorm_back(dtmp_.data(), res_in_[li].data(), lp(kLn1W), y.mean1, y.rstd1, true);
   }
   // Embeddings: d(wpe) written, d(wte) accumulated onto the head's part.
   EmbeddingBackwardArgs eb;

@@ -27,6 +27,10 @@ struct GptOptions {
   // logits and their gradient changes: the weights, the softmax, the loss and sampling see the
   // vocabulary alone.
   size_t vocab_pad = 1;
+  // model.recompute block: only each block's input is kept for backward; a block's other
+  // activations live in one set of buffers and are computed again, block by block, inside
+  // backward (deterministic kernels: the same bits as when stored).
+  bool recompute = false;
   size_t logits_ld() const { return (vocab + vocab_pad - 1) / vocab_pad * vocab_pad; }
 };
 
@@ -80,6 +84,7 @@ class Gpt final : public Model {
   Tensor param(const void* base, int index) const;
   Tensor act(const Buffer& b, size_t rows, size_t cols) const { return b.tensor(compute_, rows, cols); }
   void forward(const void* params, size_t rows);
+  void forward_block(const void* params, size_t l, size_t rows);  // block l: res_in_[l] -> the next input
   void layernorm(const void* x, const void* params, int gamma, void* y, Buffer& mean, Buffer& rstd, size_t rows);
   void layernorm_backward(const void* dy, const void* x, const void* params, void* grads, int gamma,
                           const Buffer& mean, const Buffer& rstd, bool accumulate, size_t rows);
@@ -95,11 +100,14 @@ class Gpt final : public Model {
   // Inputs: token ids and targets (int32), staged per step; host gathering buffers.
   Buffer tokens_, targets_;
   std::vector<int32_t> tokens_host_, targets_host_, window_;  // window_: one window of T + 1 tokens
-  // Saved activations, per layer where the backward needs them (compute dtype; statistics FP32).
-  struct Layer {
-    Buffer res_in, ln1, mean1, rstd1, qkv, probs, att, res_mid, ln2, mean2, rstd2, fc, gelu;
+  // Each block's input (compute dtype), kept for backward; then what else backward needs of a
+  // block (statistics FP32): per block, or one set shared by every block with recompute.
+  std::vector<Buffer> res_in_;
+  struct Saved {
+    Buffer ln1, mean1, rstd1, qkv, probs, att, res_mid, ln2, mean2, rstd2, fc, gelu;
   };
-  std::vector<Layer> layers_;
+  std::vector<Saved> saved_;
+  Saved& saved(size_t l) { return saved_[opt_.recompute ? 0 : l]; }
   Buffer res_out_, lnf_, meanf_, rstdf_, logits_, dlogits_;
   // Scratch: attention scores / their gradient (FP32, one sequence), gradient buffers.
   Buffer scores_, dprobs_, dscores_, dres_, dtmp_, dqkv_, dfc_, tmp_;

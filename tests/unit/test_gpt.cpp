@@ -172,14 +172,14 @@ TEST_CASE("sampling: top-k and temperature choose among the likeliest, seeded, a
   CHECK(make_tokenizer("") == nullptr);
 }
 
-TEST_CASE("gpt: padded logits rows give the unpadded loss, gradients, logits and samples bit for bit", "[gpt]") {
+TEST_CASE("gpt: padded logits rows and recomputed blocks give the plain loss, gradients, logits and samples bit for bit", "[gpt]") {
   // GPT-2's 50257 is padded to 50304 for aligned GEMMs; here a vocabulary of 300 padded to 320
   // and 384 columns (and the automatic choice) against no padding.
   CHECK(vocab_pad_for(0, 50257) == 128);
   CHECK(vocab_pad_for(0, 256) == 1);
   CHECK(vocab_pad_for(64, 256) == 64);
   GptOptions base;
-  base.vocab = 300, base.seq_len = 16, base.n_layer = 2, base.n_head = 2, base.n_embd = 32;
+  base.vocab = 300, base.seq_len = 16, base.n_layer = 3, base.n_head = 2, base.n_embd = 32;
   CHECK(GptOptions{300, 16, 2, 2, 32, 128}.logits_ld() == 384);
   const size_t B = 3, T = base.seq_len, V = base.vocab, N = B * T;
   amp::Rng rng(7);
@@ -191,9 +191,10 @@ TEST_CASE("gpt: padded logits rows give the unpadded loss, gradients, logits and
     std::vector<uint32_t> grads, logits, next;
     std::vector<int32_t> sample;
   };
-  auto run_with = [&](size_t pad, DType dt, float scale) {
+  auto run_with = [&](size_t pad, DType dt, float scale, bool recompute = false) {
     GptOptions o = base;
     o.vocab_pad = pad;
+    o.recompute = recompute;
     CpuBackend be(2);
     Gpt model(be.memory(), be.ops(), o, dt, B);
     const ParamLayout& L = model.layout();
@@ -236,6 +237,13 @@ TEST_CASE("gpt: padded logits rows give the unpadded loss, gradients, logits and
       CHECK(padded.sample == plain.sample);
       REQUIRE(padded.next.size() == V);
     }
+    // model.recompute block: blocks 0 and 1 computed again inside backward, from their inputs.
+    INFO(dtype_name(dt) << ", recomputed blocks");
+    const Out rec = run_with(1, dt, scale, true);
+    CHECK(f32_bits(rec.loss) == f32_bits(plain.loss));
+    CHECK(rec.logits == plain.logits);
+    CHECK(rec.grads == plain.grads);
+    CHECK(rec.sample == plain.sample);
   }
 }
 
@@ -245,14 +253,20 @@ TEST_CASE("gpt: the memory plan's activation bytes cover what the model allocate
   CpuBackend be(1);
   for (const DType dt : {DType::F32, DType::BF16})
     for (const size_t rows : {size_t(1), size_t(8)})
-      for (const GptOptions& o : {GptOptions{300, 16, 2, 2, 32, 128}, GptOptions{50257, 64, 3, 4, 128, 128}}) {
+      for (const GptOptions& o : {GptOptions{300, 16, 2, 2, 32, 128}, GptOptions{50257, 64, 3, 4, 128, 128},
+                                  GptOptions{300, 16, 4, 2, 32, 128, true}, GptOptions{50257, 64, 3, 4, 128, 128, true}}) {
         Gpt model(be.memory(), be.ops(), o, dt, rows);
         size_t plan = 0;
         REQUIRE(Gpt::activation_bytes(o, rows, dt, &plan));
-        INFO("vocab " << o.vocab << ", " << rows << " rows, " << dtype_name(dt) << ": plan " << plan << ", allocated "
+        INFO("vocab " << o.vocab << (o.recompute ? ", recompute" : "") << ", " << rows << " rows, " << dtype_name(dt) << ": plan " << plan << ", allocated "
                       << model.buffer_bytes());
         CHECK(model.max_rows() == rows);
         CHECK(plan >= model.buffer_bytes());
         CHECK(double(plan) <= 1.02 * double(model.buffer_bytes()));
+        if (o.recompute) {  // less than the same model keeping every block
+          GptOptions kept = o;
+          kept.recompute = false;
+          CHECK(model.buffer_bytes() < Gpt(be.memory(), be.ops(), kept, dt, rows).buffer_bytes());
+        }
       }
 }
