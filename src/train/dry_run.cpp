@@ -28,7 +28,10 @@ std::string dry_run_plan(const Config& cfg, int world) {
                                                          cfg.distributed.zero == 1, cfg.data.grad_accum_steps > 1,
                                                          kShardAlign));
   size_t act = 0;
-  const size_t rows = size_t(std::max(cfg.data.batch_size, cfg.data.eval_batch_size));
+  // The largest forward pass: the training batch, or the evaluation batch where there is an
+  // evaluation set (a run sizes the model the same way, its evaluation shard bounding the batch).
+  const bool evaluates = !cfg.data.eval_tokens.empty() || cfg.data.eval_fraction > 0;
+  const size_t rows = size_t(evaluates ? std::max(cfg.data.batch_size, cfg.data.eval_batch_size) : cfg.data.batch_size);
   const bool fits = Gpt::activation_bytes(o, rows, cfg.precision.compute, &act) && !s.overflow;
   out += strcat("# parameters: ", format_count(double(L.n_params())), " (", L.n_params(), "; vocabulary ", vocab, ")\n");
   if (!fits) return out + "# memory per rank: more than 16 EiB (the config is refused when it runs)\n";
