@@ -177,6 +177,8 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
   if (opt.shard_tokens == 0 || opt.shard_tokens > uint64_t(INT32_MAX))
     throw Error(ErrorKind::Config, strcat("usage error: --shard-tokens ", opt.shard_tokens, ": expected 1 .. ", INT32_MAX,
                                           " (a shard header counts tokens in an int32)"));
+  if (opt.name.empty() || opt.name.find('/') != std::string::npos)
+    throw Error(ErrorKind::Config, strcat("usage error: --name \"", opt.name, "\": expected a file name prefix without '/'"));
   const std::vector<std::string> files = expand_paths(opt.inputs, "prepare's input");
   const std::shared_ptr<const Tokenizer> tok = make_tokenizer(opt.tokenizer);
   PrepareResult r;

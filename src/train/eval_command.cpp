@@ -12,11 +12,13 @@
 #include "model/make_model.h"
 #include "train/evaluation.h"
 #include "train/init_weights.h"
+#include "train/signals.h"
 #include "train/working_weights.h"
 
 namespace amp {
 
 int run_eval(const Config& cfg, Communicator& world) {
+  disarm_stop_signals();  // nothing to save: Ctrl-C or SIGTERM ends an evaluation at once
   const int rank = world.rank(), nranks = world.size();
   std::unique_ptr<Backend> be;
   DataSets data;
