@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -44,23 +45,43 @@ ParamLayout gpt_layout(const GptOptions& o) {
   return l;
 }
 
-bool Gpt::activation_bytes(const GptOptions& o, size_t max_rows, DType compute, size_t* bytes_out) {
-  const size_t lp = dtype_size(compute);
+// The one list of the model's buffers: the constructor allocates exactly these, in this order,
+// and activation_bytes() (the memory plan of --dry-run and of make_model's check) is their sum.
+bool Gpt::buffer_sizes(const GptOptions& o, size_t rows, DType compute, std::vector<size_t>* out) {
+  const size_t e = dtype_size(compute), C = o.n_embd, T = o.seq_len, H = o.n_head, Vp = o.logits_ld();
   bool overflow = false;
-  size_t bytes = 0, t = 0, n = 0, per_token = 0;
-  overflow |= __builtin_mul_overflow(max_rows, o.seq_len, &n);
-  const size_t C = o.n_embd, H = o.n_head, T = o.seq_len;
-  // per token and block: its input (C), and what backward needs of it: LN outputs, qkv, attention
-  // output, the middle residual, MLP (15 C), probabilities (H T), LayerNorm statistics (16 bytes;
-  // 32 counted); with recompute only the inputs are per block, the rest is one set.
-  const size_t kept = o.recompute ? 1 : o.n_layer;
-  per_token = o.n_layer * C + kept * (15 * C + H * T) + 3 * C + 2 * o.logits_ld() + 10 * C;
-  overflow |= __builtin_mul_overflow(n, per_token * lp + 32 * kept, &bytes);
-  // One head's attention scratch over every row: scores and dP (FP32), dS (compute dtype).
-  overflow |= __builtin_mul_overflow(n, T * (8 + lp), &t);
-  overflow |= __builtin_add_overflow(bytes, t, &bytes);
-  *bytes_out = bytes;
+  const auto add = [&](std::initializer_list<size_t> factors) {
+    size_t b = 1;
+    for (const size_t f : factors) overflow |= __builtin_mul_overflow(b, f, &b);
+    out->push_back(b);
+  };
+  size_t N = 0;
+  overflow |= __builtin_mul_overflow(rows, T, &N);
+  add({N, 4}), add({N, 4});                             // tokens, targets (int32)
+  for (size_t l = 0; l < o.n_layer; ++l) add({N, C, e});  // each block's input
+  for (size_t l = 0; l < (o.recompute ? 1 : o.n_layer); ++l) {
+    add({N, C, e}), add({N, 4}), add({N, 4});           // ln1, mean1, rstd1
+    add({N, 3, C, e}), add({rows, H, T, T, e});         // qkv, probabilities [H][rows][T][T]
+    add({N, C, e}), add({N, C, e});                     // att, res_mid
+    add({N, C, e}), add({N, 4}), add({N, 4});           // ln2, mean2, rstd2
+    add({N, 4, C, e}), add({N, 4, C, e});               // fc, gelu
+  }
+  add({N, C, e}), add({N, C, e}), add({N, 4}), add({N, 4});  // res_out, lnf, meanf, rstdf
+  add({N, Vp, e}), add({N, Vp, e});                     // logits, dlogits (rows Vp apart)
+  // One head at a time over every row (see forward): rows x T x T each.
+  add({rows, T, T, 4}), add({rows, T, T, 4}), add({rows, T, T, e});  // scores, dprobs (FP32), dscores
+  add({N, C, e}), add({N, C, e}), add({N, C, e});       // dres, dtmp, tmp
+  add({N, 3, C, e}), add({N, 4, C, e});                 // dqkv, dfc
   return !overflow;
+}
+
+bool Gpt::activation_bytes(const GptOptions& o, size_t max_rows, DType compute, size_t* bytes_out) {
+  std::vector<size_t> sizes;
+  bool ok = buffer_sizes(o, max_rows, compute, &sizes);
+  size_t bytes = 0;
+  for (const size_t b : sizes) ok = ok && !__builtin_add_overflow(bytes, b, &bytes);
+  *bytes_out = bytes;
+  return ok;
 }
 
 Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size_t max_rows)
@@ -69,44 +90,30 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
   AMP_CHECK(opt_.n_layer > 0, "a GPT needs at least one layer");
   AMP_CHECK(opt_.vocab_pad > 0, "vocab_pad must be at least 1");
   scale_ = float(1.0 / std::sqrt(double(opt_.n_embd / opt_.n_head)));
-  const size_t N = max_rows_ * opt_.seq_len, C = opt_.n_embd, T = opt_.seq_len, H = opt_.n_head, V = opt_.vocab;
-  const size_t Vp = opt_.logits_ld(), e = dtype_size(compute_);
-  auto buf = [&](size_t elems, size_t elem_bytes) { return alloc_buffer(mem_, elems * elem_bytes); };
-  tokens_ = buf(N, 4);
-  targets_ = buf(N, 4);
+  const size_t N = max_rows_ * opt_.seq_len, V = opt_.vocab;
+  std::vector<size_t> sizes;
+  AMP_CHECK(buffer_sizes(opt_, max_rows_, compute_, &sizes), "the GPT's buffer sizes overflow (make_model refuses such models)");
+  size_t k = 0;
+  const auto next = [&] { return alloc_buffer(mem_, sizes.at(k++)); };  // in buffer_sizes' order
+  tokens_ = next();
+  targets_ = next();
   tokens_host_.resize(N);
   targets_host_.resize(N);
-  for (size_t l = 0; l < opt_.n_layer; ++l) res_in_.push_back(buf(N * C, e));
+  for (size_t l = 0; l < opt_.n_layer; ++l) res_in_.push_back(next());
   saved_.resize(opt_.recompute ? 1 : opt_.n_layer);
   for (Saved& l : saved_) {
-    l.ln1 = buf(N * C, e);
-    l.mean1 = buf(N, 4);
-    l.rstd1 = buf(N, 4);
-    l.qkv = buf(N * 3 * C, e);
-    l.probs = buf(max_rows_ * H * T * T, e);
-    l.att = buf(N * C, e);
-    l.res_mid = buf(N * C, e);
-    l.ln2 = buf(N * C, e);
-    l.mean2 = buf(N, 4);
-    l.rstd2 = buf(N, 4);
-    l.fc = buf(N * 4 * C, e);
-    l.gelu = buf(N * 4 * C, e);
+    l.ln1 = next(), l.mean1 = next(), l.rstd1 = next();
+    l.qkv = next(), l.probs = next();
+    l.att = next(), l.res_mid = next();
+    l.ln2 = next(), l.mean2 = next(), l.rstd2 = next();
+    l.fc = next(), l.gelu = next();
   }
-  res_out_ = buf(N * C, e);
-  lnf_ = buf(N * C, e);
-  meanf_ = buf(N, 4);
-  rstdf_ = buf(N, 4);
-  logits_ = buf(N * Vp, e);  // rows padded to Vp columns (never read or written past V)
-  dlogits_ = buf(N * Vp, e);
-  // One head at a time over every row (see forward): rows x T x T each.
-  scores_ = buf(max_rows_ * T * T, 4);
-  dprobs_ = buf(max_rows_ * T * T, 4);
-  dscores_ = buf(max_rows_ * T * T, e);
-  dres_ = buf(N * C, e);
-  dtmp_ = buf(N * C, e);
-  tmp_ = buf(N * C, e);
-  dqkv_ = buf(N * 3 * C, e);
-  dfc_ = buf(N * 4 * C, e);
+  res_out_ = next(), lnf_ = next(), meanf_ = next(), rstdf_ = next();
+  logits_ = next(), dlogits_ = next();
+  scores_ = next(), dprobs_ = next(), dscores_ = next();
+  dres_ = next(), dtmp_ = next(), tmp_ = next();
+  dqkv_ = next(), dfc_ = next();
+  AMP_CHECK(k == sizes.size(), "every planned buffer allocated");
   ops_.reserve_embedding(int64_t(N), int64_t(V));  // the embedding backward's scratch (outside any capture)
 }
 

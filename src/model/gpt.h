@@ -73,8 +73,11 @@ class Gpt final : public Model {
   std::vector<float> next_logits(const void* params, const std::vector<int32_t>& context) override;
 
   // Bytes of backend memory for the activations and their scratch at max_rows (the parameters'
-  // training state: optim/state_bytes.h); false on overflow.
+  // training state: optim/state_bytes.h): the sum of buffer_sizes, what the constructor allocates;
+  // false on overflow.
   static bool activation_bytes(const GptOptions& o, size_t max_rows, DType compute, size_t* bytes);
+  // Every buffer's bytes in the constructor's allocation order; false when a size overflows.
+  static bool buffer_sizes(const GptOptions& o, size_t max_rows, DType compute, std::vector<size_t>* sizes);
 
  private:
   enum Slot { kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kMProjW, kMProjB, kPerLayer };
