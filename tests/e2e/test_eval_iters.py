@@ -1,7 +1,7 @@
 """Evaluation bounds and the dry run's plan: run.eval_iters caps each rank's evaluation at that many
 batches (the first of its shard), on 1 and 2 ranks; the evaluation batch of a GPT defaults to its
 training batch (data.eval_batch_size 0 resolves to data.batch_size; an MLP's to 1000, as before);
---dry-run prints a GPT's parameter count, tokens per step and per-rank memory, its training state
+--dry-run prints a GPT's parameter count, tokens per step and per-rank memory (activations as the run allocates them), its training state
 the very bytes the run's start-up line reports (one function computes both)."""
 import json
 import os
@@ -41,4 +41,9 @@ check(rc == 0 and "# parameters: " in o and "# tokens per optimizer step: 128 (8
       plan.group(1) == started.group(1),
       f"--dry-run: parameters, tokens per step, and the training state the run reports "
       f"({plan.group(1) if plan else None} vs {started.group(1) if started else None})")
+plan_act = re.search(r"activations at (\d+) windows ([^ ]+ [A-Za-z]+):", o)
+run_act = re.search(r"activations ([^ ]+ [A-Za-z]+) \((\d+) windows per forward pass\)", o2)
+check(plan_act and run_act and plan_act.group(1) == run_act.group(2) and plan_act.group(2) == run_act.group(1),
+      f"--dry-run's activations are what the run allocates ({plan_act.groups() if plan_act else None} vs "
+      f"{run_act.groups() if run_act else None})")
 done()
