@@ -1,8 +1,9 @@
 """Evaluation bounds and the dry run's plan: run.eval_iters caps each rank's evaluation at that many
 batches (the first of its shard), on 1 and 2 ranks; the evaluation batch of a GPT defaults to its
 training batch (data.eval_batch_size 0 resolves to data.batch_size; an MLP's to 1000, as before);
---dry-run prints a GPT's parameter count, tokens per step and per-rank memory (activations as the run allocates them), its training state
-the very bytes the run's start-up line reports (one function computes both)."""
+--dry-run prints a GPT's parameter count, tokens per step and per-rank memory: its training state
+and its activations are the very bytes the run's start-up line reports (one function computes
+each for both)."""
 import json
 import os
 import re
