@@ -3,9 +3,12 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <queue>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -161,8 +164,11 @@ Gpt2Bpe::Gpt2Bpe(const std::string& dir) {
 Gpt2Bpe::~Gpt2Bpe() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
 // GPT-2's merge loop: the adjacent pair of lowest rank is merged wherever it occurs (left to
-// right, not overlapping), until no adjacent pair is a merge.
+// right, not overlapping), until no adjacent pair is a merge. Each round scans the piece, so a
+// long piece (a line of dashes, a word of thousands of letters) costs its length squared; from
+// heap_from_ bytes on, merge_long gives the same tokens in n log n.
 void Gpt2Bpe::merge(std::vector<int32_t>& ids) const {
+  if (ids.size() >= heap_from_) return merge_long(ids);
   while (ids.size() > 1) {
     int32_t best = INT32_MAX, left = -1, right = -1, merged = -1;
     for (size_t i = 0; i + 1 < ids.size(); ++i) {
@@ -184,6 +190,44 @@ void Gpt2Bpe::merge(std::vector<int32_t>& ids) const {
     }
     ids.resize(w);
   }
+}
+
+// The same merges with a heap of candidate pairs ordered by (rank, position). A merge's result
+// only ever appears in merges of higher rank (a token exists before a merge uses it), so after
+// merging the lowest pair the heap offers its remaining occurrences, left to right, before any
+// pair the merge created: GPT-2's rounds, one merge at a time. Entries whose left token changed
+// or whose right neighbour changed are stale and skipped.
+void Gpt2Bpe::merge_long(std::vector<int32_t>& ids) const {
+  const int n = int(ids.size());
+  std::vector<int> next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) next[size_t(i)] = i + 1 < n ? i + 1 : -1, prev[size_t(i)] = i - 1;
+  struct Cand {
+    int32_t rank;
+    int pos;
+    int32_t left, right;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  const auto offer = [&](int i) {
+    const int j = i >= 0 ? next[size_t(i)] : -1;
+    if (j < 0) return;
+    const auto it = merges_.find((uint64_t(uint32_t(ids[size_t(i)])) << 32) | uint32_t(ids[size_t(j)]));
+    if (it != merges_.end()) heap.push(Cand{it->second.rank, i, ids[size_t(i)], ids[size_t(j)]});
+  };
+  for (int i = 0; i + 1 < n; ++i) offer(i);
+  while (!heap.empty()) {
+    const Cand c = heap.top();
+    heap.pop();
+    const int j = next[size_t(c.pos)];
+    if (ids[size_t(c.pos)] != c.left || j < 0 || ids[size_t(j)] != c.right) continue;  // stale
+    ids[size_t(c.pos)] = merges_.at((uint64_t(uint32_t(c.left)) << 32) | uint32_t(c.right)).id;
+    ids[size_t(j)] = -1;  // merged into its left neighbour
+    next[size_t(c.pos)] = next[size_t(j)];
+    if (next[size_t(j)] >= 0) prev[size_t(next[size_t(j)])] = c.pos;
+    offer(prev[size_t(c.pos)]);
+    offer(c.pos);
+  }
+  ids.erase(std::remove(ids.begin(), ids.end(), -1), ids.end());
 }
 
 std::vector<int32_t> Gpt2Bpe::encode(const std::string& text) const {

@@ -42,6 +42,10 @@ class Gpt2Bpe final : public Tokenizer {
   std::vector<int32_t> encode(const std::string& text) const override;
   std::string decode_bytes(const std::vector<int32_t>& tokens) const override;
 
+  // For tests: pieces of at least n tokens merge with the heap (merge_long; default 64 bytes),
+  // shorter ones with GPT-2's rounds. Both give the same tokens.
+  void use_heap_merge_from(size_t n) { heap_from_ = n; }
+
   // An encoder that remembers the pieces it has merged (one per thread: not thread-safe itself;
   // the tokenizer it refers to is shared and read-only).
   class Encoder {
@@ -59,7 +63,8 @@ class Gpt2Bpe final : public Tokenizer {
 
  private:
   friend class Encoder;
-  void merge(std::vector<int32_t>& ids) const;  // BPE on one piece's byte tokens
+  void merge(std::vector<int32_t>& ids) const;       // BPE on one piece's byte tokens
+  void merge_long(std::vector<int32_t>& ids) const;  // the same with a heap, n log n
 
   struct Merge {
     int32_t rank, id;
@@ -68,6 +73,7 @@ class Gpt2Bpe final : public Tokenizer {
   int32_t byte_token_[256] = {};           // byte -> its one-byte token
   std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> rank, merged token
   void* code_ = nullptr;                   // pcre2_code of the pre-tokenizer pattern
+  size_t heap_from_ = 64;
 };
 
 }  // namespace amp

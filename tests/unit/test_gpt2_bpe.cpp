@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -248,4 +249,24 @@ TEST_CASE("prepare: shards hold each document after <|endoftext|>, the first byt
   for (unsigned char c : joined) jb.push_back(c);
   CHECK(bt == jb);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("gpt2 bpe: long pieces merge with a heap to GPT-2's tokens, in n log n", "[gpt2]") {
+  const Gpt2Bpe& ref = gpt2();
+  Gpt2Bpe rounds(gpt2_vocab_dir()), heap(gpt2_vocab_dir());
+  rounds.use_heap_merge_from(SIZE_MAX);  // GPT-2's rounds for every piece
+  heap.use_heap_merge_from(2);           // the heap for every piece of two or more bytes
+  const std::string text = slurp(std::string(AMP_SOURCE_DIR) + "/tests/data/gpt2_reference.txt");
+  CHECK(heap.encode(text) == ref.encode(text));  // the reference ids (first test case)
+  CHECK(rounds.encode(text) == ref.encode(text));
+  Rng rng(5);
+  for (const std::string alphabet : {"ab", "abcdefghijklmnopqrstuvwxyz", "etaoin", "-=_", "!?."})
+    for (const size_t n : {size_t(65), size_t(300), size_t(3000)}) {
+      std::string s;
+      for (size_t i = 0; i < n; ++i) s += alphabet[rng.next_u64() % alphabet.size()];
+      INFO(n << " bytes of \"" << alphabet << "\"");
+      CHECK(heap.encode(s) == rounds.encode(s));
+      CHECK(heap.encode(" " + s) == rounds.encode(" " + s));
+    }
+  CHECK(heap.encode(std::string(5000, 'a')) == rounds.encode(std::string(5000, 'a')));
 }
