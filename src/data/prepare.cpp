@@ -222,8 +222,12 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
           for (size_t u = size_t(w); u < batch.size(); u += size_t(threads)) {
             Unit& x = batch[u];
             if (x.doc_start && tok->end_of_text() >= 0) x.tokens.push_back(tok->end_of_text());
-            if (gpt2) encoders[size_t(w)]->encode(x.text, x.tokens);
-            else for (unsigned char c : x.text) x.tokens.push_back(int32_t(c));
+            if (gpt2) {
+              encoders[size_t(w)]->encode(x.text, x.tokens);  // its cache of pieces kept across units
+            } else {
+              const std::vector<int32_t> t = tok->encode(x.text);
+              x.tokens.insert(x.tokens.end(), t.begin(), t.end());
+            }
           }
         } catch (...) {
           failed[size_t(w)] = std::current_exception();

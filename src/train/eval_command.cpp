@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <thread>
 
 #include "backend/backend.h"
 #include "comm/agree.h"
@@ -12,6 +11,7 @@
 #include "model/make_model.h"
 #include "train/evaluation.h"
 #include "train/init_weights.h"
+#include "train/rank_threads.h"
 #include "train/signals.h"
 #include "train/working_weights.h"
 
@@ -28,9 +28,7 @@ int run_eval(const Config& cfg, Communicator& world) {
     if (cfg.model.init_from.empty())
       throw Error(ErrorKind::Config, "config error: model.init_from: eval needs the weights to evaluate: --set "
                                      "model.init_from=PATH (an amp_ddp checkpoint, a safetensors or an llm.c model file)");
-    const int threads = cfg.run.threads > 0 ? int(cfg.run.threads)
-                                            : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world.local_size()));
-    be = make_backend(cfg.run.device, world.local_rank(), threads);
+    be = make_backend(cfg.run.device, world.local_rank(), pick_threads(cfg.run.threads, world.local_size()));
     data = load_datasets(cfg);
     if (data.eval.n == 0)
       throw Error(ErrorKind::Config,

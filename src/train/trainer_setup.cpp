@@ -1,10 +1,8 @@
 // Trainer set-up (trainer.h): the phases before the first step, agreed across ranks so that no
 // rank is left waiting for one that failed; the loop and its reports are in trainer.cpp.
-#include <sched.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <thread>
 
 #include "comm/agree.h"
 #include "comm/comm_factory.h"
@@ -12,31 +10,12 @@
 #include "core/error.h"
 #include "model/make_model.h"
 #include "train/init_weights.h"
+#include "train/rank_threads.h"
 #include "train/run_identity.h"
 #include "train/signals.h"
 #include "train/trainer.h"
 
 namespace amp {
-
-namespace {
-
-// The CPUs this rank may use: those a binding launcher gave it, else its share of the node.
-int cpus_per_rank(int local_size) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
-  int allowed = hw;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) allowed = CPU_COUNT(&set);
-  if (allowed < hw) return std::max(1, allowed);
-  return std::max(1, hw / std::max(1, local_size));
-}
-
-// CPU threads per rank: what the config says, else all the CPUs of this rank.
-int pick_threads(int64_t configured, int local_size) {
-  return configured > 0 ? int(configured) : cpus_per_rank(local_size);
-}
-
-}  // namespace
 
 Trainer::Trainer(const Config& cfg, Communicator& world)
     : cfg_(cfg), world_(world), rank_(world.rank()), nranks_(world.size()), drills_(cfg, world.rank()),
