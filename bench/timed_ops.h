@@ -59,6 +59,12 @@ class TimedOps final : public ComputeOps {
   void causal_softmax_backward(const CausalSoftmaxBackwardArgs& a) override {
     timed("causal_softmax_backward", [&] { in_.causal_softmax_backward(a); });
   }
+  void attention_forward(const AttentionArgs& a) override {
+    timed("attention_forward", [&] { in_.attention_forward(a); });
+  }
+  void attention_backward(const AttentionBackwardArgs& a) override {
+    timed("attention_backward", [&] { in_.attention_backward(a); });
+  }
   void embedding_forward(const EmbeddingArgs& a) override {
     timed("embedding_forward", [&] { in_.embedding_forward(a); });
   }

@@ -6,6 +6,7 @@
 //   ops_layernorm.cu, ops_softmax.cu, ops_gelu.cu, ops_embedding.cu (+ ops_embedding.cpp)
 //                       the transformer ops (backend/transformer_args.h), with the warp reductions
 //                       of row_kernels.cuh
+//   ops_attention.cu    the fused causal attention (backend/attention_args.h)
 //
 // gemm: cuBLASLt with strided-batched matrix layouts (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
 //   CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET), CUBLAS_COMPUTE_32F (no TF32). Row-major is
@@ -77,6 +78,8 @@ class CudaOps final : public ComputeOps {
   void layernorm_backward(const LayerNormBackwardArgs& a) override;
   void causal_softmax_forward(const CausalSoftmaxArgs& a) override;
   void causal_softmax_backward(const CausalSoftmaxBackwardArgs& a) override;
+  void attention_forward(const AttentionArgs& a) override;
+  void attention_backward(const AttentionBackwardArgs& a) override;
   void embedding_forward(const EmbeddingArgs& a) override;
   void embedding_backward(const EmbeddingBackwardArgs& a) override;
   // Grows only (reallocating after waiting for the stream); a call beyond the reserve throws.

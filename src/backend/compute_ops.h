@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backend/attention_args.h"
 #include "backend/ops_args.h"
 #include "backend/tensor.h"
 #include "backend/transformer_args.h"
@@ -45,6 +46,10 @@ class ComputeOps {
   // Row softmax of scale * S under a causal mask (zeros above the diagonal), FP32 math, and its backward.
   virtual void causal_softmax_forward(const CausalSoftmaxArgs& a) = 0;
   virtual void causal_softmax_backward(const CausalSoftmaxBackwardArgs& a) = 0;
+  // Fused causal self-attention from the QKV projection's output (backend/attention_args.h): no
+  // [T, T] matrix kept, two FP32 statistics per row saved; backward recomputes the probabilities.
+  virtual void attention_forward(const AttentionArgs& a) = 0;
+  virtual void attention_backward(const AttentionBackwardArgs& a) = 0;
   // x = wte[token] + wpe[position]; backward writes dwpe and accumulates dwte, deterministically.
   virtual void embedding_forward(const EmbeddingArgs& a) = 0;
   virtual void embedding_backward(const EmbeddingBackwardArgs& a) = 0;

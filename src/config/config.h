@@ -79,6 +79,7 @@ struct Config {
     // llm.c model file or an amp_ddp checkpoint ("" : none). A fresh optimizer and loss scale.
     std::string init_from;
     std::string recompute = "none";  // gpt: none, block (model/gpt.h)
+    std::string attention = "explicit";  // gpt: explicit, fused (model/gpt.h)
   } model;
   struct Synthetic {
     int64_t train_samples = 0, eval_samples = 0, features = 0, outputs = 0;

@@ -61,15 +61,20 @@ bool Gpt::buffer_sizes(const GptOptions& o, size_t rows, DType compute, std::vec
   for (size_t l = 0; l < o.n_layer; ++l) add({N, C, e});  // each block's input
   for (size_t l = 0; l < (o.recompute ? 1 : o.n_layer); ++l) {
     add({N, C, e}), add({N, 4}), add({N, 4});           // ln1, mean1, rstd1
-    add({N, 3, C, e}), add({rows, H, T, T, e});         // qkv, probabilities [H][rows][T][T]
+    add({N, 3, C, e});                                  // qkv
+    if (o.fused_attention) add({2, N, H, 4});           // row_max, row_sum [rows, H, T] FP32
+    else add({rows, H, T, T, e});                       // probabilities [H][rows][T][T]
     add({N, C, e}), add({N, C, e});                     // att, res_mid
     add({N, C, e}), add({N, 4}), add({N, 4});           // ln2, mean2, rstd2
     add({N, 4, C, e}), add({N, 4, C, e});               // fc, gelu
   }
   add({N, C, e}), add({N, C, e}), add({N, 4}), add({N, 4});  // res_out, lnf, meanf, rstdf
   add({N, Vp, e}), add({N, Vp, e});                     // logits, dlogits (rows Vp apart)
-  // One head at a time over every row (see forward): rows x T x T each.
-  add({rows, T, T, 4}), add({rows, T, T, 4}), add({rows, T, T, e});  // scores, dprobs (FP32), dscores
+  if (o.fused_attention) {
+    add({N, H, 4});  // the backward's delta [rows, H, T] FP32
+  } else {  // one head at a time over every row (see forward): rows x T x T each
+    add({rows, T, T, 4}), add({rows, T, T, 4}), add({rows, T, T, e});  // scores, dprobs (FP32), dscores
+  }
   add({N, C, e}), add({N, C, e}), add({N, C, e});       // dres, dtmp, tmp
   add({N, 3, C, e}), add({N, 4, C, e});                 // dqkv, dfc
   return !overflow;
@@ -103,14 +108,15 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
   saved_.resize(opt_.recompute ? 1 : opt_.n_layer);
   for (Saved& l : saved_) {
     l.ln1 = next(), l.mean1 = next(), l.rstd1 = next();
-    l.qkv = next(), l.probs = next();
+    l.qkv = next(), l.attn_keep = next();
     l.att = next(), l.res_mid = next();
     l.ln2 = next(), l.mean2 = next(), l.rstd2 = next();
     l.fc = next(), l.gelu = next();
   }
   res_out_ = next(), lnf_ = next(), meanf_ = next(), rstdf_ = next();
   logits_ = next(), dlogits_ = next();
-  scores_ = next(), dprobs_ = next(), dscores_ = next();
+  if (opt_.fused_attention) delta_ = next();
+  else scores_ = next(), dprobs_ = next(), dscores_ = next();
   dres_ = next(), dtmp_ = next(), tmp_ = next();
   dqkv_ = next(), dfc_ = next();
   AMP_CHECK(k == sizes.size(), "every planned buffer allocated");
@@ -192,22 +198,16 @@ void Gpt::layernorm_backward(const void* dy, const void* x, const void* params, 
   ops_.layernorm_backward(a);
 }
 
-// One block: res_in_[l] -> the next block's input (res_out_ after the last), its activations into
-// saved(l). Backward calls it again for a block whose activations were not kept (recompute).
-void Gpt::forward_block(const void* params, size_t l, size_t rows) {
-  const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H, N = rows * T, L = opt_.n_layer;
+// The explicit attention (model.attention: explicit): one head at a time, each GEMM batched over
+// the rows (sequences): the head's Q, K and V columns of qkv repeat every T x 3C elements;
+// probabilities are stored [H][rows][T][T].
+void Gpt::attention_explicit(Saved& y, size_t rows) {
+  const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H;
   const size_t e = dtype_size(compute_);
-  Saved& y = saved(l);
-  const Buffer& next = l + 1 < L ? res_in_[l + 1] : res_out_;
-  layernorm(res_in_[l].data(), params, layer_param(l, kLn1W), y.ln1.data(), y.mean1, y.rstd1, N);
-  ops_.linear_forward(act(y.ln1, N, C), param(params, layer_param(l, kQkvW)), param(params, layer_param(l, kQkvB)),
-                      act(y.qkv, N, 3 * C));
-  // Attention one head at a time, each GEMM batched over the rows (sequences): the head's Q, K
-  // and V columns of qkv repeat every T x 3C elements; probabilities are stored [H][rows][T][T].
   const int64_t B = int64_t(rows), qs = int64_t(T * 3 * C), tt = int64_t(T * T);
   for (size_t h = 0; h < H; ++h) {
     const char* q = y.qkv.as<char>() + h * D * e;
-    char* probs = y.probs.as<char>() + h * rows * T * T * e;
+    char* probs = y.attn_keep.as<char>() + h * rows * T * T * e;
     // scores[b] = Q_h K_h^T (FP32); the 1/sqrt(D) is applied inside the softmax.
     ops_.gemm(gemm_of(GemmShape(T, T, D, B), GemmIn(q, 3 * C, qs), GemmIn(q + C * e, 3 * C, qs).t(),
                       GemmOut(scores_.data(), T, tt), compute_, DType::F32));
@@ -218,6 +218,26 @@ void Gpt::forward_block(const void* params, size_t l, size_t rows) {
     // att[:, h] = P_h V_h, the heads side by side in C columns.
     ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(probs, T, tt), GemmIn(q + 2 * C * e, 3 * C, qs),
                       GemmOut(y.att.as<char>() + h * D * e, C, T * C), compute_, compute_));
+  }
+}
+
+// One block: res_in_[l] -> the next block's input (res_out_ after the last), its activations into
+// saved(l). Backward calls it again for a block whose activations were not kept (recompute).
+void Gpt::forward_block(const void* params, size_t l, size_t rows) {
+  const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H, N = rows * T, L = opt_.n_layer;
+  Saved& y = saved(l);
+  const Buffer& next = l + 1 < L ? res_in_[l + 1] : res_out_;
+  layernorm(res_in_[l].data(), params, layer_param(l, kLn1W), y.ln1.data(), y.mean1, y.rstd1, N);
+  ops_.linear_forward(act(y.ln1, N, C), param(params, layer_param(l, kQkvW)), param(params, layer_param(l, kQkvB)),
+                      act(y.qkv, N, 3 * C));
+  if (opt_.fused_attention) {
+    AttentionArgs a;
+    a.B = int64_t(rows), a.T = int64_t(T), a.H = int64_t(H), a.D = int64_t(D), a.scale = scale_, a.type = compute_;
+    a.qkv = y.qkv.data(), a.out = y.att.data();
+    a.row_max = y.attn_keep.as<float>(), a.row_sum = y.attn_keep.as<float>() + N * H;
+    ops_.attention_forward(a);
+  } else {
+    attention_explicit(y, rows);
   }
   ops_.linear_forward(act(y.att, N, C), param(params, layer_param(l, kProjW)), param(params, layer_param(l, kProjB)),
                       act(tmp_, N, C));
@@ -257,9 +277,37 @@ void Gpt::forward_loss(const void* params, size_t rows, const float* scale, floa
   ops_.softmax_xent(x);
 }
 
+// The explicit attention's backward: one head at a time, batched over the rows, as its forward;
+// d(att) is in dtmp_, d(qkv) goes to dqkv_.
+void Gpt::attention_explicit_backward(const Saved& y, size_t rows) {
+  const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H;
+  const size_t e = dtype_size(compute_);
+  const int64_t B = int64_t(rows), qs = int64_t(T * 3 * C), tt = int64_t(T * T), ts = int64_t(T * C);
+  for (size_t h = 0; h < H; ++h) {
+    const char* q = y.qkv.as<char>() + h * D * e;
+    const char* probs = y.attn_keep.as<char>() + h * rows * T * T * e;
+    const char* datt = dtmp_.as<char>() + h * D * e;
+    char* dq = dqkv_.as<char>() + h * D * e;
+    // dP_h = dAtt_h V_h^T (FP32); dV_h = P_h^T dAtt_h.
+    ops_.gemm(gemm_of(GemmShape(T, T, D, B), GemmIn(datt, C, ts), GemmIn(q + 2 * C * e, 3 * C, qs).t(),
+                      GemmOut(dprobs_.data(), T, tt), compute_, DType::F32));
+    ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(probs, T, tt).t(), GemmIn(datt, C, ts),
+                      GemmOut(dq + 2 * C * e, 3 * C, qs), compute_, compute_));
+    // dS = softmax'(dP) with the 1/sqrt(D) folded in; dQ_h = dS_h K_h, dK_h = dS_h^T Q_h.
+    CausalSoftmaxBackwardArgs sb;
+    sb.batch = B, sb.T = int64_t(T), sb.scale = scale_, sb.p = probs, sb.p_type = compute_;
+    sb.dp = dprobs_.data(), sb.dp_type = DType::F32, sb.ds = dscores_.data(), sb.ds_type = compute_;
+    ops_.causal_softmax_backward(sb);
+    ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(dscores_.data(), T, tt), GemmIn(q + C * e, 3 * C, qs),
+                      GemmOut(dq, 3 * C, qs), compute_, compute_));
+    ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(dscores_.data(), T, tt).t(), GemmIn(q, 3 * C, qs),
+                      GemmOut(dq + C * e, 3 * C, qs), compute_, compute_));
+  }
+}
+
 void Gpt::backward(const void* params, void* grads, size_t rows, const std::function<void(int)>& ready) {
   const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H, N = rows * T, V = opt_.vocab;
-  const size_t L = opt_.n_layer, e = dtype_size(compute_);
+  const size_t L = opt_.n_layer;
   auto P = [&](int i) { return param(params, i); };
   auto G = [&](int i) { return param(grads, i); };
   auto done = [&](int i) { ready(i); };
@@ -297,27 +345,15 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
     layernorm_back(dtmp_.data(), y.res_mid.data(), lp(kLn2W), y.mean2, y.rstd2, true);
     // Attention: dres is now the gradient of the middle residual.
     linear_back(act(dres_, N, C), act(y.att, N, C), lp(kProjW), act(dtmp_, N, C));  // d(att)
-    // One head at a time, batched over the rows, as the forward pass.
-    const int64_t B = int64_t(rows), qs = int64_t(T * 3 * C), tt = int64_t(T * T), ts = int64_t(T * C);
-    for (size_t h = 0; h < H; ++h) {
-      const char* q = y.qkv.as<char>() + h * D * e;
-      const char* probs = y.probs.as<char>() + h * rows * T * T * e;
-      const char* datt = dtmp_.as<char>() + h * D * e;
-      char* dq = dqkv_.as<char>() + h * D * e;
-      // dP_h = dAtt_h V_h^T (FP32); dV_h = P_h^T dAtt_h.
-      ops_.gemm(gemm_of(GemmShape(T, T, D, B), GemmIn(datt, C, ts), GemmIn(q + 2 * C * e, 3 * C, qs).t(),
-                        GemmOut(dprobs_.data(), T, tt), compute_, DType::F32));
-      ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(probs, T, tt).t(), GemmIn(datt, C, ts),
-                        GemmOut(dq + 2 * C * e, 3 * C, qs), compute_, compute_));
-      // dS = softmax'(dP) with the 1/sqrt(D) folded in; dQ_h = dS_h K_h, dK_h = dS_h^T Q_h.
-      CausalSoftmaxBackwardArgs sb;
-      sb.batch = B, sb.T = int64_t(T), sb.scale = scale_, sb.p = probs, sb.p_type = compute_;
-      sb.dp = dprobs_.data(), sb.dp_type = DType::F32, sb.ds = dscores_.data(), sb.ds_type = compute_;
-      ops_.causal_softmax_backward(sb);
-      ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(dscores_.data(), T, tt), GemmIn(q + C * e, 3 * C, qs),
-                        GemmOut(dq, 3 * C, qs), compute_, compute_));
-      ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(dscores_.data(), T, tt).t(), GemmIn(q, 3 * C, qs),
-                        GemmOut(dq + C * e, 3 * C, qs), compute_, compute_));
+    if (opt_.fused_attention) {
+      AttentionBackwardArgs a;
+      a.B = int64_t(rows), a.T = int64_t(T), a.H = int64_t(H), a.D = int64_t(D), a.scale = scale_, a.type = compute_;
+      a.qkv = y.qkv.data(), a.out = y.att.data(), a.dout = dtmp_.data();
+      a.row_max = y.attn_keep.as<float>(), a.row_sum = y.attn_keep.as<float>() + N * H;
+      a.delta = delta_.as<float>(), a.dqkv = dqkv_.data();
+      ops_.attention_backward(a);
+    } else {
+      attention_explicit_backward(y, rows);
     }
     linear_back(act(dqkv_, N, 3 * C), act(y.ln1, N, C), lp(kQkvW), act(dtmp_, N, C));
     layernorm_back(dtmp_.data(), res_in_[li].data(), lp(kLn1W), y.mean1, y.rstd1, true);

@@ -31,6 +31,10 @@ struct GptOptions {
   // activations live in one set of buffers and are computed again, block by block, inside
   // backward (deterministic kernels: the same bits as when stored).
   bool recompute = false;
+  // model.attention fused: the fused causal attention op (backend/attention_args.h), which keeps
+  // two FP32 numbers per (row, head, position) instead of the [T, T] probabilities; explicit: two
+  // batched GEMMs around the causal softmax (the reference).
+  bool fused_attention = false;
   size_t logits_ld() const { return (vocab + vocab_pad - 1) / vocab_pad * vocab_pad; }
 };
 
@@ -107,13 +111,19 @@ class Gpt final : public Model {
   // block (statistics FP32): per block, or one set shared by every block with recompute.
   std::vector<Buffer> res_in_;
   struct Saved {
-    Buffer ln1, mean1, rstd1, qkv, probs, att, res_mid, ln2, mean2, rstd2, fc, gelu;
+    // attn_keep: what attention keeps for backward: the probabilities [H][rows][T][T] (explicit),
+    // or the online softmax's row_max then row_sum, [rows, H, T] FP32 each (fused).
+    Buffer ln1, mean1, rstd1, qkv, attn_keep, att, res_mid, ln2, mean2, rstd2, fc, gelu;
   };
   std::vector<Saved> saved_;
   Saved& saved(size_t l) { return saved_[opt_.recompute ? 0 : l]; }
+  // The explicit attention from y.qkv into y.att, and its backward from dtmp_ into dqkv_.
+  void attention_explicit(Saved& y, size_t rows);
+  void attention_explicit_backward(const Saved& y, size_t rows);
   Buffer res_out_, lnf_, meanf_, rstdf_, logits_, dlogits_;
-  // Scratch: attention scores / their gradient (FP32, one sequence), gradient buffers.
-  Buffer scores_, dprobs_, dscores_, dres_, dtmp_, dqkv_, dfc_, tmp_;
+  // Scratch: attention scores / their gradient (FP32, one head; explicit) or the fused
+  // backward's delta ([rows, H, T] FP32), gradient buffers.
+  Buffer scores_, dprobs_, dscores_, delta_, dres_, dtmp_, dqkv_, dfc_, tmp_;
 };
 
 }  // namespace amp

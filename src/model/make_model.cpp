@@ -45,6 +45,7 @@ GptOptions gpt_options(const Config& cfg, size_t vocab) {
   o.n_embd = size_t(cfg.model.n_embd);
   o.vocab_pad = vocab_pad_for(cfg.model.vocab_pad, o.vocab);
   o.recompute = cfg.model.recompute == "block";
+  o.fused_attention = cfg.model.attention == "fused";
   return o;
 }
 

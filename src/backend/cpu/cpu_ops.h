@@ -5,6 +5,8 @@
 //   ops_layernorm.cpp, ops_softmax.cpp, ops_gelu.cpp, ops_embedding.cpp
 //                      the transformer ops (backend/transformer_args.h), with the row reductions of
 //                      transformer_rows.h
+//   ops_attention.cpp  the fused causal attention (backend/attention_args.h), its tile kernels in
+//                      attention_kernels.h (scalar specification, AVX2, AVX-512 chosen at run time)
 //
 // GEMMs: FP16 operands are widened to FP32 (oneDNN has no FP16 matmul without AVX512-FP16); BF16
 // runs natively where oneDNN can (AVX-512, probed once by creating a BF16 primitive) and is widened
@@ -54,6 +56,8 @@ class CpuOps final : public ComputeOps {
   void layernorm_backward(const LayerNormBackwardArgs& a) override;
   void causal_softmax_forward(const CausalSoftmaxArgs& a) override;
   void causal_softmax_backward(const CausalSoftmaxBackwardArgs& a) override;
+  void attention_forward(const AttentionArgs& a) override;
+  void attention_backward(const AttentionBackwardArgs& a) override;
   void embedding_forward(const EmbeddingArgs& a) override;
   void embedding_backward(const EmbeddingBackwardArgs& a) override;
   // Grows only; a call beyond the reserve throws amp::Error.
@@ -66,6 +70,8 @@ class CpuOps final : public ComputeOps {
 
   // Whether oneDNN multiplies BF16 operands natively on this CPU (else they are widened to FP32).
   bool bf16_native() const { return bf16_native_; }
+  // The instruction set of the fused attention's kernels ("avx512", "avx2" or "scalar").
+  const char* attention_isa() const;
   // How gemm() runs these arguments: oneDNN's implementation name, followed by " (direct)" when it
   // reads and writes the caller's memory, or " (widened to f32)" when it goes through FP32 scratch.
   std::string gemm_implementation(const GemmArgs& g);

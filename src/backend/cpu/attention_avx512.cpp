@@ -1,0 +1,55 @@
+// The fused attention's tile kernels (attention_tiles.h) with AVX-512F: 16 lanes, 64 keys per
+// register block. Called only where the CPU has AVX-512F (attention_kernels.cpp checks).
+#include "backend/cpu/no_fp_contract.h"  // first: no FMA contraction in this file (explicit FMAs only)
+
+#include "backend/cpu/attention_kernels.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+
+#include "backend/attention_args.h"
+#include "backend/cpu/transformer_rows.h"
+#include "backend/transformer_args.h"
+
+// Everything included above keeps the file's own target; only what follows is AVX-512 code, in an
+// anonymous namespace so that nothing compiled here can stand in for another file's function.
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+
+namespace amp::cpu {
+
+using trows::exp_f32_8;
+
+namespace {
+
+struct V16 {
+  using Vec = __m512;
+  static constexpr int W = 16;
+  static Vec zero() { return _mm512_setzero_ps(); }
+  static Vec load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+  static Vec set1(float x) { return _mm512_set1_ps(x); }
+  static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+  static Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+  static Vec div(Vec a, Vec b) { return _mm512_div_ps(a, b); }
+  static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+};
+
+#include "backend/cpu/attention_tiles.h"
+
+}  // namespace
+
+void attention_forward_avx512(const AttnHead& h) { AttnTiles<V16>::forward(h); }
+void attention_backward_avx512(const AttnHead& h) { AttnTiles<V16>::backward(h); }
+
+}  // namespace amp::cpu
+
+#pragma GCC pop_options
+
+#else
+
+namespace amp::cpu {
+void attention_forward_avx512(const AttnHead&) {}
+void attention_backward_avx512(const AttnHead&) {}
+}  // namespace amp::cpu
+
+#endif

@@ -1,0 +1,114 @@
+// The fused causal attention (backend/attention_args.h) on the CPU: one (sequence, head) per work
+// item, in parallel; each item widens its head's rows to FP32 (K and V also transposed, for the
+// score rows), runs the kernels of attention_kernels.h (the widest the CPU has) and rounds its
+// outputs once. Work items write disjoint outputs, each element by its fixed chain, so the bits do
+// not depend on the thread count.
+#include "backend/cpu/no_fp_contract.h"  // first: no FMA contraction in this file
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/attention_args.h"
+#include "backend/cpu/attention_kernels.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/float_rows.h"
+#include "core/convert.h"
+
+namespace amp::cpu {
+
+namespace {
+
+struct HeadScratch {
+  int64_t T = 0, D = 0, Dp = 0, Tp = 0;
+  std::vector<float> q, k, kt, v, vt, o, dout, a, b, c, row;
+
+  void size(int64_t T_, int64_t D_, bool backward) {
+    T = T_, D = D_, Dp = (D + kAttnPad - 1) / kAttnPad * kAttnPad, Tp = (T + kAttnKeyTile - 1) / kAttnKeyTile * kAttnKeyTile;
+    const size_t rows = size_t(T * Dp), cols = size_t(D * Tp);
+    q.assign(rows, 0.0f), kt.assign(cols, 0.0f), a.assign(rows, 0.0f), row.assign(size_t(D), 0.0f);
+    if (!backward) {
+      v.assign(rows, 0.0f);
+      return;
+    }
+    k.assign(rows, 0.0f), vt.assign(cols, 0.0f), o.assign(rows, 0.0f), dout.assign(rows, 0.0f);
+    b.assign(rows, 0.0f), c.assign(rows, 0.0f);
+  }
+};
+
+// Rows t = 0 .. T-1 of one head's D columns at element offset `col` of a [B*T, ld] tensor, from
+// sequence b, into dst [T][Dp] (and, when dst_t is given, transposed into [D][Tp]).
+void gather(const void* src, DType type, int64_t ld, int64_t b, int64_t col, HeadScratch& s, float* dst, float* dst_t) {
+  for (int64_t t = 0; t < s.T; ++t) {
+    const float* r = row_in(src, type, (b * s.T + t) * ld + col, s.D, s.row.data());
+    std::copy(r, r + s.D, dst + t * s.Dp);
+    if (dst_t)
+      for (int64_t d = 0; d < s.D; ++d) dst_t[d * s.Tp + t] = r[d];
+  }
+}
+
+// The inverse for outputs: src [T][Dp] rounded into the head's columns.
+void scatter(const float* src, void* dst, DType type, int64_t ld, int64_t b, int64_t col, const HeadScratch& s) {
+  for (int64_t t = 0; t < s.T; ++t) convert(src + t * s.Dp, DType::F32, at(dst, type, (b * s.T + t) * ld + col), type, size_t(s.D));
+}
+
+}  // namespace
+
+const char* CpuOps::attention_isa() const { return active_attention_kernels().isa; }
+
+void CpuOps::attention_forward(const AttentionArgs& a) {
+  check_args(a);
+  if (a.B * a.T * a.H * a.D == 0) return;
+  const AttnKernels& kern = active_attention_kernels();
+  const int64_t C = a.H * a.D, items = a.B * a.H;
+#pragma omp parallel if (items > 1 && a.T * a.T * a.D >= 4096)
+  {
+    HeadScratch s;
+    s.size(a.T, a.D, false);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t b = item / a.H, h = item % a.H;
+      gather(a.qkv, a.type, 3 * C, b, h * a.D, s, s.q.data(), nullptr);
+      gather(a.qkv, a.type, 3 * C, b, C + h * a.D, s, s.a.data(), s.kt.data());  // K only transposed
+      gather(a.qkv, a.type, 3 * C, b, 2 * C + h * a.D, s, s.v.data(), nullptr);
+      AttnHead head;
+      head.T = s.T, head.D = s.D, head.Dp = s.Dp, head.Tp = s.Tp, head.scale = a.scale;
+      head.q = s.q.data(), head.kt = s.kt.data(), head.v = s.v.data();
+      head.out = s.a.data(), head.m_out = a.row_max + item * a.T, head.l_out = a.row_sum + item * a.T;
+      kern.forward(head);
+      scatter(s.a.data(), a.out, a.type, C, b, h * a.D, s);
+    }
+  }
+}
+
+void CpuOps::attention_backward(const AttentionBackwardArgs& a) {
+  check_args(a);
+  if (a.B * a.T * a.H * a.D == 0) return;
+  const AttnKernels& kern = active_attention_kernels();
+  const int64_t C = a.H * a.D, items = a.B * a.H;
+#pragma omp parallel if (items > 1 && a.T * a.T * a.D >= 4096)
+  {
+    HeadScratch s;
+    s.size(a.T, a.D, true);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t b = item / a.H, h = item % a.H;
+      gather(a.qkv, a.type, 3 * C, b, h * a.D, s, s.q.data(), nullptr);
+      gather(a.qkv, a.type, 3 * C, b, C + h * a.D, s, s.k.data(), s.kt.data());
+      gather(a.qkv, a.type, 3 * C, b, 2 * C + h * a.D, s, s.a.data(), s.vt.data());  // V only transposed
+      gather(a.out, a.type, C, b, h * a.D, s, s.o.data(), nullptr);
+      gather(a.dout, a.type, C, b, h * a.D, s, s.dout.data(), nullptr);
+      AttnHead head;
+      head.T = s.T, head.D = s.D, head.Dp = s.Dp, head.Tp = s.Tp, head.scale = a.scale;
+      head.q = s.q.data(), head.k = s.k.data(), head.kt = s.kt.data(), head.vt = s.vt.data();
+      head.o = s.o.data(), head.dout = s.dout.data();
+      head.m = a.row_max + item * a.T, head.l = a.row_sum + item * a.T, head.delta = a.delta + item * a.T;
+      head.dq = s.a.data(), head.dk = s.b.data(), head.dv = s.c.data();
+      kern.backward(head);
+      scatter(s.a.data(), a.dqkv, a.type, 3 * C, b, h * a.D, s);
+      scatter(s.b.data(), a.dqkv, a.type, 3 * C, b, C + h * a.D, s);
+      scatter(s.c.data(), a.dqkv, a.type, 3 * C, b, 2 * C + h * a.D, s);
+    }
+  }
+}
+
+}  // namespace amp::cpu
