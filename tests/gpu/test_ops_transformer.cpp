@@ -151,6 +151,47 @@ TEST_CASE("cuda tops causal softmax forward and backward: bit-identical to the C
         }
 }
 
+TEST_CASE("cuda tops fused attention forward and backward: bit-identical to the CPU twin", "[.cuda][tops][attention]") {
+  // Both twins transcribe backend/attention_args.h's chains (tmath::exp_f32, explicit FMAs), so
+  // out, the statistics and every gradient agree bit for bit; lengths across the 64-key tile,
+  // head dimensions that are and are not multiples of the CPU's vector width.
+  auto dev = make_device();
+  cpu::CpuOps cpu_ops;
+  struct Shape {
+    int64_t B, T, H, D;
+  };
+  const Shape shapes[] = {{1, 1, 1, 1}, {2, 37, 3, 8}, {1, 64, 2, 64}, {2, 130, 2, 20}, {1, 257, 1, 64}};
+  uint64_t seed = 500;
+  for (const Shape& sh : shapes)
+    for (DType t : kTypes) {
+      INFO("B " << sh.B << " T " << sh.T << " H " << sh.H << " D " << sh.D << " " << dtype_name(t));
+      const size_t C = size_t(sh.H * sh.D), rows = size_t(sh.B * sh.T), stats = size_t(sh.B * sh.H * sh.T);
+      const float scale = 1.0f / std::sqrt(float(sh.D));
+      const Raw qkv = random_raw(t, rows * 3 * C, ++seed, 1.5), dout = random_raw(t, rows * C, ++seed);
+      Raw out = sentinel(t, rows * C), dqkv = sentinel(t, rows * 3 * C);
+      Raw m = sentinel(DType::F32, stats), l = sentinel(DType::F32, stats), delta = sentinel(DType::F32, stats);
+      AttentionArgs a{sh.B, sh.T, sh.H, sh.D, scale, t, qkv.data(), out.data(), static_cast<float*>(m.data()),
+                      static_cast<float*>(l.data())};
+      cpu_ops.attention_forward(a);
+      AttentionBackwardArgs g{sh.B, sh.T, sh.H, sh.D, scale, t, qkv.data(), out.data(), dout.data(),
+                              static_cast<const float*>(m.data()), static_cast<const float*>(l.data()),
+                              static_cast<float*>(delta.data()), dqkv.data()};
+      cpu_ops.attention_backward(g);
+      Dev gqkv(*dev, qkv), gdout(*dev, dout), gout(*dev, sentinel(t, rows * C)), gdqkv(*dev, sentinel(t, rows * 3 * C));
+      Dev gm(*dev, sentinel(DType::F32, stats)), gl(*dev, sentinel(DType::F32, stats)), gdelta(*dev, sentinel(DType::F32, stats));
+      dev->ops().attention_forward(AttentionArgs{sh.B, sh.T, sh.H, sh.D, scale, t, gqkv.get(), gout.get(),
+                                                 gm.as<float>(), gl.as<float>()});
+      dev->ops().attention_backward(AttentionBackwardArgs{sh.B, sh.T, sh.H, sh.D, scale, t, gqkv.get(), gout.get(),
+                                                          gdout.get(), gm.as<float>(), gl.as<float>(),
+                                                          gdelta.as<float>(), gdqkv.get()});
+      TWINS_REQUIRE_SAME(gout.read(t), out, "out");
+      TWINS_REQUIRE_SAME(gm.read(DType::F32), m, "row_max");
+      TWINS_REQUIRE_SAME(gl.read(DType::F32), l, "row_sum");
+      TWINS_REQUIRE_SAME(gdelta.read(DType::F32), delta, "delta");
+      TWINS_REQUIRE_SAME(gdqkv.read(t), dqkv, "dqkv");
+    }
+}
+
 TEST_CASE("cuda tops gelu_tanh forward and backward: bit-identical to the CPU twin, special values", "[.cuda][tops]") {
   auto dev = make_device();
   cpu::CpuOps cpu_ops;

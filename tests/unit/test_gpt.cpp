@@ -36,9 +36,10 @@ struct Result {
   double loss = 0;
 };
 
-Result run(const nlohmann::json& ref, DType dt, float scale) {
+Result run(const nlohmann::json& ref, DType dt, float scale, bool fused_attention = false) {
   const auto& c = ref["config"];
   GptOptions o;
+  o.fused_attention = fused_attention;
   o.vocab = c["vocab_size"], o.n_layer = c["n_layer"], o.n_head = c["n_head"], o.n_embd = c["n_embd"];
   o.seq_len = c["seq_len"];
   const size_t B = c["batch"], T = o.seq_len, V = o.vocab, N = B * T;
@@ -139,6 +140,20 @@ TEST_CASE("gpt: logits, loss and every gradient match the float64 PyTorch refere
   CHECK(again.logits == r.logits);
 }
 
+TEST_CASE("gpt: fused attention matches the float64 PyTorch reference as the explicit path does", "[gpt][attention]") {
+  // model.attention fused (backend/attention_args.h) against the same float64 reference and the
+  // same tolerances as the explicit path above: FP32, and BF16 / FP16 (loss-scaled).
+  const nlohmann::json ref = reference();
+  const Result r = run(ref, DType::F32, 1.0f, true);
+  check_against(ref, r, 1e-4, 1e-5);
+  const Result explicit_path = run(ref, DType::F32, 1.0f, false);
+  CHECK(std::fabs(r.loss - explicit_path.loss) <= 1e-6 * explicit_path.loss);
+  const Result again = run(ref, DType::F32, 1.0f, true);
+  CHECK(again.grads == r.grads);  // deterministic
+  check_against(ref, run(ref, DType::BF16, 1.0f, true), 0.05, 0.03);
+  check_against(ref, run(ref, DType::F16, 1024.0f, true), 0.01, 0.005);
+}
+
 TEST_CASE("gpt: BF16 and FP16 (loss-scaled) match the reference within the formats' precision", "[gpt]") {
   const nlohmann::json ref = reference();
   SECTION("bf16") { check_against(ref, run(ref, DType::BF16, 1.0f), 0.05, 0.03); }
@@ -191,10 +206,11 @@ TEST_CASE("gpt: padded logits rows and recomputed blocks give the plain loss, gr
     std::vector<uint32_t> grads, logits, next;
     std::vector<int32_t> sample;
   };
-  auto run_with = [&](size_t pad, DType dt, float scale, bool recompute = false) {
+  auto run_with = [&](size_t pad, DType dt, float scale, bool recompute = false, bool fused = false) {
     GptOptions o = base;
     o.vocab_pad = pad;
     o.recompute = recompute;
+    o.fused_attention = fused;
     CpuBackend be(2);
     Gpt model(be.memory(), be.ops(), o, dt, B);
     const ParamLayout& L = model.layout();
@@ -244,6 +260,13 @@ TEST_CASE("gpt: padded logits rows and recomputed blocks give the plain loss, gr
     CHECK(rec.logits == plain.logits);
     CHECK(rec.grads == plain.grads);
     CHECK(rec.sample == plain.sample);
+    // The same with fused attention: recomputed blocks give the stored blocks' bits.
+    INFO(dtype_name(dt) << ", fused attention, recomputed blocks");
+    const Out fused = run_with(1, dt, scale, false, true), fused_rec = run_with(1, dt, scale, true, true);
+    CHECK(f32_bits(fused_rec.loss) == f32_bits(fused.loss));
+    CHECK(fused_rec.logits == fused.logits);
+    CHECK(fused_rec.grads == fused.grads);
+    CHECK(fused_rec.sample == fused.sample);
   }
 }
 
@@ -254,11 +277,13 @@ TEST_CASE("gpt: the memory plan's activation bytes are what the model allocates"
   for (const DType dt : {DType::F32, DType::BF16})
     for (const size_t rows : {size_t(1), size_t(8)})
       for (const GptOptions& o : {GptOptions{300, 16, 2, 2, 32, 128}, GptOptions{50257, 64, 3, 4, 128, 128},
-                                  GptOptions{300, 16, 4, 2, 32, 128, true}, GptOptions{50257, 64, 3, 4, 128, 128, true}}) {
+                                  GptOptions{300, 16, 4, 2, 32, 128, true}, GptOptions{50257, 64, 3, 4, 128, 128, true},
+                                  GptOptions{300, 16, 4, 2, 32, 128, false, true},
+                                  GptOptions{50257, 64, 3, 4, 128, 128, true, true}}) {
         Gpt model(be.memory(), be.ops(), o, dt, rows);
         size_t plan = 0;
         REQUIRE(Gpt::activation_bytes(o, rows, dt, &plan));
-        INFO("vocab " << o.vocab << (o.recompute ? ", recompute" : "") << ", " << rows << " rows, " << dtype_name(dt) << ": plan " << plan << ", allocated "
+        INFO("vocab " << o.vocab << (o.recompute ? ", recompute" : "") << (o.fused_attention ? ", fused" : "") << ", " << rows << " rows, " << dtype_name(dt) << ": plan " << plan << ", allocated "
                       << model.buffer_bytes());
         CHECK(model.max_rows() == rows);
         CHECK(plan == model.buffer_bytes());
@@ -266,6 +291,11 @@ TEST_CASE("gpt: the memory plan's activation bytes are what the model allocates"
           GptOptions kept = o;
           kept.recompute = false;
           CHECK(model.buffer_bytes() < Gpt(be.memory(), be.ops(), kept, dt, rows).buffer_bytes());
+        }
+        if (o.fused_attention) {  // less than the explicit attention's probabilities and scores
+          GptOptions expl = o;
+          expl.fused_attention = false;
+          CHECK(model.buffer_bytes() < Gpt(be.memory(), be.ops(), expl, dt, rows).buffer_bytes());
         }
       }
 }

@@ -1,0 +1,348 @@
+// The fused causal attention on the CPU (backend/attention_args.h, src/backend/cpu/ops_attention.cpp),
+// on seeded random data (never zeros):
+// - every kernel set this CPU has (AVX2, AVX-512) gives the scalar specification's bits, forward
+//   and backward, at head dimensions and lengths that are and are not multiples of the vector
+//   width and of the 64-key tile (the test says which instruction sets it ran);
+// - the op in the QKV layout against a float64 reference of softmax(QK^T * scale) V and its
+//   gradients, for F32, F16 and BF16 (FP32 error plus one rounding to the output's dtype);
+// - the causal mask: keys after a query are never read; non-finite values make their rows NaN;
+// - the same bits on 1 and 2 OpenMP threads; invalid arguments refused.
+// The model-level checks (fused attention against the float64 PyTorch GPT, recomputation) are in
+// test_gpt.cpp; the CUDA twin's bit-identity in tests/gpu/test_ops_transformer.cpp.
+#include <catch2/catch.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/attention_args.h"
+#include "backend/cpu/attention_kernels.h"
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "core/rng.h"
+// GCC 12 reports a false -Wstringop-overflow inside Raw::set_bits when fill_bits is inlined here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#include "ops_general_ref.h"
+#pragma GCC diagnostic pop
+
+using namespace amp;
+using ops_ref::Raw;
+
+namespace {
+
+bool same_bits(float a, float b) { return f32_bits(a) == f32_bits(b) || (std::isnan(a) && std::isnan(b)); }
+
+// Counts the elements of got[] that differ from want[] in their bits, remembering the first.
+struct BitCheck {
+  size_t differ = 0, checked = 0;
+  std::string first;
+  void check(const char* what, const float* got, const float* want, size_t n) {
+    for (size_t i = 0; i < n; ++i, ++checked)
+      if (!same_bits(got[i], want[i]) && differ++ == 0) {
+        std::ostringstream o;
+        o << what << "[" << i << "] " << got[i] << " vs " << want[i];
+        first = o.str();
+      }
+  }
+};
+
+struct HeadData {
+  int64_t T, D, Dp, Tp;
+  std::vector<float> q, k, kt, v, vt, dout;
+  HeadData(int64_t T_, int64_t D_, uint64_t seed) : T(T_), D(D_) {
+    Dp = (D + cpu::kAttnPad - 1) / cpu::kAttnPad * cpu::kAttnPad;
+    Tp = (T + kAttnKeyTile - 1) / kAttnKeyTile * kAttnKeyTile;
+    q.assign(size_t(T * Dp), 0.0f), k = q, v = q, dout = q;
+    kt.assign(size_t(D * Tp), 0.0f), vt = kt;
+    Rng rng(seed);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d) {
+        q[size_t(t * Dp + d)] = float(2.0 * rng.normal());
+        k[size_t(t * Dp + d)] = kt[size_t(d * Tp + t)] = float(2.0 * rng.normal());
+        v[size_t(t * Dp + d)] = vt[size_t(d * Tp + t)] = float(rng.normal());
+        dout[size_t(t * Dp + d)] = float(rng.normal());
+      }
+  }
+};
+
+struct HeadResult {
+  std::vector<float> out, m, l, delta, dq, dk, dv;
+};
+
+HeadResult run_head(const cpu::AttnKernels& kern, const HeadData& x) {
+  HeadResult r;
+  const size_t rows = size_t(x.T * x.Dp), T = size_t(x.T);
+  r.out.assign(rows, 0.0f), r.m.assign(T, 0.0f), r.l.assign(T, 0.0f);
+  cpu::AttnHead h;
+  h.T = x.T, h.D = x.D, h.Dp = x.Dp, h.Tp = x.Tp, h.scale = 1.0f / std::sqrt(float(x.D));
+  h.q = x.q.data(), h.k = x.k.data(), h.kt = x.kt.data(), h.v = x.v.data(), h.vt = x.vt.data();
+  h.out = r.out.data(), h.m_out = r.m.data(), h.l_out = r.l.data();
+  kern.forward(h);
+  // The backward reads the forward's output as rounded storage would give it back: here FP32.
+  r.delta.assign(T, 0.0f), r.dq.assign(rows, 0.0f), r.dk.assign(rows, 0.0f), r.dv.assign(rows, 0.0f);
+  h.o = r.out.data(), h.dout = x.dout.data(), h.m = r.m.data(), h.l = r.l.data(), h.delta = r.delta.data();
+  h.dq = r.dq.data(), h.dk = r.dk.data(), h.dv = r.dv.data();
+  kern.backward(h);
+  // Only the first D columns are outputs.
+  for (auto* a : {&r.out, &r.dq, &r.dk, &r.dv})
+    for (int64_t t = 0; t < x.T; ++t)
+      for (int64_t d = x.D; d < x.Dp; ++d) (*a)[size_t(t * x.Dp + d)] = 0.0f;
+  return r;
+}
+
+// float64 reference of one head: out = softmax_causal(scale Q K^T) V and the gradients.
+struct Reference {
+  std::vector<double> out, dq, dk, dv;
+};
+
+Reference reference_head(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                         const std::vector<double>& dout, int64_t T, int64_t D, double scale) {
+  Reference r;
+  r.out.assign(size_t(T * D), 0.0), r.dq = r.out, r.dk = r.out, r.dv = r.out;
+  std::vector<double> p(static_cast<size_t>(T)), dp(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) {
+    double m = -INFINITY;
+    for (int64_t j = 0; j <= i; ++j) {
+      double s = 0;
+      for (int64_t d = 0; d < D; ++d) s += q[size_t(i * D + d)] * k[size_t(j * D + d)];
+      p[size_t(j)] = scale * s;
+      m = std::max(m, p[size_t(j)]);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j <= i; ++j) sum += p[size_t(j)] = std::exp(p[size_t(j)] - m);
+    for (int64_t j = 0; j <= i; ++j) p[size_t(j)] /= sum;
+    double dot = 0;
+    for (int64_t j = 0; j <= i; ++j) {
+      double a = 0;
+      for (int64_t d = 0; d < D; ++d) a += dout[size_t(i * D + d)] * v[size_t(j * D + d)];
+      dp[size_t(j)] = a;
+      dot += p[size_t(j)] * a;
+    }
+    for (int64_t j = 0; j <= i; ++j) {
+      const double ds = scale * p[size_t(j)] * (dp[size_t(j)] - dot);
+      for (int64_t d = 0; d < D; ++d) {
+        r.out[size_t(i * D + d)] += p[size_t(j)] * v[size_t(j * D + d)];
+        r.dv[size_t(j * D + d)] += p[size_t(j)] * dout[size_t(i * D + d)];
+        r.dq[size_t(i * D + d)] += ds * k[size_t(j * D + d)];
+        r.dk[size_t(j * D + d)] += ds * q[size_t(i * D + d)];
+      }
+    }
+  }
+  return r;
+}
+
+// max over elements of |got - want| / (atol_rel * max|want| + rtol * |want|) must stay <= 1.
+void compare(const std::string& what, const std::vector<float>& got, const std::vector<double>& want, double rtol,
+             double atol_rel) {
+  double maxabs = 0;
+  for (double w : want) maxabs = std::max(maxabs, std::fabs(w));
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double e = std::fabs(double(got[i]) - want[i]) / (atol_rel * maxabs + rtol * std::fabs(want[i]) + 1e-300);
+    if (!(e <= worst)) worst = e, at = i;
+  }
+  INFO(what << ": worst element " << at << " got " << got[at] << " want " << want[at] << " (max |want| " << maxabs
+            << ", ratio " << worst << ")");
+  CHECK(worst <= 1.0);
+}
+
+struct OpCase {
+  int64_t B, T, H, D;
+  DType type;
+  Raw qkv, dout;
+  OpCase(int64_t B_, int64_t T_, int64_t H_, int64_t D_, DType t, uint64_t seed)
+      : B(B_), T(T_), H(H_), D(D_), type(t), qkv(t, size_t(B_ * T_ * 3 * H_ * D_)), dout(t, size_t(B_ * T_ * H_ * D_)) {
+    ops_ref::fill_random(qkv, seed, 1.5);
+    ops_ref::fill_random(dout, seed + 1);
+  }
+  float scale() const { return 1.0f / std::sqrt(float(D)); }
+};
+
+struct OpResult {
+  Raw out, dqkv;
+  std::vector<float> row_max, row_sum, delta;
+};
+
+OpResult run_op(cpu::CpuOps& ops, const OpCase& c) {
+  OpResult r;
+  const size_t rows = size_t(c.B * c.H * c.T);
+  r.out = Raw(c.type, size_t(c.B * c.T * c.H * c.D));
+  r.out.fill_bits(ops_ref::sentinel_bits(c.type));
+  r.dqkv = Raw(c.type, c.qkv.size());
+  r.dqkv.fill_bits(ops_ref::sentinel_bits(c.type));
+  r.row_max.assign(rows, NAN), r.row_sum.assign(rows, NAN), r.delta.assign(rows, NAN);
+  AttentionArgs a;
+  a.B = c.B, a.T = c.T, a.H = c.H, a.D = c.D, a.scale = c.scale(), a.type = c.type;
+  a.qkv = c.qkv.data(), a.out = r.out.data(), a.row_max = r.row_max.data(), a.row_sum = r.row_sum.data();
+  ops.attention_forward(a);
+  AttentionBackwardArgs g;
+  g.B = c.B, g.T = c.T, g.H = c.H, g.D = c.D, g.scale = c.scale(), g.type = c.type;
+  g.qkv = c.qkv.data(), g.out = r.out.data(), g.dout = c.dout.data();
+  g.row_max = r.row_max.data(), g.row_sum = r.row_sum.data(), g.delta = r.delta.data(), g.dqkv = r.dqkv.data();
+  ops.attention_backward(g);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("attention: every kernel set of this CPU gives the scalar specification's bits", "[attention]") {
+  const auto& ks = cpu::available_attention_kernels();
+  REQUIRE(std::string(ks.front().isa) == "scalar");
+  std::string ran;
+  for (const auto& k : ks) ran += std::string(ran.empty() ? "" : ", ") + k.isa;
+  WARN("attention kernels checked against the scalar specification: " << ran << " (active: "
+                                                                       << cpu::active_attention_kernels().isa << ")");
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  CHECK((ks.size() >= 2) == (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")));
+  CHECK((ks.size() == 3) == (ks.size() >= 2 && __builtin_cpu_supports("avx512f")));
+#endif
+  struct Shape {
+    int64_t T, D;
+  };
+  const Shape shapes[] = {{1, 1}, {5, 7}, {8, 16}, {63, 16}, {64, 64}, {65, 13}, {130, 32}, {200, 80}, {97, 33}};
+  uint64_t seed = 300;
+  for (const Shape& s : shapes) {
+    HeadData x(s.T, s.D, ++seed);
+    if (s.T > 20) {  // special values: a NaN query element, an infinite key element late in the sequence
+      x.q[size_t(11 * x.Dp + 0)] = NAN;
+      x.k[size_t((s.T - 3) * x.Dp + 1)] = x.kt[size_t(1 * x.Tp + s.T - 3)] = INFINITY;
+    }
+    const HeadResult want = run_head(ks.front(), x);
+    for (size_t i = 1; i < ks.size(); ++i) {
+      const HeadResult got = run_head(ks[i], x);
+      BitCheck b;
+      b.check("out", got.out.data(), want.out.data(), want.out.size());
+      b.check("row_max", got.m.data(), want.m.data(), want.m.size());
+      b.check("row_sum", got.l.data(), want.l.data(), want.l.size());
+      b.check("delta", got.delta.data(), want.delta.data(), want.delta.size());
+      b.check("dq", got.dq.data(), want.dq.data(), want.dq.size());
+      b.check("dk", got.dk.data(), want.dk.data(), want.dk.size());
+      b.check("dv", got.dv.data(), want.dv.data(), want.dv.size());
+      INFO(ks[i].isa << " T " << s.T << " D " << s.D << ": " << b.differ << " of " << b.checked << " differ; " << b.first);
+      CHECK(b.differ == 0);
+    }
+  }
+}
+
+TEST_CASE("attention: forward and backward against the float64 reference in every dtype", "[attention]") {
+  cpu::CpuOps ops;
+  struct Shape {
+    int64_t B, T, H, D;
+  };
+  const Shape shapes[] = {{1, 1, 1, 4}, {2, 33, 3, 8}, {2, 70, 2, 20}, {1, 130, 2, 64}};
+  uint64_t seed = 400;
+  for (const Shape& s : shapes)
+    for (const DType t : {DType::F32, DType::F16, DType::BF16}) {
+      const OpCase c(s.B, s.T, s.H, s.D, t, seed += 2);
+      const OpResult r = run_op(ops, c);
+      const int64_t C = s.H * s.D;
+      // Per (b, h): the reference from the stored (rounded) inputs, compared in the op's layout.
+      const double ulp = ops_ref::unit_roundoff(t) * 2.0;  // one rounding of the output
+      const double rtol = t == DType::F32 ? 1e-5 : ulp, atol_rel = 2e-6 * std::sqrt(double(s.T)) + 1e-6;
+      std::vector<double> want_out, want_dq, want_dk, want_dv;
+      std::vector<float> got_out, got_dq, got_dk, got_dv;
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t h = 0; h < s.H; ++h) {
+          std::vector<double> q, k, v, dout;
+          for (int64_t i = 0; i < s.T; ++i)
+            for (int64_t d = 0; d < s.D; ++d) {
+              const size_t row = size_t((b * s.T + i) * 3 * C);
+              q.push_back(c.qkv.get(row + size_t(h * s.D + d)));
+              k.push_back(c.qkv.get(row + size_t(C + h * s.D + d)));
+              v.push_back(c.qkv.get(row + size_t(2 * C + h * s.D + d)));
+              dout.push_back(c.dout.get(size_t((b * s.T + i) * C + h * s.D + d)));
+              got_out.push_back(r.out.get(size_t((b * s.T + i) * C + h * s.D + d)));
+              got_dq.push_back(r.dqkv.get(row + size_t(h * s.D + d)));
+              got_dk.push_back(r.dqkv.get(row + size_t(C + h * s.D + d)));
+              got_dv.push_back(r.dqkv.get(row + size_t(2 * C + h * s.D + d)));
+            }
+          // The backward's dP uses the rounded output (delta = dout . out): the reference of the
+          // gradients is that of the exact softmax; the difference is within the output's rounding.
+          const Reference ref = reference_head(q, k, v, dout, s.T, s.D, double(c.scale()));
+          want_out.insert(want_out.end(), ref.out.begin(), ref.out.end());
+          want_dq.insert(want_dq.end(), ref.dq.begin(), ref.dq.end());
+          want_dk.insert(want_dk.end(), ref.dk.begin(), ref.dk.end());
+          want_dv.insert(want_dv.end(), ref.dv.begin(), ref.dv.end());
+        }
+      INFO(dtype_name(t) << " B " << s.B << " T " << s.T << " H " << s.H << " D " << s.D);
+      compare("out", got_out, want_out, rtol, atol_rel);
+      compare("dv", got_dv, want_dv, rtol, atol_rel);
+      // dq and dk depend on delta = dout . out with the output rounded to the dtype: a 16-bit output
+      // adds its half-ulp error, scaled by the gradient's sums, to every term.
+      const double g_atol = t == DType::F32 ? atol_rel : ulp;
+      compare("dq", got_dq, want_dq, rtol, g_atol);
+      compare("dk", got_dk, want_dk, rtol, g_atol);
+      for (size_t i = 0; i < r.row_sum.size(); ++i) {  // every statistic written, the sums at least 1
+        REQUIRE(std::isfinite(r.row_max[i]));
+        REQUIRE(r.row_sum[i] >= 1.0f);
+      }
+    }
+}
+
+TEST_CASE("attention: keys after a query are never read, non-finite values make rows NaN", "[attention]") {
+  cpu::CpuOps ops;
+  const int64_t B = 1, T = 150, H = 2, D = 16, C = H * D;
+  OpCase c(B, T, H, D, DType::F32, 77);
+  const OpResult clean = run_op(ops, c);
+  // A NaN key of head 1 at position 100: rows of head 1 before it keep their bits, rows from it on
+  // are NaN; head 0 keeps every bit. (An infinite key element makes scores of +-inf: -inf is a
+  // probability of 0, as in the explicit softmax, +inf a NaN row.)
+  c.qkv.set(size_t(100 * 3 * C + C + 1 * D + 3), NAN);
+  // A NaN query of head 0 at position 7: that row only.
+  c.qkv.set(size_t(7 * 3 * C + 0 * D + 5), NAN);
+  const OpResult bad = run_op(ops, c);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t h = 0; h < H; ++h) {
+      const bool nan_row = (h == 1 && i >= 100) || (h == 0 && i == 7);
+      for (int64_t d = 0; d < D; ++d) {
+        const size_t at = size_t(i * C + h * D + d);
+        INFO("row " << i << " head " << h << " column " << d);
+        if (nan_row)
+          REQUIRE(std::isnan(bad.out.get(at)));
+        else
+          REQUIRE(bad.out.bits(at) == clean.out.bits(at));
+      }
+    }
+}
+
+TEST_CASE("attention: 1 and 2 OpenMP threads give the same bits, invalid arguments are refused", "[attention]") {
+  cpu::CpuOps ops;
+  const OpCase c(3, 90, 3, 24, DType::BF16, 5);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const OpResult one = run_op(ops, c);
+  omp_set_num_threads(2);
+  const OpResult two = run_op(ops, c);
+  omp_set_num_threads(threads);
+  CHECK(one.out.bytes == two.out.bytes);
+  CHECK(one.dqkv.bytes == two.dqkv.bytes);
+  CHECK(one.row_max == two.row_max);
+  CHECK(one.row_sum == two.row_sum);
+
+  std::vector<float> buf(4096), stats(64);
+  AttentionArgs a;
+  a.B = 1, a.T = 4, a.H = 2, a.D = 8, a.type = DType::F32, a.qkv = buf.data(), a.out = buf.data() + 1024;
+  a.row_max = stats.data(), a.row_sum = stats.data() + 32;
+  ops.attention_forward(a);  // valid
+  AttentionArgs bad = a;
+  bad.out = const_cast<void*>(a.qkv);
+  CHECK_THROWS_WITH(ops.attention_forward(bad), Catch::Contains("alias"));
+  bad = a, bad.D = 2048;
+  CHECK_THROWS_WITH(ops.attention_forward(bad), Catch::Contains("D <= 1024"));
+  bad = a, bad.row_sum = nullptr;
+  CHECK_THROWS_WITH(ops.attention_forward(bad), Catch::Contains("null pointer"));
+  bad = a, bad.type = DType::I32;
+  CHECK_THROWS_WITH(ops.attention_forward(bad), Catch::Contains("unsupported dtype"));
+  AttentionBackwardArgs g;
+  g.B = 1, g.T = 4, g.H = 2, g.D = 8, g.type = DType::F32, g.qkv = buf.data(), g.out = buf.data() + 1024;
+  g.dout = buf.data() + 2048, g.row_max = stats.data(), g.row_sum = stats.data() + 32, g.delta = nullptr;
+  g.dqkv = buf.data() + 3072;
+  CHECK_THROWS_WITH(ops.attention_backward(g), Catch::Contains("null pointer"));
+}
