@@ -5,11 +5,15 @@
 // batched GEMM over all B x H heads. Usage:
 //   bench_gpt_step [--layers 4] [--embd 128] [--heads 4] [--seq 64] [--vocab 256] [--batch 16]
 //                  [--precision fp32] [--threads 1] [--steps 20] [--rounds 3]
+//                  [--attention explicit|fused] [--recompute 0|1]
 // Each round times `steps` steps, then every bare GEMM (median of `steps`), so a ratio compares
 // two measurements a few seconds apart; the rounds' ratios and their median are printed (this is
 // a shared VM: its speed drifts by up to 20% over tens of seconds).
 // FLOPs counted: 2 per multiply-add of every GEMM the step runs (forward, and the two gradient
-// GEMMs of each in backward; the attention products in full T x T, as computed).
+// GEMMs of each in backward; the attention products in full T x T, as the explicit path computes
+// them). With --attention fused those products are not GEMMs of the step: the fused op does the
+// causal half of their work and its time counts among the other ops, so the step's FLOP rate
+// (still counted with the explicit path's FLOPs) compares the two paths by time.
 // The model's ops are timed one by one (bench/timed_ops.h): the last round's step splits into its
 // GEMMs (compared with their bare time) and the other kernels.
 #include <algorithm>
@@ -61,6 +65,8 @@ int main(int argc, char** argv) {
     else if (a == "--rounds") rounds = std::max<size_t>(1, v);
     else if (a == "--threads") threads = int(v);
     else if (a == "--precision") prec = argv[i + 1];
+    else if (a == "--attention") o.fused_attention = std::string(argv[i + 1]) == "fused";
+    else if (a == "--recompute") o.recompute = v != 0;
   }
   const DType dt = prec == "fp32" ? DType::F32 : prec == "fp16" ? DType::F16 : DType::BF16;
   CpuBackend be(threads);
@@ -138,8 +144,11 @@ int main(int argc, char** argv) {
     }
     ratios.push_back(bare / step);
   }
-  std::printf("\nstep phases (%s, %zu layers x %zu, %zu heads, T %zu, batch %zu, %d thread%s, mean of %zu steps):\n",
-              prec.c_str(), o.n_layer, C, H, T, batch, threads, threads == 1 ? "" : "s", steps);
+  std::printf("\nstep phases (%s, %zu layers x %zu, %zu heads, T %zu, batch %zu, %d thread%s, %s attention%s, "
+              "activations %.1f MiB, mean of %zu steps):\n",
+              prec.c_str(), o.n_layer, C, H, T, batch, threads, threads == 1 ? "" : "s",
+              o.fused_attention ? "fused" : "explicit", o.recompute ? ", recompute" : "",
+              double(model.buffer_bytes()) / 1048576.0, steps);
   phases.print();
   std::printf("  %-22s %8.3f ms  (%.0f tokens/s)\n", "step", step * 1e3, double(M) / step);
   // The model's ops (forward, loss and backward) over the last round's timed steps.

@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     float s[kAttnKeyTile];
     float mt = m;
     for (int64_t j = j0; j < j1; ++j) {
-      s[j - j0] = g.scale * dot(q, qkv_at(qkv, g, b, h, j, 1), g.D);
+      s[j - j0] = g.scale * dot(q, qkv_at(qkv, g, b, h, j, 1), g.D) + 0.0f;
       if (s[j - j0] > mt || s[j - j0] != s[j - j0]) mt = s[j - j0];
     }
     const float c = tmath::exp_f32(m - mt);
@@ -88,7 +88,7 @@ template <typename E>
 __device__ void pair(const E* qkv, const E* dout, const float* row_max, const float* row_sum, const float* delta,
                      const Geometry& g, int64_t b, int64_t h, int64_t i, int64_t j, float* p, float* ds) {
   const int64_t r = (b * g.H + h) * g.T + i;
-  const float s = g.scale * dot(qkv_at(qkv, g, b, h, i, 0), qkv_at(qkv, g, b, h, j, 1), g.D);
+  const float s = g.scale * dot(qkv_at(qkv, g, b, h, i, 0), qkv_at(qkv, g, b, h, j, 1), g.D) + 0.0f;
   *p = tmath::exp_f32(s - row_max[r]) / row_sum[r];
   *ds = tmath::softmax_ds(g.scale, *p, dot(row_at(dout, g, b, h, i), qkv_at(qkv, g, b, h, j, 2), g.D), delta[r]);
 }

@@ -13,10 +13,11 @@
 //
 // Specification (every value in FP32 from the exactly widened inputs; dot(x, y) is the FMA chain
 // a = +0; a = fma(x_d, y_d, a) for d = 0, 1, ..., D-1; exp is tmath::exp_f32):
-//   s_ij = scale * dot(q_i, k_j) for j <= i (the causal mask: keys after the query are never read).
+//   s_ij = scale * dot(q_i, k_j) + 0 for j <= i (the causal mask: keys after the query are never
+//   read; adding +0 turns a -0 into +0, so the maxima below are unique whatever the order).
 // attention_forward, per (b, h, i): the keys in tiles of kAttnKeyTile, tile t holding
 //   j in [t*64, t*64 + 64) and j <= i, t = 0, 1, ... in order; m = -inf, l = 0, acc_d = 0; per tile
-//     m' = max(m, max_j s_ij)         (NaN when any operand is NaN)
+//     m' = max(m, max_j s_ij)         (NaN when any operand is NaN; no order: scores have no -0)
 //     c = exp(m - m');  p_j = exp(s_ij - m')
 //     l = l * c + tile_sum(p)         (two roundings; tile_sum: 8 lanes, lane k adding the p_j with
 //                                      j = t*64 + k (mod 8) in increasing j from +0, then

@@ -28,6 +28,7 @@ struct V16 {
   static Vec load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   static Vec set1(float x) { return _mm512_set1_ps(x); }
+  static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
   static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
   static Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
   static Vec div(Vec a, Vec b) { return _mm512_div_ps(a, b); }

@@ -26,7 +26,7 @@ float dot(const float* x, const float* y, int64_t D) {
 float score(const AttnHead& h, int64_t i, int64_t j) {
   float kj[1024];
   for (int64_t d = 0; d < h.D; ++d) kj[d] = h.kt[d * h.Tp + j];
-  return h.scale * dot(h.q + i * h.Dp, kj, h.D);
+  return h.scale * dot(h.q + i * h.Dp, kj, h.D) + 0.0f;
 }
 
 void forward_scalar(const AttnHead& h) {
@@ -102,6 +102,7 @@ struct V8 {
   static Vec load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
   static Vec set1(float x) { return _mm256_set1_ps(x); }
+  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
   static Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
   static Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
   static Vec div(Vec a, Vec b) { return _mm256_div_ps(a, b); }

@@ -41,7 +41,8 @@ struct AttnTiles {
       }
       const Vec s = V::set1(alpha);
       for (int r = 0; r < R; ++r)
-        for (int u = 0; u < U; ++u) V::store(&out[r][c0 + u * W], scaled ? V::mul(s, acc[r][u]) : acc[r][u]);
+        for (int u = 0; u < U; ++u)  // scores: scale * dot + 0 (no -0: the maxima need no order)
+          V::store(&out[r][c0 + u * W], scaled ? V::add(V::mul(s, acc[r][u]), V::zero()) : acc[r][u]);
     }
   }
 
@@ -54,59 +55,129 @@ struct AttnTiles {
     return ((L[0] + L[1]) + (L[2] + L[3])) + ((L[4] + L[5]) + (L[6] + L[7]));
   }
 
-  // acc[0 .. Dp) = acc * mul (when scale_first), then acc = fma(w[c], rows[c], acc) for c < n
-  // (rows stride ld). Dp is a multiple of W.
-  static void accumulate(float* acc, int64_t Dp, bool scale_first, float mul, const float* w, int n, const float* rows,
-                         int64_t ld) {
+  // max(m, s_0 .. s_KT-1), NaN when any of them is NaN. Scores hold no -0 (the specification adds
+  // +0), so the maximum does not depend on the order of the comparisons.
+  static float tile_max(const float* s, float m) {
+    __m256 mx = _mm256_set1_ps(m), nan = _mm256_cmp_ps(mx, mx, _CMP_UNORD_Q);
+    for (int c = 0; c < KT; c += 8) {
+      const __m256 v = _mm256_loadu_ps(s + c);
+      mx = _mm256_max_ps(mx, v);
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    if (_mm256_movemask_ps(nan) != 0) return __builtin_nanf("");
+    alignas(32) float x[8];
+    _mm256_store_ps(x, mx);
+    float r = x[0];
+    for (int k = 1; k < 8; ++k) r = x[k] > r ? x[k] : r;
+    return r;
+  }
+
+  // For rows r < nr: acc_r = acc_r * mul[r] (when mul is given), then acc_r = fma(w[r][c], rows[c],
+  // acc_r) for c < n (rows stride ld); G vectors of columns at a time, so R * G independent chains
+  // are in flight.
+  template <int G>
+  static void accumulate_block(float* acc, int64_t ld_acc, int nr, const float* mul, const float (*w)[KT], int n,
+                               const float* rows, int64_t ld, int64_t k) {
+    Vec a[R][G];
+    for (int r = 0; r < R; ++r)
+      for (int g = 0; g < G; ++g) {
+        a[r][g] = r < nr ? V::load(acc + r * ld_acc + k + g * W) : V::zero();
+        if (mul && r < nr) a[r][g] = V::mul(a[r][g], V::set1(mul[r]));
+      }
+    for (int c = 0; c < n; ++c) {
+      Vec x[G];
+      for (int g = 0; g < G; ++g) x[g] = V::load(rows + c * ld + k + g * W);
+      for (int r = 0; r < R; ++r) {
+        const Vec wb = V::set1(w[r][c]);
+        for (int g = 0; g < G; ++g) a[r][g] = V::fma(wb, x[g], a[r][g]);
+      }
+    }
+    for (int r = 0; r < nr; ++r)
+      for (int g = 0; g < G; ++g) V::store(acc + r * ld_acc + k + g * W, a[r][g]);
+  }
+
+  // accumulate_block over every column of Dp (a multiple of W): groups of 4, 2, then 1 vectors.
+  static void accumulate(float* acc, int64_t ld_acc, int nr, const float* mul, const float (*w)[KT], int n,
+                         const float* rows, int64_t ld, int64_t Dp) {
+    int64_t k = 0;
+    for (; k + 4 * W <= Dp; k += 4 * W) accumulate_block<4>(acc, ld_acc, nr, mul, w, n, rows, ld, k);
+    for (; k + 2 * W <= Dp; k += 2 * W) accumulate_block<2>(acc, ld_acc, nr, mul, w, n, rows, ld, k);
+    for (; k < Dp; k += W) accumulate_block<1>(acc, ld_acc, nr, mul, w, n, rows, ld, k);
+  }
+
+  // One row's chain continued over c in [c0, c1): acc = fma(w[c], rows[c], acc).
+  static void accumulate_row(float* acc, const float* w, int c0, int c1, const float* rows, int64_t ld, int64_t Dp) {
     for (int64_t k = 0; k < Dp; k += W) {
       Vec a = V::load(acc + k);
-      if (scale_first) a = V::mul(a, V::set1(mul));
-      for (int c = 0; c < n; ++c) a = V::fma(V::set1(w[c]), V::load(rows + c * ld + k), a);
+      for (int c = c0; c < c1; ++c) a = V::fma(V::set1(w[c]), V::load(rows + c * ld + k), a);
       V::store(acc + k, a);
     }
   }
 
-  // dst[c] = acc[r_start[c] .. nr) chained: dst_c = fma(w[r][c], rows[r], dst_c) for r increasing.
+  // Rows i0 .. i0 + nr - 1 against the key tile at j0: row r has keys c < n[r] (n[0] the fewest).
+  // The keys all rows have run blocked, the rest row by row, so every chain stays in key order and
+  // no row reads a key after its query.
+  static void accumulate_rows(float* acc, int64_t Dp, int nr, const float* mul, const float (*w)[KT], const int* n,
+                              const float* rows) {
+    accumulate(acc, Dp, nr, mul, w, n[0], rows, Dp, Dp);
+    for (int r = 0; r < nr; ++r)
+      if (n[r] > n[0]) accumulate_row(acc + r * Dp, w[r], n[0], n[r], rows, Dp, Dp);
+  }
+
+  // dst[c] = fma(w[r][c], rows[r], dst[c]) for r = r_start[c] .. nr - 1 in order, c < nk: the
+  // columns' chains over rows (dK, dV), G vectors of columns at a time.
   static void accumulate_columns(float* dst, int64_t Dp, int nk, const float (*w)[KT], const int* r_start, int nr,
                                  const float* rows, int64_t ld) {
     for (int c = 0; c < nk; ++c) {
       if (r_start[c] >= nr) continue;
       float* d = dst + c * Dp;
-      for (int64_t k = 0; k < Dp; k += W) {
-        Vec a = V::load(d + k);
-        for (int r = r_start[c]; r < nr; ++r) a = V::fma(V::set1(w[r][c]), V::load(rows + r * ld + k), a);
-        V::store(d + k, a);
-      }
+      int64_t k = 0;
+      for (; k + 4 * W <= Dp; k += 4 * W) column_block<4>(d, k, w, c, r_start[c], nr, rows, ld);
+      for (; k + 2 * W <= Dp; k += 2 * W) column_block<2>(d, k, w, c, r_start[c], nr, rows, ld);
+      for (; k < Dp; k += W) column_block<1>(d, k, w, c, r_start[c], nr, rows, ld);
     }
+  }
+
+  template <int G>
+  static void column_block(float* d, int64_t k, const float (*w)[KT], int c, int r0, int nr, const float* rows,
+                           int64_t ld) {
+    Vec a[G];
+    for (int g = 0; g < G; ++g) a[g] = V::load(d + k + g * W);
+    for (int r = r0; r < nr; ++r) {
+      const Vec wb = V::set1(w[r][c]);
+      for (int g = 0; g < G; ++g) a[g] = V::fma(wb, V::load(rows + r * ld + k + g * W), a[g]);
+    }
+    for (int g = 0; g < G; ++g) V::store(d + k + g * W, a[g]);
   }
 
   static void forward(const AttnHead& h) {
     const int64_t T = h.T, Dp = h.Dp, Tp = h.Tp;
     alignas(64) float s[R][KT];
-    alignas(64) float p[KT];
+    alignas(64) float p[R][KT];
     for (int64_t i = 0; i < T * Dp; ++i) h.out[i] = 0.0f;
     for (int64_t i0 = 0; i0 < T; i0 += R) {
       const int nr = int(T - i0 < R ? T - i0 : R);
-      float m[R], l[R];
+      float m[R], l[R], corr[R];
+      int n[R];
       for (int r = 0; r < R; ++r) m[r] = -__builtin_inff(), l[r] = 0.0f;
       const int64_t last_tile = (i0 + nr - 1) / KT;
       for (int64_t t = 0; t <= last_tile; ++t) {
-        const int64_t j0 = t * KT;
+        const int64_t j0 = t * KT;  // <= i0: a block's rows all have keys in every tile it visits
         dots(h.q, Dp, i0, nr, h.kt, Tp, j0, h.D, true, h.scale, s);
         for (int r = 0; r < nr; ++r) {
           const int64_t i = i0 + r;
-          if (j0 > i) continue;
-          const int n = int(i - j0 + 1 < KT ? i - j0 + 1 : KT);
-          float mt = m[r];
-          for (int c = 0; c < n; ++c) mt = (s[r][c] > mt || s[r][c] != s[r][c]) ? s[r][c] : mt;
-          const float corr = tmath::exp_f32(m[r] - mt);
+          n[r] = int(i - j0 + 1 < KT ? i - j0 + 1 : KT);
+          for (int c = n[r]; c < KT; ++c) s[r][c] = -__builtin_inff();  // keys after the query
+          const float mt = tile_max(s[r], m[r]);
+          corr[r] = tmath::exp_f32(m[r] - mt);
           const __m256 vm = _mm256_set1_ps(mt);
-          for (int c = 0; c < KT; c += 8) _mm256_store_ps(p + c, exp_f32_8(_mm256_sub_ps(_mm256_load_ps(&s[r][c]), vm)));
-          for (int c = n; c < KT; ++c) p[c] = 0.0f;
-          l[r] = l[r] * corr + tile_sum(p);
-          accumulate(h.out + i * Dp, Dp, true, corr, p, n, h.v + j0 * Dp, Dp);
+          for (int c = 0; c < KT; c += 8)
+            _mm256_store_ps(&p[r][c], exp_f32_8(_mm256_sub_ps(_mm256_load_ps(&s[r][c]), vm)));
+          for (int c = n[r]; c < KT; ++c) p[r][c] = 0.0f;
+          l[r] = l[r] * corr[r] + tile_sum(p[r]);
           m[r] = mt;
         }
+        accumulate_rows(h.out + i0 * Dp, Dp, nr, corr, p, n, h.v + j0 * Dp);
       }
       for (int r = 0; r < nr; ++r) {
         float* o = h.out + (i0 + r) * Dp;
@@ -118,6 +189,11 @@ struct AttnTiles {
     }
   }
 
+  // Backward: per key tile, blocks of RB query rows (two register blocks of R): their scores,
+  // dP, P and dS; dQ's chains continue row by row over the tile's keys, dK's and dV's over the
+  // block's rows (RB independent terms per column in flight).
+  static constexpr int RB = 2 * R;
+
   static void backward(const AttnHead& h) {
     const int64_t T = h.T, D = h.D, Dp = h.Dp, Tp = h.Tp;
     for (int64_t i = 0; i < T; ++i) {  // delta_i = dot(dout_i, out_i)
@@ -126,28 +202,36 @@ struct AttnTiles {
       h.delta[i] = a;
     }
     for (int64_t i = 0; i < T * Dp; ++i) h.dq[i] = 0.0f, h.dk[i] = 0.0f, h.dv[i] = 0.0f;
-    alignas(64) float s[R][KT];
-    alignas(64) float dp[R][KT];
-    alignas(64) float p[R][KT];
-    alignas(64) float ds[R][KT];
+    alignas(64) float s[RB][KT];
+    alignas(64) float dp[RB][KT];
+    alignas(64) float p[RB][KT];
+    alignas(64) float ds[RB][KT];
     const Vec vscale = V::set1(h.scale);
     for (int64_t j0 = 0; j0 < T; j0 += KT) {
       const int nk = int(T - j0 < KT ? T - j0 : KT);
-      for (int64_t i0 = j0; i0 < T; i0 += R) {
-        const int nr = int(T - i0 < R ? T - i0 : R);
-        dots(h.q, Dp, i0, nr, h.kt, Tp, j0, D, true, h.scale, s);
-        dots(h.dout, Dp, i0, nr, h.vt, Tp, j0, D, false, 1.0f, dp);
+      for (int64_t i0 = j0; i0 < T; i0 += RB) {
+        const int nr = int(T - i0 < RB ? T - i0 : RB);
+        int n[RB];
+        for (int half = 0; half * R < nr; ++half) {
+          const int64_t ih = i0 + half * R;
+          const int nh = nr - half * R < R ? nr - half * R : R;
+          dots(h.q, Dp, ih, nh, h.kt, Tp, j0, D, true, h.scale, s + half * R);
+          dots(h.dout, Dp, ih, nh, h.vt, Tp, j0, D, false, 1.0f, dp + half * R);
+        }
         for (int r = 0; r < nr; ++r) {
           const int64_t i = i0 + r;
-          const int n = int(i - j0 + 1 < nk ? i - j0 + 1 : nk);
+          n[r] = int(i - j0 + 1 < nk ? i - j0 + 1 : nk);
           const __m256 vm = _mm256_set1_ps(h.m[i]), vl = _mm256_set1_ps(h.l[i]);
           for (int c = 0; c < KT; c += 8)
             _mm256_store_ps(&p[r][c], _mm256_div_ps(exp_f32_8(_mm256_sub_ps(_mm256_load_ps(&s[r][c]), vm)), vl));
           const Vec vdelta = V::set1(h.delta[i]);
           for (int c = 0; c < KT; c += W)  // softmax_ds: (scale * P) * (dP - delta)
             V::store(&ds[r][c], V::mul(V::mul(vscale, V::load(&p[r][c])), V::sub(V::load(&dp[r][c]), vdelta)));
-          for (int c = n; c < KT; ++c) p[r][c] = 0.0f, ds[r][c] = 0.0f;
-          accumulate(h.dq + i * Dp, Dp, false, 1.0f, ds[r], n, h.k + j0 * Dp, Dp);
+          for (int c = n[r]; c < KT; ++c) p[r][c] = 0.0f, ds[r][c] = 0.0f;
+        }
+        for (int half = 0; half * R < nr; ++half) {
+          const int nh = nr - half * R < R ? nr - half * R : R;
+          accumulate_rows(h.dq + (i0 + half * R) * Dp, Dp, nh, nullptr, ds + half * R, n + half * R, h.k + j0 * Dp);
         }
         int r_start[KT];
         for (int c = 0; c < nk; ++c) r_start[c] = int(j0 + c - i0 > 0 ? j0 + c - i0 : 0);
