@@ -107,6 +107,7 @@ struct V8 {
   static Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
   static Vec div(Vec a, Vec b) { return _mm256_div_ps(a, b); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+  static Vec exp(Vec x) { return exp_f32_8(x); }
 };
 
 #include "backend/cpu/attention_tiles.h"

@@ -11,7 +11,8 @@
 namespace amp::cpu {
 
 // One head of one sequence, FP32, rows padded to Dp columns (a multiple of 16, zeros past D) and
-// the transposed K and V to Tp columns (a multiple of kAttnKeyTile, zeros past T).
+// the transposed K and V with a row stride of Tp columns (at least T rounded up to kAttnKeyTile;
+// zeros past T).
 struct AttnHead {
   int64_t T = 0, D = 0, Dp = 0, Tp = 0;
   float scale = 1.0f;

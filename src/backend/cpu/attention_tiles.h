@@ -1,10 +1,11 @@
 // The fused attention's tile kernels for one (sequence, head), written once over a vector type V
-// (W float lanes: load, store, set1, zero, add, sub, mul, div, fma) and compiled per ISA:
+// (W float lanes: load, store, set1, zero, add, sub, mul, div, fma, and exp: tmath::exp_f32 lane
+// for lane) and compiled per ISA:
 // attention_kernels.cpp instantiates them with AVX2 + FMA (8 lanes), attention_avx512.cpp with
 // AVX-512F (16 lanes). Each output element is the fixed FMA chain of backend/attention_args.h:
 // vectors run across independent outputs (keys of a score row, or the D columns of an
 // accumulator), never across the terms of one sum, so every width gives the specification's bits.
-// The 8-lane tile sum and exp are tmath's (exp_f32_8 = tmath::exp_f32 lane for lane).
+// The tile sum is the specification's 8 lanes at every width.
 //
 // No includes: the including file includes everything first (immintrin.h, transformer_rows.h,
 // attention_kernels.h) and then this file inside its own anonymous namespace, so that no inline
@@ -16,7 +17,10 @@ struct AttnTiles {
   static constexpr int W = V::W;
   static constexpr int KT = int(kAttnKeyTile);  // keys per tile
   static constexpr int R = 4;                   // query rows per register block
-  static constexpr int U = 4;                   // vectors of keys per register block (4 x W keys)
+  // Register blocks fit the register file: 32 vector registers with AVX-512 (R x 4 accumulators
+  // and 4 operands), 16 with AVX2 (R x 2 and 2).
+  static constexpr int U = W == 16 ? 4 : 2;     // vectors of keys per register block of the scores
+  static constexpr int GMAX = W == 16 ? 4 : 2;  // vectors of columns per accumulation block
   static_assert(KT % (U * W) == 0 || (U * W) % KT == 0, "key tile and register block");
   static constexpr int KC = U * W < KT ? U * W : KT;  // keys per register block
 
@@ -100,7 +104,8 @@ struct AttnTiles {
   static void accumulate(float* acc, int64_t ld_acc, int nr, const float* mul, const float (*w)[KT], int n,
                          const float* rows, int64_t ld, int64_t Dp) {
     int64_t k = 0;
-    for (; k + 4 * W <= Dp; k += 4 * W) accumulate_block<4>(acc, ld_acc, nr, mul, w, n, rows, ld, k);
+    if (GMAX >= 4)
+      for (; k + 4 * W <= Dp; k += 4 * W) accumulate_block<4>(acc, ld_acc, nr, mul, w, n, rows, ld, k);
     for (; k + 2 * W <= Dp; k += 2 * W) accumulate_block<2>(acc, ld_acc, nr, mul, w, n, rows, ld, k);
     for (; k < Dp; k += W) accumulate_block<1>(acc, ld_acc, nr, mul, w, n, rows, ld, k);
   }
@@ -125,66 +130,102 @@ struct AttnTiles {
   }
 
   // dst[c] = fma(w[r][c], rows[r], dst[c]) for r = r_start[c] .. nr - 1 in order, c < nk: the
-  // columns' chains over rows (dK, dV), G vectors of columns at a time.
+  // columns' chains over rows (dK, dV). Four columns at a time share each row's loads: the rows
+  // every one of the four has run blocked, after each column's own earlier rows.
   static void accumulate_columns(float* dst, int64_t Dp, int nk, const float (*w)[KT], const int* r_start, int nr,
                                  const float* rows, int64_t ld) {
-    for (int c = 0; c < nk; ++c) {
-      if (r_start[c] >= nr) continue;
-      float* d = dst + c * Dp;
+    int c = 0;
+    for (; c + 4 <= nk; c += 4) {
+      int rc = r_start[c];
+      for (int x = 1; x < 4; ++x) rc = r_start[c + x] > rc ? r_start[c + x] : rc;
+      if (rc > nr) rc = nr;
+      for (int x = 0; x < 4; ++x) column_range(dst + (c + x) * Dp, Dp, w, c + x, r_start[c + x], rc, rows, ld);
+      if (rc >= nr) continue;
       int64_t k = 0;
-      for (; k + 4 * W <= Dp; k += 4 * W) column_block<4>(d, k, w, c, r_start[c], nr, rows, ld);
-      for (; k + 2 * W <= Dp; k += 2 * W) column_block<2>(d, k, w, c, r_start[c], nr, rows, ld);
-      for (; k < Dp; k += W) column_block<1>(d, k, w, c, r_start[c], nr, rows, ld);
+      if (GMAX >= 4)
+        for (; k + 4 * W <= Dp; k += 4 * W) columns4_block<4>(dst + c * Dp, Dp, k, w, c, rc, nr, rows, ld);
+      for (; k + 2 * W <= Dp; k += 2 * W) columns4_block<2>(dst + c * Dp, Dp, k, w, c, rc, nr, rows, ld);
+      for (; k < Dp; k += W) columns4_block<1>(dst + c * Dp, Dp, k, w, c, rc, nr, rows, ld);
+    }
+    for (; c < nk; ++c) column_range(dst + c * Dp, Dp, w, c, r_start[c], nr, rows, ld);
+  }
+
+  // One column's chain over rows r0 .. r1 - 1.
+  static void column_range(float* d, int64_t Dp, const float (*w)[KT], int c, int r0, int r1, const float* rows,
+                           int64_t ld) {
+    if (r0 >= r1) return;
+    for (int64_t k = 0; k < Dp; k += W) {
+      Vec a = V::load(d + k);
+      for (int r = r0; r < r1; ++r) a = V::fma(V::set1(w[r][c]), V::load(rows + r * ld + k), a);
+      V::store(d + k, a);
     }
   }
 
+  // Columns c .. c + 3 (rows of dst, stride Dp) over rows r0 .. r1 - 1, G vectors at column k.
   template <int G>
-  static void column_block(float* d, int64_t k, const float (*w)[KT], int c, int r0, int nr, const float* rows,
-                           int64_t ld) {
-    Vec a[G];
-    for (int g = 0; g < G; ++g) a[g] = V::load(d + k + g * W);
-    for (int r = r0; r < nr; ++r) {
-      const Vec wb = V::set1(w[r][c]);
-      for (int g = 0; g < G; ++g) a[g] = V::fma(wb, V::load(rows + r * ld + k + g * W), a[g]);
+  static void columns4_block(float* dst, int64_t Dp, int64_t k, const float (*w)[KT], int c, int r0, int r1,
+                             const float* rows, int64_t ld) {
+    Vec a[4][G];
+    for (int x = 0; x < 4; ++x)
+      for (int g = 0; g < G; ++g) a[x][g] = V::load(dst + x * Dp + k + g * W);
+    for (int r = r0; r < r1; ++r) {
+      Vec y[G];
+      for (int g = 0; g < G; ++g) y[g] = V::load(rows + r * ld + k + g * W);
+      for (int x = 0; x < 4; ++x) {
+        const Vec wb = V::set1(w[r][c + x]);
+        for (int g = 0; g < G; ++g) a[x][g] = V::fma(wb, y[g], a[x][g]);
+      }
     }
-    for (int g = 0; g < G; ++g) V::store(d + k + g * W, a[g]);
+    for (int x = 0; x < 4; ++x)
+      for (int g = 0; g < G; ++g) V::store(dst + x * Dp + k + g * W, a[x][g]);
   }
+
+  // Forward: blocks of RF query rows (SB register blocks of R) sweep the key tiles together, so a
+  // tile's keys and values are read from the L1 cache by every register block after the first.
+  static constexpr int SB = 4, RF = SB * R;
 
   static void forward(const AttnHead& h) {
     const int64_t T = h.T, Dp = h.Dp, Tp = h.Tp;
     alignas(64) float s[R][KT];
     alignas(64) float p[R][KT];
     for (int64_t i = 0; i < T * Dp; ++i) h.out[i] = 0.0f;
-    for (int64_t i0 = 0; i0 < T; i0 += R) {
-      const int nr = int(T - i0 < R ? T - i0 : R);
-      float m[R], l[R], corr[R];
-      int n[R];
-      for (int r = 0; r < R; ++r) m[r] = -__builtin_inff(), l[r] = 0.0f;
-      const int64_t last_tile = (i0 + nr - 1) / KT;
+    for (int64_t f0 = 0; f0 < T; f0 += RF) {
+      const int nf = int(T - f0 < RF ? T - f0 : RF);
+      float m[RF], l[RF];
+      for (int r = 0; r < RF; ++r) m[r] = -__builtin_inff(), l[r] = 0.0f;
+      const int64_t last_tile = (f0 + nf - 1) / KT;
       for (int64_t t = 0; t <= last_tile; ++t) {
-        const int64_t j0 = t * KT;  // <= i0: a block's rows all have keys in every tile it visits
-        dots(h.q, Dp, i0, nr, h.kt, Tp, j0, h.D, true, h.scale, s);
-        for (int r = 0; r < nr; ++r) {
-          const int64_t i = i0 + r;
-          n[r] = int(i - j0 + 1 < KT ? i - j0 + 1 : KT);
-          for (int c = n[r]; c < KT; ++c) s[r][c] = -__builtin_inff();  // keys after the query
-          const float mt = tile_max(s[r], m[r]);
-          corr[r] = tmath::exp_f32(m[r] - mt);
-          const __m256 vm = _mm256_set1_ps(mt);
-          for (int c = 0; c < KT; c += 8)
-            _mm256_store_ps(&p[r][c], exp_f32_8(_mm256_sub_ps(_mm256_load_ps(&s[r][c]), vm)));
-          for (int c = n[r]; c < KT; ++c) p[r][c] = 0.0f;
-          l[r] = l[r] * corr[r] + tile_sum(p[r]);
-          m[r] = mt;
+        const int64_t j0 = t * KT;
+        for (int b = 0; b * R < nf; ++b) {
+          const int64_t i0 = f0 + b * R;
+          if (i0 < j0) continue;  // this register block's queries all precede the tile
+          const int nr = int(nf - b * R < R ? nf - b * R : R);
+          float corr[R];
+          int n[R];
+          float* mb = m + b * R;
+          float* lb = l + b * R;
+          dots(h.q, Dp, i0, nr, h.kt, Tp, j0, h.D, true, h.scale, s);
+          for (int r = 0; r < nr; ++r) {
+            const int64_t i = i0 + r;
+            n[r] = int(i - j0 + 1 < KT ? i - j0 + 1 : KT);
+            for (int c = n[r]; c < KT; ++c) s[r][c] = -__builtin_inff();  // keys after the query
+            const float mt = tile_max(s[r], mb[r]);
+            corr[r] = tmath::exp_f32(mb[r] - mt);
+            const Vec vm = V::set1(mt);
+            for (int c = 0; c < KT; c += W) V::store(&p[r][c], V::exp(V::sub(V::load(&s[r][c]), vm)));
+            for (int c = n[r]; c < KT; ++c) p[r][c] = 0.0f;
+            lb[r] = lb[r] * corr[r] + tile_sum(p[r]);
+            mb[r] = mt;
+          }
+          accumulate_rows(h.out + i0 * Dp, Dp, nr, corr, p, n, h.v + j0 * Dp);
         }
-        accumulate_rows(h.out + i0 * Dp, Dp, nr, corr, p, n, h.v + j0 * Dp);
       }
-      for (int r = 0; r < nr; ++r) {
-        float* o = h.out + (i0 + r) * Dp;
+      for (int r = 0; r < nf; ++r) {
+        float* o = h.out + (f0 + r) * Dp;
         const Vec vl = V::set1(l[r]);
         for (int64_t k = 0; k < Dp; k += W) V::store(o + k, V::div(V::load(o + k), vl));
-        h.m_out[i0 + r] = m[r];
-        h.l_out[i0 + r] = l[r];
+        h.m_out[f0 + r] = m[r];
+        h.l_out[f0 + r] = l[r];
       }
     }
   }
@@ -221,9 +262,8 @@ struct AttnTiles {
         for (int r = 0; r < nr; ++r) {
           const int64_t i = i0 + r;
           n[r] = int(i - j0 + 1 < nk ? i - j0 + 1 : nk);
-          const __m256 vm = _mm256_set1_ps(h.m[i]), vl = _mm256_set1_ps(h.l[i]);
-          for (int c = 0; c < KT; c += 8)
-            _mm256_store_ps(&p[r][c], _mm256_div_ps(exp_f32_8(_mm256_sub_ps(_mm256_load_ps(&s[r][c]), vm)), vl));
+          const Vec vm = V::set1(h.m[i]), vl = V::set1(h.l[i]);
+          for (int c = 0; c < KT; c += W) V::store(&p[r][c], V::div(V::exp(V::sub(V::load(&s[r][c]), vm)), vl));
           const Vec vdelta = V::set1(h.delta[i]);
           for (int c = 0; c < KT; c += W)  // softmax_ds: (scale * P) * (dP - delta)
             V::store(&ds[r][c], V::mul(V::mul(vscale, V::load(&p[r][c])), V::sub(V::load(&dp[r][c]), vdelta)));

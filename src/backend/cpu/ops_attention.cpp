@@ -6,49 +6,84 @@
 #include "backend/cpu/no_fp_contract.h"  // first: no FMA contraction in this file
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "backend/attention_args.h"
 #include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/cpu_ops.h"
-#include "backend/cpu/float_rows.h"
 #include "core/convert.h"
 
 namespace amp::cpu {
 
 namespace {
 
+// A thread's FP32 copies of one head (kept between calls: allocating them afresh each call cost
+// page faults of the same order as the kernels). The padding (columns D .. Dp of the rows, T .. Tp
+// of the transposed) is zeroed when the shape changes and never written afterwards: gather writes
+// the first D columns (T positions), and the kernels write zeros there in their outputs.
 struct HeadScratch {
   int64_t T = 0, D = 0, Dp = 0, Tp = 0;
-  std::vector<float> q, k, kt, v, vt, o, dout, a, b, c, row;
+  bool has_backward = false;
+  std::vector<float> q, k, kt, v, vt, o, dout, a, b, c;
+  std::vector<uint16_t> half;  // [T][Dp]: 16-bit rows on their way in or out
 
   void size(int64_t T_, int64_t D_, bool backward) {
-    T = T_, D = D_, Dp = (D + kAttnPad - 1) / kAttnPad * kAttnPad, Tp = (T + kAttnKeyTile - 1) / kAttnKeyTile * kAttnKeyTile;
+    if (T_ == T && D_ == D && (has_backward || !backward) && !q.empty()) return;
+    has_backward = has_backward || backward;
+    backward = has_backward;
+    // Tp, the transposed arrays' row stride: T rounded up to the key tile, plus 16 floats, so that
+    // the D rows of a tile do not all fall into one set of the L1 cache (a 4 KiB stride would).
+    T = T_, D = D_, Dp = (D + kAttnPad - 1) / kAttnPad * kAttnPad;
+    Tp = (T + kAttnKeyTile - 1) / kAttnKeyTile * kAttnKeyTile + 16;
     const size_t rows = size_t(T * Dp), cols = size_t(D * Tp);
-    q.assign(rows, 0.0f), kt.assign(cols, 0.0f), a.assign(rows, 0.0f), row.assign(size_t(D), 0.0f);
-    if (!backward) {
-      v.assign(rows, 0.0f);
-      return;
-    }
+    q.assign(rows, 0.0f), kt.assign(cols, 0.0f), a.assign(rows, 0.0f), half.assign(rows, 0);
+    v.assign(rows, 0.0f);
+    if (!backward) return;
     k.assign(rows, 0.0f), vt.assign(cols, 0.0f), o.assign(rows, 0.0f), dout.assign(rows, 0.0f);
     b.assign(rows, 0.0f), c.assign(rows, 0.0f);
   }
 };
 
 // Rows t = 0 .. T-1 of one head's D columns at element offset `col` of a [B*T, ld] tensor, from
-// sequence b, into dst [T][Dp] (and, when dst_t is given, transposed into [D][Tp]).
+// sequence b, into dst [T][Dp] (and, when dst_t is given, transposed into [D][Tp]). 16-bit rows
+// are copied into one [T][Dp] array and widened by one call of the bulk conversion (per-row calls
+// cost as much as the kernels at D = 64).
 void gather(const void* src, DType type, int64_t ld, int64_t b, int64_t col, HeadScratch& s, float* dst, float* dst_t) {
-  for (int64_t t = 0; t < s.T; ++t) {
-    const float* r = row_in(src, type, (b * s.T + t) * ld + col, s.D, s.row.data());
-    std::copy(r, r + s.D, dst + t * s.Dp);
-    if (dst_t)
-      for (int64_t d = 0; d < s.D; ++d) dst_t[d * s.Tp + t] = r[d];
+  const int64_t T = s.T, D = s.D, Dp = s.Dp;
+  if (type == DType::F32) {
+    const float* x = static_cast<const float*>(src) + b * T * ld + col;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d) dst[t * Dp + d] = x[t * ld + d];
+  } else {
+    const uint16_t* x = static_cast<const uint16_t*>(src) + b * T * ld + col;
+    uint16_t* h = s.half.data();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d) h[t * Dp + d] = x[t * ld + d];
+    convert(h, type, dst, DType::F32, size_t(T * Dp));  // the padding's zero bits widen to +0
   }
+  if (dst_t)  // in blocks of 16 positions: whole cache lines written
+    for (int64_t t0 = 0; t0 < T; t0 += 16) {
+      const int64_t t1 = std::min(T, t0 + 16);
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t t = t0; t < t1; ++t) dst_t[d * s.Tp + t] = dst[t * Dp + d];
+    }
 }
 
-// The inverse for outputs: src [T][Dp] rounded into the head's columns.
-void scatter(const float* src, void* dst, DType type, int64_t ld, int64_t b, int64_t col, const HeadScratch& s) {
-  for (int64_t t = 0; t < s.T; ++t) convert(src + t * s.Dp, DType::F32, at(dst, type, (b * s.T + t) * ld + col), type, size_t(s.D));
+// The inverse for outputs: src [T][Dp] rounded once into the head's columns.
+void scatter(const float* src, void* dst, DType type, int64_t ld, int64_t b, int64_t col, HeadScratch& s) {
+  const int64_t T = s.T, D = s.D, Dp = s.Dp;
+  if (type == DType::F32) {
+    float* y = static_cast<float*>(dst) + b * T * ld + col;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d) y[t * ld + d] = src[t * Dp + d];
+    return;
+  }
+  uint16_t* h = s.half.data();
+  convert(src, DType::F32, h, type, size_t(T * Dp));  // the padding (zeros) stays zero bits
+  uint16_t* y = static_cast<uint16_t*>(dst) + b * T * ld + col;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < D; ++d) y[t * ld + d] = h[t * Dp + d];
 }
 
 }  // namespace
@@ -62,7 +97,7 @@ void CpuOps::attention_forward(const AttentionArgs& a) {
   const int64_t C = a.H * a.D, items = a.B * a.H;
 #pragma omp parallel if (items > 1 && a.T * a.T * a.D >= 4096)
   {
-    HeadScratch s;
+    static thread_local HeadScratch s;
     s.size(a.T, a.D, false);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
@@ -87,7 +122,7 @@ void CpuOps::attention_backward(const AttentionBackwardArgs& a) {
   const int64_t C = a.H * a.D, items = a.B * a.H;
 #pragma omp parallel if (items > 1 && a.T * a.T * a.D >= 4096)
   {
-    HeadScratch s;
+    static thread_local HeadScratch s;
     s.size(a.T, a.D, true);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
