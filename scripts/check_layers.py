@@ -40,7 +40,7 @@ def layer_of(rel_path):
 
 # Include paths are relative to src/ or to the repository root (both are on the include path).
 # Headers of the libraries, and placeholder paths, that comments may name.
-SYSTEM_HEADERS = {"mpi.h", "nccl.h", "cuda_runtime.h", "cublasLt.h", "cublas_v2.h", "dnnl.hpp", "omp.h", "zlib.h"}
+SYSTEM_HEADERS = {"mpi.h", "nccl.h", "cuda_runtime.h", "cublasLt.h", "cublas_v2.h", "dnnl.hpp", "omp.h", "zlib.h", "immintrin.h"}
 PLACEHOLDERS = ("out_dir/", "run_dir/", "file.", "runs/", "<")
 # Build-flavour seams: a factory file may include the implementation it makes (docs/design.md).
 FACTORY = re.compile(r"_(cuda|nccl|stub)_factory\.cpp$")

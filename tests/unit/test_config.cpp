@@ -266,7 +266,7 @@ TEST_CASE("the new keys are appended: the existing printed keys keep their order
   const std::string text = amp::config_to_yaml(load_config(t.write("a.yaml", "run: {steps: 1}\n"), {}));
   // Neighbours as printed before the new keys: each new key comes after the last old key of its section.
   CHECK_THAT(text, Contains("  progress: \"auto\"\n  sample_interval: 0\n  max_loss_vs_uniform: 4\n  eval_iters: 0\nmodel:\n  type: \"mlp\"\n  hidden: [1024, 1024]\n"));
-  CHECK_THAT(text, Contains("  init_std: 0.01\n  n_layer: 2\n  n_head: 4\n  n_embd: 128\n  seq_len: 64\n  vocab_size: 0\n  vocab_pad: 0\n  init_from: \"\"\n  recompute: \"none\"\ndata:\n"));
+  CHECK_THAT(text, Contains("  init_std: 0.01\n  n_layer: 2\n  n_head: 4\n  n_embd: 128\n  seq_len: 64\n  vocab_size: 0\n  vocab_pad: 0\n  init_from: \"\"\n  recompute: \"none\"\n  attention: \"explicit\"\ndata:\n"));
   CHECK_THAT(text, Contains("    noise: 0.1\n  text_files: []\n  train_tokens: []\n  eval_tokens: []\n  tokenizer: \"auto\"\nprecision:\n"));
   CHECK_THAT(text, Contains("  fail_setup: []\nsample:\n  prompt: \"\\n\"\n  tokens: 200\n  temperature: 0.8\n  top_k: 40\n  seed: 1\n"));
 }
