@@ -74,6 +74,32 @@ BufView GradReducer::shard_view(size_t b) const {
   return BufView{static_cast<char*>(shard_grads_) + p.shard_begin * dtype_size(dtype_), p.count, dtype_};
 }
 
+void GradReducer::release_reduced(Release release, size_t granularity) {
+  AMP_CHECK(shards_ && granularity > 0, "stage 2 needs a shard layout and a release granularity");
+  release_ = std::move(release);
+  granularity_ = granularity;
+}
+
+// Returns the buckets whose reduce-scatter is done, in bucket order. Bucket b covers elements
+// [begin, end); buckets run from the buffer's end down, so the page holding bucket b's `end` is
+// shared with bucket b - 1, done before it: it goes with b. Bucket 0 ends at the buffer's end, so
+// its last partial page stays (it may hold the allocation's tail).
+void GradReducer::release_done(bool wait) {
+  if (!release_) return;
+  const size_t es = dtype_size(dtype_);
+  while (released_ < launched_) {
+    if (overlap_) {
+      std::unique_ptr<Request>& r = requests_[released_];
+      if (!wait && !r->test()) return;
+    }
+    const Bucket& bk = buckets_[released_];
+    size_t lo = bk.begin * es, hi = bk.end * es;
+    if (released_ > 0) hi = std::min((hi + granularity_ - 1) / granularity_ * granularity_, buckets_[released_ - 1].end * es);
+    release_(static_cast<char*>(grads_) + lo, hi - lo);
+    ++released_;
+  }
+}
+
 void GradReducer::gather_shards(void* buf, DType dtype) {
   AMP_CHECK(shards_, "gather_shards without a shard layout");
   if (!active()) return;
@@ -95,7 +121,9 @@ void GradReducer::begin_step() {
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].last_tensor - buckets_[b].first_tensor + 1;
   requests_.clear();
   launched_ = 0;
+  released_ = 0;
   step_bytes_ = 0;
+  blocking_seconds_ = 0;
   if (clock_ && active()) clock_->clock_begin_step();
 }
 
@@ -112,12 +140,31 @@ const ReducerStats& GradReducer::last_step() {
 void GradReducer::tensor_ready(int tensor) {
   if (!active()) return;
   for (size_t b : of_tensor_[size_t(tensor)]) --pending_[b];
-  if (!overlap_) return;
+  if (!overlap_) {
+    if (!release_) return;  // reduced in finish()
+    // Stage 2 without overlap: reduce (blocking) and return each bucket as soon as it is complete.
+    while (launched_ < buckets_.size() && pending_[launched_] == 0) {
+      reduce_blocking(launched_++);
+      release_done(true);
+    }
+    return;
+  }
   // Buckets are launched in bucket order whatever order they complete in (a layer larger than a
   // bucket completes several at once, and a bucket can wait for a small tensor, such as a bias,
   // that backward finishes after the weight before it): every rank then issues the same
   // collectives in the same order.
   while (launched_ < buckets_.size() && pending_[launched_] == 0) launch(launched_);
+  if (!release_) return;
+  release_done(false);
+  // Stage 2 bounds the buckets in flight: backward waits for the oldest beyond kStage2InFlight.
+  if (launched_ - released_ > kStage2InFlight) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (launched_ - released_ > kStage2InFlight) {
+      requests_[released_]->wait();
+      release_done(false);
+    }
+    blocking_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 }
 
 void GradReducer::launch(size_t b) {
@@ -132,12 +179,14 @@ void GradReducer::launch(size_t b) {
 }
 
 void GradReducer::reduce_blocking(size_t b) {
+  const auto t0 = std::chrono::steady_clock::now();
   const Bucket& bk = buckets_[b];
   if (before_reduce_) before_reduce_(bk.begin, bk.end);
   const BufView view = bucket_view(b);
   if (shards_) comm_.reduce_scatter(view.data, shard_view(b), ReduceOp::Sum);
   else comm_.allreduce(view, ReduceOp::Sum);
   step_bytes_ += view.bytes();
+  blocking_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void GradReducer::finish() {
@@ -146,13 +195,20 @@ void GradReducer::finish() {
   const auto t0 = std::chrono::steady_clock::now();
   double comm_seconds = 0;
   if (!overlap_) {
-    // Blocking, in bucket order, on this thread; the time is all exposed.
-    for (size_t b = 0; b < buckets_.size(); ++b) reduce_blocking(b);
+    // Blocking, in bucket order, on this thread; the time is all exposed (stage 2: reduced already,
+    // bucket by bucket during backward).
+    if (release_) {
+      AMP_CHECK(launched_ == buckets_.size(), "backward finished with ", buckets_.size() - launched_,
+                " gradient buckets never ready");
+    } else {
+      for (size_t b = 0; b < buckets_.size(); ++b) reduce_blocking(b);
+    }
   } else {
     AMP_CHECK(launched_ == buckets_.size(), "backward finished with ", buckets_.size() - launched_,
               " gradient buckets never ready");
     for (auto& r : requests_) r->wait();
     for (auto& r : requests_) comm_seconds += r->seconds();
+    release_done(true);
   }
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   last_.bytes = step_bytes_;
@@ -160,8 +216,10 @@ void GradReducer::finish() {
     clock_->clock_wait_ends();
     return;
   }
-  last_.exposed_seconds = waited;
-  last_.comm_seconds = overlap_ ? comm_seconds : waited;
+  // Without overlap the blocking reductions are the time, all of it exposed (stage 2 ran them
+  // during backward).
+  last_.exposed_seconds = overlap_ ? waited + blocking_seconds_ : blocking_seconds_;
+  last_.comm_seconds = overlap_ ? comm_seconds : blocking_seconds_;
   ++last_.measured;
 }
 

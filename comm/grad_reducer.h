@@ -73,6 +73,17 @@ class GradReducer {
   // elements) and each is reduce-scattered, this rank's block into shard_grads (the layout's
   // shard_size() elements of the same type) at the block's place in the shard.
   void shard(const ShardLayout& layout, void* shard_grads);
+  // Stage 2 (sharded only): once a bucket's reduce-scatter is done, the whole pages (of
+  // `granularity` bytes) of its range of the gradient buffer go to `release` (the backend returns
+  // their memory; they read as zero until backward writes them again), so a rank holds its reduced
+  // shard and the buckets in flight instead of the whole buffer. Buckets complete in issue order; a
+  // page shared with the next bucket goes with that one. Without overlap each bucket is then reduced,
+  // blocking, as soon as backward completes it (not all at the end), so that it can be returned.
+  // With overlap at most kStage2InFlight buckets are in flight: backward waits for the oldest
+  // beyond them (exposed time).
+  using Release = std::function<void(void* p, size_t bytes)>;
+  static constexpr size_t kStage2InFlight = 2;
+  void release_reduced(Release release, size_t granularity);
   // Sharded, after the update: the blocks of every bucket of buf (layout.padded() elements of
   // dtype, this rank's blocks updated) all-gathered in place, in bucket order.
   void gather_shards(void* buf, DType dtype);
@@ -91,6 +102,7 @@ class GradReducer {
   void launch(size_t b);
 
   void reduce_blocking(size_t b);
+  void release_done(bool wait);  // stage 2: return the reduced buckets (all of them with wait)
   void rebuild_index();
   BufView bucket_view(size_t b) const;
   BufView shard_view(size_t b) const;  // this rank's block of bucket b in shard_grads_
@@ -110,6 +122,10 @@ class GradReducer {
   const ShardLayout* shards_ = nullptr;
   void* shard_grads_ = nullptr;
   size_t step_bytes_ = 0;
+  Release release_;
+  size_t granularity_ = 0;
+  double blocking_seconds_ = 0;  // this step's blocking reductions (stage 2: and waits in backward)
+  size_t released_ = 0;  // stage 2: buckets returned this step (in bucket order)
   ReducerStats last_;
 };
 

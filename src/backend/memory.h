@@ -22,6 +22,16 @@ class DeviceMemory {
   // Bytes this rank may still allocate (host memory available / ranks of this node, or the
   // device's free memory); 0 when unknown. Checked before a model is built.
   virtual size_t memory_available(int ranks_on_node) const = 0;
+
+  // Returning memory that is not needed for a while (distributed.zero 2's gradient buckets): the
+  // whole pages of `release_granularity()` bytes inside [p, p + bytes) of an allocation give their
+  // memory back; they read as zero until written again, which brings it back. A granularity of 0:
+  // this backend cannot (release() then does nothing).
+  virtual size_t release_granularity() const { return 0; }
+  virtual void release(void* /*p*/, size_t /*bytes*/) {}
+  // Bytes of the pages overlapping [p, p + bytes) that hold memory now (a measurement of what
+  // release() returned); 0 where a backend cannot tell.
+  virtual size_t resident_bytes(const void* /*p*/, size_t /*bytes*/) const { return 0; }
 };
 
 }  // namespace amp

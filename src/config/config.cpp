@@ -92,6 +92,9 @@ void validate(const Config& c) {
   if (!std::isfinite(ls.init_scale)) fail("precision.loss_scale.init_scale", "must be finite");
   if (c.optimizer.schedule != LrSchedule::Kind::Constant && c.optimizer.min_lr > c.optimizer.lr)
     fail("optimizer.min_lr", "must not exceed optimizer.lr");
+  if (c.distributed.zero == 2 && c.precision.telemetry_interval > 0)
+    fail("precision.telemetry_interval", "reads every rank's whole gradient after the step, which distributed.zero 2 "
+                                         "returns bucket by bucket during backward: use distributed.zero 1 for telemetry runs");
   if (c.distributed.first_bucket_mb > c.distributed.bucket_mb)
     fail("distributed.first_bucket_mb", "must not exceed distributed.bucket_mb");
 }

@@ -114,7 +114,7 @@ struct Config {
   struct Distributed {
     double bucket_mb = 0, first_bucket_mb = 0, timeout_s = 0;
     int64_t hash_interval = 0;
-    int64_t zero = 0;  // 0: replicated optimizer state; 1: sharded (ZeRO stage 1)
+    int64_t zero = 0;  // 0: replicated optimizer state; 1: sharded (ZeRO stage 1); 2: and gradients (stage 2)
     std::string comm;
     Toggle overlap = Toggle::Auto;
   } distributed;

@@ -9,4 +9,7 @@ namespace amp {
 
 size_t host_memory_available();
 
+// The most resident memory this process has had (VmHWM of /proc/self/status), or 0 when unknown.
+size_t host_peak_resident();
+
 }  // namespace amp

@@ -25,9 +25,10 @@ namespace {
 struct Need {
   size_t activations = 0, state = 0, total = 0;
 };
-bool need(const Config& cfg, size_t params, DType compute, int world, size_t activations, Need* n) {
-  const StateShape shape = estimated_state_shape(params, compute, cfg.optimizer.params, world, cfg.distributed.zero == 1,
-                                                 cfg.data.grad_accum_steps > 1, kShardAlign);
+bool need(const Config& cfg, const ParamLayout& L, DType compute, int world, size_t activations, Need* n) {
+  const StateShape shape = estimated_state_shape(L.total, compute, cfg.optimizer.params, world, int(cfg.distributed.zero),
+                                                 cfg.data.grad_accum_steps > 1, kShardAlign, L.spans(),
+                                                 size_t(cfg.distributed.bucket_mb * kBytesPerMiB));
   const StateBytes b = state_bytes(shape);
   n->activations = activations;
   n->state = b.total();
@@ -57,11 +58,11 @@ std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceM
     throw Error(ErrorKind::Config, strcat("config error: ", cfg.origin.at("model.type"),
                                           ": model.type: gpt trains on token data (data.format text or tokens)"));
   const GptOptions o = gpt_options(cfg, size_t(train.vocab));
-  const size_t params = gpt_layout(o).total;
+  const ParamLayout L = gpt_layout(o);
   size_t activations = 0;
   Need n;
   const bool fits = Gpt::activation_bytes(o, max_rows, compute, &activations) &&
-                    need(cfg, params, compute, world, activations, &n);
+                    need(cfg, L, compute, world, activations, &n);
   if (!fits || (bytes_available > 0 && n.total > bytes_available)) {
     // Name what is too large: the context (activations grow with batch x seq_len x (width + heads x
     // seq_len)) or the width (the parameters' training state).
@@ -69,7 +70,7 @@ std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceM
     too_large(cfg, context ? "model.seq_len" : "model.n_embd",
               strcat(o.n_layer, " layers x ", o.n_embd, " x vocab ", o.vocab, ", context ", o.seq_len,
                      context ? " (its activations dominate)" : ""),
-              fits, gpt_layout(o).n_params(), n.total, max_rows, bytes_available);
+              fits, L.n_params(), n.total, max_rows, bytes_available);
   }
   return std::make_unique<Gpt>(mem, ops, o, compute, max_rows);
 }
@@ -101,12 +102,12 @@ std::unique_ptr<Model> make_model(const Config& cfg, const Dataset& train, Devic
            !__builtin_add_overflow(bound, w + 64, &bound);  // + up to 31 padding twice
   }
   fits = fits && Mlp::activation_bytes(opt.dims, max_rows, compute, &activations);
-  const size_t params = fits ? mlp_layout(opt.dims).total : 0;
+  const ParamLayout L = fits ? mlp_layout(opt.dims) : ParamLayout{};
   Need n;
-  fits = fits && need(cfg, params, compute, world, activations, &n);
+  fits = fits && need(cfg, L, compute, world, activations, &n);
   if (!fits || (bytes_available > 0 && n.total > bytes_available))
     too_large(cfg, "model.hidden", strcat("layer widths ", opt.dims.front(), "-...-", opt.dims.back()), fits,
-              fits ? mlp_layout(opt.dims).n_params() : 0, n.total, max_rows, bytes_available);
+              L.n_params(), n.total, max_rows, bytes_available);
   return std::make_unique<Mlp>(mem, ops, std::move(opt), compute, max_rows);
 }
 

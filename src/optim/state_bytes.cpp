@@ -7,8 +7,20 @@ int optimizer_moments(const OptimizerParams& p) {
   return p.momentum != 0.0f ? 1 : 0;
 }
 
-StateShape estimated_state_shape(size_t params, DType compute, const OptimizerParams& opt, int world, bool sharded,
-                                 bool accumulate, size_t align) {
+size_t stage2_window(const std::vector<TensorSpan>& spans, size_t flat, size_t bucket_elems) {
+  size_t first = 0, second = 0;
+  for (const TensorSpan& t : spans) {
+    if (t.count > first) second = first, first = t.count;
+    else if (t.count > second) second = t.count;
+  }
+  const size_t w = first + second + 3 * bucket_elems;  // no overflow: each term is below flat
+  return w < flat ? w : flat;
+}
+
+StateShape estimated_state_shape(size_t params, DType compute, const OptimizerParams& opt, int world, int zero,
+                                 bool accumulate, size_t align, const std::vector<TensorSpan>& spans,
+                                 size_t bucket_bytes) {
+  const bool sharded = zero >= 1;
   StateShape s;
   s.params = s.flat = s.held = params;
   s.compute = compute;
@@ -20,6 +32,8 @@ StateShape estimated_state_shape(size_t params, DType compute, const OptimizerPa
     s.sharded = true;
     s.flat = blocks * block;
     s.held = blocks * align;
+    s.released = zero == 2;
+    if (s.released) s.window = stage2_window(spans, s.flat, bucket_bytes / dtype_size(compute));
   }
   return s;
 }
@@ -41,7 +55,7 @@ StateBytes state_bytes(const StateShape& s) {
   b.masters = mul(f32 ? s.flat : s.held, sizeof(float));
   b.moments = mul(mul(size_t(s.moments), s.held), sizeof(float));
   b.working = f32 ? 0 : mul(s.flat, es);
-  b.gradients = add(add(mul(s.flat, es), s.sharded ? mul(s.held, es) : 0),
+  b.gradients = add(add(mul(s.released ? s.window : s.flat, es), s.sharded ? mul(s.held, es) : 0),
                     add(mul(s.held, sizeof(float)), s.accumulate ? mul(s.params, sizeof(float)) : 0));
   add(add(b.masters, b.moments), add(b.working, b.gradients));  // total() fits
   return b;

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "core/dtype.h"
+#include "core/tensor_span.h"
 #include "optim/optimizer.h"
 
 namespace amp {
@@ -18,6 +20,8 @@ struct StateShape {
   int moments = 0;          // optimizer state arrays (optimizer_moments)
   bool sharded = false;     // the reduced gradient shard is a buffer of its own
   bool accumulate = false;  // gradient accumulation's FP32 sum of the micro-batches (params elements)
+  bool released = false;    // distributed.zero 2: the gradient buffer holds `window` elements at most
+  size_t window = 0;        //   (the buckets in flight; stage2_window), not flat
 };
 
 struct StateBytes {
@@ -37,8 +41,19 @@ int optimizer_moments(const OptimizerParams& p);
 // params / world elements rounded up to align-element blocks (the shard layout pads each bucket the
 // same way, so this is exact for one bucket and short by less than world x align elements per
 // further bucket).
-StateShape estimated_state_shape(size_t params, DType compute, const OptimizerParams& opt, int world, bool sharded,
-                                 bool accumulate, size_t align);
+// zero: distributed.zero (sharded from 1, gradients released from 2, on more than one rank);
+// spans and bucket_bytes: the tensors and the buckets, for stage 2's window.
+StateShape estimated_state_shape(size_t params, DType compute, const OptimizerParams& opt, int world, int zero,
+                                 bool accumulate, size_t align, const std::vector<TensorSpan>& spans,
+                                 size_t bucket_bytes);
+
+// Stage 2's bound on the 16-bit gradient elements resident at once: backward writes a tensor's
+// gradient, completes it, and its bucket is returned once reduced; resident are the tensor being
+// written with the completed tensors of its bucket, a tensor completed late (the tied embedding,
+// written by the head first and by the embedding last), and the buckets in flight (at most
+// GradReducer::kStage2InFlight = 2): the two largest tensors and three buckets (the pages shared at
+// the edges not counted), at most the whole buffer.
+size_t stage2_window(const std::vector<TensorSpan>& spans, size_t flat, size_t bucket_elems);
 
 StateBytes state_bytes(const StateShape& s);
 

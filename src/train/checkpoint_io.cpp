@@ -140,8 +140,8 @@ void CheckpointIO::check_header(const Checkpoint& ck, const std::string& path) c
     throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": header field \"run_id\" is not a run id "
                                               "(16 hex digits): the file is corrupt or was not written by this program"));
   const int64_t zero = header_field<int64_t>(ck, "zero", 0);
-  if (zero != 0 && zero != 1)
-    throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": header field \"zero\" is ", zero, ", not 0 or 1"));
+  if (zero < 0 || zero > 2)
+    throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": header field \"zero\" is ", zero, ", not 0, 1 or 2"));
   const nlohmann::json layout = ck.header.contains("layout") ? ck.header["layout"] : nlohmann::json();
   if (layout != layout_json(layout_)) mismatch("another model: parameter tensors", layout, layout_json(layout_));
   // Another compute precision is allowed: the masters and moments are FP32 (checkpoint_apply.cpp).

@@ -25,8 +25,9 @@ std::string dry_run_plan(const Config& cfg, int world) {
   const GptOptions o = gpt_options(cfg, vocab);
   const ParamLayout L = gpt_layout(o);
   const StateBytes s = state_bytes(estimated_state_shape(L.total, cfg.precision.compute, cfg.optimizer.params, world,
-                                                         cfg.distributed.zero == 1, cfg.data.grad_accum_steps > 1,
-                                                         kShardAlign));
+                                                         int(cfg.distributed.zero), cfg.data.grad_accum_steps > 1,
+                                                         kShardAlign, L.spans(),
+                                                         size_t(cfg.distributed.bucket_mb * kBytesPerMiB)));
   size_t act = 0;
   // The largest forward pass: the training batch, or the evaluation batch where there is an
   // evaluation set (a run sizes the model the same way, its evaluation shard bounding the batch).

@@ -18,7 +18,7 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   const ParamLayout& L = model_.layout();
   const size_t n = L.total, es = dtype_size(compute_);
   const bool f32 = compute_ == DType::F32;
-  if (cfg_.distributed.zero == 1 && world_ > 1)
+  if (cfg_.distributed.zero >= 1 && world_ > 1)
     shards_ = std::make_unique<ShardLayout>(L.spans(), n, es, size_t(cfg_.distributed.first_bucket_mb * kBytesPerMiB),
                                             size_t(cfg_.distributed.bucket_mb * kBytesPerMiB), world_, rank_);
   // Flat buffers hold every element (padded when sharded); optimizer state only what this rank updates.
@@ -31,6 +31,13 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   master_ = mem_.alloc(master_count_ * sizeof(float));
   if (!f32) lp_ = mem_.alloc(flat * es);
   grads_ = mem_.alloc(flat * es);
+  // Stage 2: the gradient buffer's memory is returned bucket by bucket once reduced (and tensor by
+  // tensor in the micro-batches before the last); it starts returned.
+  release_ = shards_ && cfg_.distributed.zero == 2;
+  if (release_) {
+    AMP_CHECK(mem_.release_granularity() > 0, "distributed.zero 2 on a backend that cannot return memory");
+    mem_.release(grads_.data(), flat * es);
+  }
   if (shards_) gshard_ = mem_.alloc(held * es);
   g32_ = mem_.alloc(held * sizeof(float));
   const int moments = optimizer_moments(cfg_.optimizer.params);
@@ -42,6 +49,9 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   StateShape shape;
   shape.params = n, shape.flat = flat, shape.held = held, shape.compute = compute_, shape.moments = moments;
   shape.sharded = shards_ != nullptr, shape.accumulate = accum_ > 1;
+  shape.released = release_;
+  if (release_) shape.window = stage2_window(L.spans(), flat, size_t(cfg_.distributed.bucket_mb * kBytesPerMiB) / es);
+  bytes_window_ = shape.window * es;
   bytes_ = amp::state_bytes(shape);
 
   std::vector<std::string> names;
@@ -71,6 +81,8 @@ void TrainStep::connect(Communicator& world_comm, std::unique_ptr<Communicator> 
       [this](size_t begin, size_t end) { amp_->check_bucket(grads_.data(), begin, end); });
   reducer_->set_overlap(overlap);
   if (shards_) reducer_->shard(*shards_, gshard_.data());
+  if (release_)
+    reducer_->release_reduced([this](void* p, size_t bytes) { mem_.release(p, bytes); }, mem_.release_granularity());
 }
 
 void TrainStep::load_masters(const float* host) {
@@ -189,7 +201,6 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
   MixedPrecision& amp = *amp_;
   amp.begin_step();  // flags cleared
   const void* params = working_params();
-  const size_t n = model_.layout().total;
   // Micro-batch 0 was staged by run(); with gradient accumulation the ones before the last have
   // their scaled 16-bit gradients summed into acc32 (FP32), and the last one's join them tensor by
   // tensor as its backward completes them.
@@ -198,13 +209,7 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
     // Forward and loss; the output gradient is seeded with loss x S x 1/N.
     model_.forward_loss(params, batch_, amp.scale(), inv_count_, true,
                         LossSums{&sums_dev_->loss_sum, &sums_dev_->correct});
-    if (i + 1 < accum_) {
-      model_.backward(params, grads_.data(), batch_, [](int) {});
-      if (i == 0)
-        ops_.cast(grads_.data(), compute_, acc32_.data(), DType::F32, n);
-      else
-        ops_.add(AddArgs{acc32_.data(), DType::F32, grads_.data(), compute_, acc32_.data(), DType::F32, int64_t(n)});
-    }
+    if (i + 1 < accum_) model_.backward(params, grads_.data(), batch_, [&](int t) { accumulate(t, i == 0); });
   }
   // The last backward; each bucket is checked into this rank's flag slot, then summed while
   // backward goes on.
@@ -213,6 +218,7 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
     if (accum_ > 1) fold_accumulated(t);
     if (hook_) hook_(step, t);
     if (reducer_) reducer_->tensor_ready(t);
+    if (release_) measure_resident();
   });
   if (reducer_) reducer_->finish();
   // Unscale into FP32, find non-finite values, squared norm: one fused pass (sharded: over this
@@ -227,6 +233,31 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
   optimizer_update();
   // The one shared scale moves (identically on every rank: same flags, same state).
   amp.update();
+}
+
+// acc32[t] = float(grads[t]) for the first micro-batch, acc32[t] += float(grads[t]) for the next
+// ones, tensor by tensor as backward completes them (elementwise: the bits of one pass over the
+// buffer); stage 2 then returns the tensor's whole pages.
+void TrainStep::accumulate(int tensor, bool first) {
+  const TensorSpan s = model_.layout().tensors[size_t(tensor)].span;
+  const size_t es = dtype_size(compute_);
+  void* g = static_cast<char*>(grads_.data()) + s.offset * es;
+  float* a = acc32_.as<float>() + s.offset;
+  if (first)
+    ops_.cast(g, compute_, a, DType::F32, s.count);
+  else
+    ops_.add(AddArgs{a, DType::F32, g, compute_, a, DType::F32, int64_t(s.count)});
+  if (release_) {
+    measure_resident();
+    mem_.release(g, s.count * es);
+  }
+}
+
+// Stage 2: the gradient buffer's resident bytes when a tensor is complete (before its memory may
+// go), the high-water mark kept: what the window of state_bytes() counts, measured.
+void TrainStep::measure_resident() {
+  const size_t r = mem_.resident_bytes(grads_.data(), grads_.bytes());
+  if (r > resident_peak_) resident_peak_ = r;
 }
 
 // grads[t] = round((acc32[t] + float(grads[t])) / accum): the step's gradient of tensor t, the mean

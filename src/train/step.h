@@ -5,7 +5,9 @@
 // warm-up (released when the step goes, before any communicator that the graph's collectives use).
 // With distributed.zero: 1 the FP32 masters and the optimizer moments are sharded over the ranks
 // (comm/shard_layout.h): gradients are reduce-scattered, each rank unscales, checks and updates its
-// shard, and the updated working weights are all-gathered; host copies are gathered whole.
+// shard, and the updated working weights are all-gathered; host copies are gathered whole. With
+// distributed.zero: 2 the same, and the 16-bit gradient buffer's memory is returned to the backend
+// bucket by bucket once reduced (the arithmetic, and so every bit, is stage 1's).
 #pragma once
 
 #include <cstdint>
@@ -78,6 +80,10 @@ class TrainStep {
   DType replica_dtype() const { return shards_ ? compute_ : DType::F32; }
   bool sharded() const { return shards_ != nullptr; }
   const StateBytes& state_bytes() const { return bytes_; }
+  // distributed.zero 2: the most bytes of the 16-bit gradient buffer resident when backward
+  // completed a tensor, measured where the backend can tell (0: not measured), and the count.
+  size_t gradient_resident_peak() const { return resident_peak_; }
+  size_t gradient_window_bytes() const { return release_ ? bytes_window_ : 0; }
   const void* working_params() const { return compute_ == DType::F32 ? master_.data() : lp_.data(); }
   const void* gradients() const { return grads_.data(); }
 
@@ -107,7 +113,9 @@ class TrainStep {
   // Everything after the uploads: capturable when there is one micro-batch (train and idx stage
   // micro-batches 1, 2, ... otherwise).
   void device_step(int64_t step, const Dataset& train, const uint32_t* idx);
-  void fold_accumulated(int tensor);  // the last micro-batch's gradient of `tensor` += the FP32 sum
+  void accumulate(int tensor, bool first);  // a micro-batch before the last: acc32[t] (+)= its gradient
+  void fold_accumulated(int tensor);
+  void measure_resident();  // the last micro-batch's gradient of `tensor` += the FP32 sum
   void optimizer_update();         // the optimizer over the masters this rank holds
   struct OptimizerRun {
     size_t begin, end;  // flat elements
@@ -127,6 +135,8 @@ class TrainStep {
   int rank_, world_;
   float inv_count_ = 0;  // loss weight / (batch x world x loss terms per sample): one micro-batch's mean
   bool use_graph_ = false, graph_ready_ = false;
+  bool release_ = false;  // distributed.zero 2: the gradient buffer's memory returned once reduced
+  size_t resident_peak_ = 0, bytes_window_ = 0;
   Communicator* world_comm_ = nullptr;
   Communicator* grad_comm_ = nullptr;
   std::function<void(int64_t, int)> hook_;

@@ -10,6 +10,7 @@
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/host_memory.h"
 #include "data/tokenizer.h"
 #include "model/sampling.h"
 #include "train/sample_text.h"
@@ -190,12 +191,21 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
       {"model", model_->describe()},
       {"params", model_->layout().n_params()},
       {"params_hash", hex64(params_hash())},
-      {"zero", step_->sharded() ? 1 : 0},
+      {"zero", step_->sharded() ? cfg_.distributed.zero : 0},
       {"optimizer_state_hash", hex64(optimizer_state_hash())},
       {"config_hash", hex64(config_hash(cfg_))},
       {"memory_per_rank", {{"training_state", step_->state_bytes().total()}, {"activations", model_->buffer_bytes()},
                            {"rows_per_forward", model_->max_rows()}}},
   };
+  // Rank 0's peak resident host memory (with the CPU backend, the training state and activations
+  // among the rest); absent where /proc does not say.
+  if (const size_t peak = host_peak_resident(); peak > 0) j["peak_resident_bytes_rank0"] = peak;
+  // distributed.zero 2: the gradient buffer's resident bytes, counted (the bound of state_bytes)
+  // and measured (its high-water mark when a tensor completed; absent where not measured).
+  if (step_->gradient_window_bytes() > 0) {
+    j["zero2_gradient_buffer_rank0"] = {{"counted", step_->gradient_window_bytes()}};
+    if (step_->gradient_resident_peak() > 0) j["zero2_gradient_buffer_rank0"]["measured_peak"] = step_->gradient_resident_peak();
+  }
   // What was not measured is absent (never 0): no loss logged (stopped before the first log line,
   // or resumed at the last step), no evaluation, no training time.
   if (std::isfinite(record_.last_loss)) j["final_loss"] = record_.last_loss;

@@ -94,9 +94,12 @@ void Trainer::setup() {
                              ", gradients ", format_bytes(b.gradients), "), activations ", format_bytes(model_->buffer_bytes()),
                              " (", rows, model_->language_model() ? " windows" : " samples", " per forward pass): ",
                              format_bytes(double(b.total()) + double(model_->buffer_bytes())),
-                             step_->sharded() ? strcat("; optimizer state sharded over ", nranks_, " ranks (distributed.zero 1)")
-                             : cfg_.distributed.zero == 1 ? std::string("; distributed.zero 1 has nothing to shard on one rank")
-                                                          : std::string("")));
+                             !step_->sharded() ? (cfg_.distributed.zero > 0 ? strcat("; distributed.zero ", cfg_.distributed.zero,
+                                                                                     " has nothing to shard on one rank")
+                                                                              : std::string(""))
+                             : cfg_.distributed.zero == 2 ? strcat("; optimizer state and reduced gradients sharded over ", nranks_,
+                                                                   " ranks, gradient buckets returned once reduced (distributed.zero 2)")
+                                                          : strcat("; optimizer state sharded over ", nranks_, " ranks (distributed.zero 1)")));
     if (cfg_.run.cuda_graph && accum_ > 1 && !be_->memory().host_accessible())
       reporter_.message(strcat("note: steps of ", accum_, " micro-batches (data.grad_accum_steps) stage each one from "
                                "the host mid-step, so they run without a CUDA graph"));
@@ -108,6 +111,11 @@ void Trainer::setup_local() {
   drills_.fail_setup("backend");
   be_ = make_backend(cfg_.run.device, world_.local_rank(), pick_threads(cfg_.run.threads, world_.local_size()));
   compute_ = cfg_.precision.compute;
+  if (cfg_.distributed.zero == 2 && be_->memory().release_granularity() == 0)
+    throw Error(ErrorKind::Config, strcat("config error: ", cfg_.origin.at("distributed.zero"), ": distributed.zero: 2 returns "
+                                          "each gradient bucket's memory once it is reduced, which the ", be_->name(),
+                                          " backend cannot do yet (device memory would need the CUDA virtual memory API); "
+                                          "use distributed.zero 1"));
 
   drills_.fail_setup("data");
   try {

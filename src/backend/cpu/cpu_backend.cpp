@@ -1,10 +1,15 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
@@ -27,6 +32,29 @@ Buffer CpuBackend::alloc(size_t bytes) {
 size_t CpuBackend::memory_available(int ranks_on_node) const {
   // MemAvailable, shared by the node's ranks.
   return host_memory_available() / size_t(ranks_on_node > 0 ? ranks_on_node : 1);
+}
+
+size_t CpuBackend::release_granularity() const { return size_t(sysconf(_SC_PAGESIZE)); }
+
+void CpuBackend::release(void* p, size_t bytes) {
+  const uintptr_t page = release_granularity();
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (hi <= lo) return;
+  // Private anonymous memory (the allocator's): the pages are dropped and read as zero afterwards.
+  if (madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0)
+    throw Error(ErrorKind::Internal, strcat("madvise(MADV_DONTNEED) of ", hi - lo, " bytes failed: ", std::strerror(errno)));
+}
+
+size_t CpuBackend::resident_bytes(const void* p, size_t bytes) const {
+  const uintptr_t page = release_granularity();
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) / page * page;
+  std::vector<unsigned char> in((hi - lo) / page);
+  if (in.empty() || mincore(reinterpret_cast<void*>(lo), hi - lo, in.data()) != 0) return 0;
+  size_t n = 0;
+  for (unsigned char c : in) n += c & 1;
+  return n * page;
 }
 
 void CpuBackend::upload(void* dst, const void* host_src, size_t bytes) { std::memcpy(dst, host_src, bytes); }

@@ -34,6 +34,9 @@ class CpuBackend final : public Backend,
   void zero(void* dst, size_t bytes) override;
   void synchronize() override {}
   size_t memory_available(int ranks_on_node) const override;
+  size_t release_granularity() const override;  // the page size
+  void release(void* p, size_t bytes) override;  // madvise(MADV_DONTNEED): the pages read as zero
+  size_t resident_bytes(const void* p, size_t bytes) const override;  // mincore
 
   // ---- AmpKernels, OptimizerKernels
   void find_nonfinite(const void* grads, DType dtype, const std::vector<TensorSpan>& spans, size_t begin,
