@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #include "comm/shard_layout.h"
 #include "core/error.h"
@@ -93,8 +94,12 @@ void GradReducer::release_done(bool wait) {
       if (!wait && !r->test()) return;
     }
     const Bucket& bk = buckets_[released_];
-    size_t lo = bk.begin * es, hi = bk.end * es;
-    if (released_ > 0) hi = std::min((hi + granularity_ - 1) / granularity_ * granularity_, buckets_[released_ - 1].end * es);
+    const size_t lo = bk.begin * es;
+    size_t hi = bk.end * es;
+    if (released_ > 0) {  // up to the end of the page holding `end` (pages are the addresses')
+      const uintptr_t at = reinterpret_cast<uintptr_t>(grads_);
+      hi = std::min(size_t((at + hi + granularity_ - 1) / granularity_ * granularity_ - at), buckets_[released_ - 1].end * es);
+    }
     release_(static_cast<char*>(grads_) + lo, hi - lo);
     ++released_;
   }

@@ -298,3 +298,59 @@ TEST_CASE("sharded reducer: each rank's shard holds the sum of its blocks, the a
     CHECK(wrong == 0);
   }
 }
+
+TEST_CASE("stage 2 reducer: stage 1's shards, and every bucket's pages returned once it is reduced", "[mpi][zero]") {
+  Communicator& c = world();
+  const int n = c.size();
+  if (n < 2) return;  // the reducer is inactive on one rank
+  // Buckets of several pages that split tensors, so that pages are shared at their edges.
+  const std::vector<TensorSpan> spans = {{0, 20000}, {20032, 64}, {20096, 50000}, {70112, 10}};
+  const size_t total = 70122;
+  CpuBackend be(1);
+  DeviceMemory& mem = be.memory();
+  const size_t page = mem.release_granularity();
+  REQUIRE(page > 0);
+  for (DType t : {DType::F16, DType::F32}) {
+    INFO(dtype_name(t));
+    const size_t es = dtype_size(t);
+    const ShardLayout Lt(spans, total, es, 16384, 40960, n, c.rank());
+    Buffer g = mem.alloc(Lt.padded() * es), shard = mem.alloc(Lt.shard_size() * es);
+    GradReducer red(c, spans, total, t, g.data(), 16384, 40960, nullptr);
+    red.shard(Lt, shard.data());
+    std::vector<std::pair<size_t, size_t>> returned;  // byte ranges of g, as handed to the backend
+    red.release_reduced([&](void* p, size_t bytes) {
+      const size_t at = size_t(static_cast<char*>(p) - static_cast<char*>(g.data()));
+      returned.emplace_back(at, at + bytes);
+      mem.release(p, bytes);
+    }, page);
+    std::vector<float> host(Lt.padded(), 0.0f);
+    for (const auto& s : spans)
+      for (size_t i = s.offset; i < s.offset + s.count; ++i) host[i] = float(value(c.rank(), i));
+    std::vector<float> flat_sum(total, 0.0f), want(Lt.shard_size());
+    for (const auto& s : spans)
+      for (size_t i = s.offset; i < s.offset + s.count; ++i) flat_sum[i] = float(double(i % 7 + 1) * n * (n + 1) / 2.0);
+    Lt.flat_to_shard(flat_sum.data(), want.data());
+    for (bool overlap : {true, false}) {
+      INFO("overlap " << overlap);
+      convert(host.data(), DType::F32, g.data(), t, host.size());  // backward writes the gradients
+      CHECK(mem.resident_bytes(g.data(), g.bytes()) >= g.bytes() / page * page);
+      returned.clear();
+      red.set_overlap(overlap);
+      red.begin_step();
+      for (int k = int(spans.size()) - 1; k >= 0; --k) red.tensor_ready(k);
+      red.finish();
+      std::vector<float> mine(Lt.shard_size());
+      convert(shard.data(), t, mine.data(), DType::F32, mine.size());
+      CHECK(mine == want);  // nothing returned before it was reduced
+      // Every bucket went back, in bucket order (from the buffer's end down), the ranges covering the
+      // buffer; the backend kept only the partial pages at its two ends.
+      REQUIRE(returned.size() == Lt.buckets().size());
+      size_t covered = returned.front().second, bad = 0;
+      for (const auto& [lo, hi] : returned) bad += hi < covered || lo > covered || lo >= hi, covered = lo;
+      CHECK(bad == 0);
+      CHECK(covered == 0);
+      CHECK(returned.front().second == Lt.padded() * es);
+      CHECK(mem.resident_bytes(g.data(), g.bytes()) <= 2 * page);
+    }
+  }
+}

@@ -1,0 +1,63 @@
+// ZeRO stage 2's pieces on one process: the CPU backend returns whole pages (they read as zero and
+// come back when written), and the count of the gradient window in the training-state bytes.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "optim/state_bytes.h"
+
+using namespace amp;
+
+TEST_CASE("cpu memory: release returns the whole pages inside a range, which read as zero until written", "[zero2]") {
+  CpuBackend be(1);
+  DeviceMemory& mem = be.memory();
+  const size_t page = mem.release_granularity();
+  REQUIRE(page >= 4096);
+  Buffer b = mem.alloc(65 * page);
+  // Positions below count from the first page boundary inside the allocation.
+  const uintptr_t at = reinterpret_cast<uintptr_t>(b.data());
+  unsigned char* p = b.as<unsigned char>() + ((at + page - 1) / page * page - at);
+  for (size_t i = 0; i < 64 * page; ++i) p[i] = static_cast<unsigned char>(i % 251 + 1);
+  const size_t before = mem.resident_bytes(p, 64 * page);
+  CHECK(before == 64 * page);
+  // From the middle of a page to the middle of another: only the 19 whole pages between them go.
+  const size_t lo = 10 * page + 100, hi = 30 * page + 7;
+  mem.release(p + lo, hi - lo);
+  const size_t after = mem.resident_bytes(p, 64 * page);
+  CHECK(before - after == 19 * page);
+  size_t changed = 0, nonzero = 0;
+  for (size_t i = 0; i < 64 * page; ++i) {
+    const bool inside = i >= 11 * page && i < 30 * page;
+    if (inside) nonzero += p[i] != 0;
+    else changed += p[i] != static_cast<unsigned char>(i % 251 + 1);
+  }
+  CHECK(nonzero == 0);
+  CHECK(changed == 0);
+  std::memset(p + 11 * page, 7, 19 * page);  // written again: resident again
+  CHECK(mem.resident_bytes(p, 64 * page) == before);
+  mem.release(p + 5, page - 10);  // no whole page inside: nothing happens
+  CHECK(p[5] == static_cast<unsigned char>(5 % 251 + 1));
+}
+
+TEST_CASE("stage 2: the gradient window is the two largest tensors and three buckets, at most the buffer", "[zero2]") {
+  const std::vector<TensorSpan> spans = {{0, 10}, {32, 500}, {544, 300}, {864, 20}};
+  CHECK(stage2_window(spans, 1000, 40) == 500 + 300 + 120);
+  CHECK(stage2_window(spans, 1000, 100) == 1000);
+  OptimizerParams adam;
+  adam.kind = OptimizerKind::AdamW;
+  for (int zero : {1, 2}) {
+    const StateShape s = estimated_state_shape(1000, DType::BF16, adam, 2, zero, false, 32, spans, 80);
+    const StateBytes b = state_bytes(s);
+    CHECK(s.released == (zero == 2));
+    // 16-bit gradients (the window with zero 2: 40 bf16 elements a bucket), the reduced 16-bit shard,
+    // the FP32 unscaled shard.
+    const size_t window = zero == 2 ? 500 + 300 + 120 : s.flat;
+    CHECK(b.gradients == window * 2 + s.held * 2 + s.held * 4);
+  }
+  // One rank: nothing is sharded or returned.
+  const StateShape one = estimated_state_shape(1000, DType::BF16, adam, 1, 2, false, 32, spans, 80);
+  CHECK((!one.sharded && !one.released));
+}
