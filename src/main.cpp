@@ -51,6 +51,7 @@ struct Cli {
   std::string config;
   std::vector<std::string> sets;
   bool dry_run = false;
+  int plan_ranks = 0;  // --ranks: the world size --dry-run plans for (0: the job's)
   Action action = Action::Train;
   std::string text;  // what to print for Help, Version and UsageError
 };
@@ -78,7 +79,11 @@ Cli parse_cli(int argc, char** argv, bool eval) {
       ->expected(1)
       ->allow_extra_args(false)  // one value per --set: a following positional is the config
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_flag("--dry-run", cli.dry_run, "load, validate and print the resolved config, then exit");
+  CLI::Option* dry = app.add_flag("--dry-run", cli.dry_run,
+                                  "load, validate and print the resolved config and the memory plan, then exit");
+  app.add_option("--ranks", cli.plan_ranks, "with --dry-run: plan for this many ranks (default: the job's)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->needs(dry);
   app.set_version_flag("--version", std::string("amp_ddp ") + AMP_VERSION + " (" + amp::build_info() + ")");
   app.footer("\n" + amp::config_keys_help());
   std::ostringstream out, err;
@@ -292,7 +297,7 @@ int main(int argc, char** argv) {
     if (cli.dry_run) {
       if (rank == 0)
         std::printf("# resolved config (%s)\n%s%s", cli.config.c_str(), amp::config_to_yaml(cfg).c_str(),
-                    amp::dry_run_plan(cfg, world->size()).c_str());
+                    amp::dry_run_plan(cfg, cli.plan_ranks > 0 ? cli.plan_ranks : world->size()).c_str());
       world.reset();
       return 0;
     }

@@ -40,6 +40,9 @@ std::string dry_run_plan(const Config& cfg, int world) {
                 ", moments ", format_bytes(double(s.moments)), ", working copy ", format_bytes(double(s.working)),
                 ", gradients ", format_bytes(double(s.gradients)), "), activations at ", rows, " windows ",
                 format_bytes(double(act)), ": ", format_bytes(double(s.total()) + double(act)), "\n");
+  // The same in bytes, for scripts (scripts/bench_zero.sh sizes the largest model that fits).
+  out += strcat("# memory per rank in bytes: state ", s.total(), " activations ", act, " total ", s.total() + act,
+                " gradients ", s.gradients, " working ", s.working, "\n");
   return out;
 }
 
