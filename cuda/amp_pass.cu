@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kThreads) unscale_kernel(const T* __restrict__
   for (uint32_t k = threadIdx.x; k < ch.len; k += blockDim.x) {
     const size_t i = ch.begin + k;
     const float v = to_f32(g[i]) * inv;
-    out32[i] = v;
+    if (out32) out32[i] = v;
     bad |= !(v - v == 0.0f);
     s += double(v) * v;
   }
@@ -155,6 +155,24 @@ void unscale_check(const Launch& l, const void* grads, DType dtype, const SpanTa
   unscale_finish_kernel<<<1, kFinishThreads, 0, l.stream>>>(t.partials.get(), unsigned(t.size()), flags, norm_sq,
                                                              norm_bits);
   AMP_CHECK_LAUNCH("unscale_finish_kernel");
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) unscale_only_kernel(const T* __restrict__ g, size_t n,
+                                                                const float* __restrict__ scale, float* __restrict__ out32) {
+  const float inv = float(1.0 / double(*scale));  // as unscale_kernel
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) out32[i] = to_f32(g[i]) * inv;
+}
+
+void unscale(const Launch& l, const void* grads, DType dtype, size_t n, const float* scale, float* out32) {
+  if (n == 0) return;
+  dispatch_float(dtype, "unscale", [&](auto tag) {
+    using T = decltype(tag);
+    unscale_only_kernel<T><<<blocks_for(n, kThreads, l), kThreads, 0, l.stream>>>(static_cast<const T*>(grads), n, scale,
+                                                                                  out32);
+    AMP_CHECK_LAUNCH("unscale_only_kernel");
+  });
 }
 
 void grad_stats_chunks(const Launch& l, const void* grads, DType dtype, const SpanTable& t) {

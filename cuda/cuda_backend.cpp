@@ -147,6 +147,10 @@ void CudaBackend::unscale_check(const void* grads, DType dtype, const std::vecto
   cuda::unscale_check(launch(), grads, dtype, t, scale, out32, flags, norm_sq, norm_bits);
 }
 
+void CudaBackend::unscale(const void* grads, DType dtype, size_t n, const float* scale, float* out32) {
+  cuda::unscale(launch(), grads, dtype, n, scale, out32);
+}
+
 std::vector<GradStats> CudaBackend::grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) {
   not_capturing("grad_stats");
   const SpanTable& t = spans_.get(spans, 0, spans_extent(spans), stream_->get(), *ring_);

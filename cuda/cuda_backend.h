@@ -62,6 +62,7 @@ class CudaBackend final : public Backend,
                       size_t end, int32_t* flag) override;
   void unscale_check(const void* grads, DType dtype, const std::vector<TensorSpan>& spans, const float* scale,
                      float* out32, int32_t* flags, float* norm_sq, int32_t* norm_bits = nullptr) override;
+  void unscale(const void* grads, DType dtype, size_t n, const float* scale, float* out32) override;
   std::vector<GradStats> grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) override;
   void check_norm(const float* norm_sq, float max_norm, int32_t* flags) override;
   void sum_norm_partials(const int32_t* flags, int world, float* norm_sq) override;

@@ -47,6 +47,7 @@ void find_nonfinite(const Launch& l, const void* grads, DType dtype, const SpanT
 void unscale_check(const Launch& l, const void* grads, DType dtype, const SpanTable& t, const float* scale,
                    float* out32, int32_t* flags, float* norm_sq, int32_t* norm_bits);
 void grad_stats_chunks(const Launch& l, const void* grads, DType dtype, const SpanTable& t);  // -> t.stats
+void unscale(const Launch& l, const void* grads, DType dtype, size_t n, const float* scale, float* out32);
 
 // ---- optimizer.cu
 void optimizer_step(const Launch& l, const OptimizerParams& p, const float* lr, float max_norm, float* master,

@@ -320,7 +320,8 @@ phase_done tests
 # GPT-2 124M (configs/gpt2_124m.yaml: bf16, 16 x 1024 tokens per step) on random tokens of an llm.c
 # shard written here (no corpus on this machine): amp_ddp's steady step time and model FLOP
 # utilization (scripts/scaling_model.py --mfu: every GEMM's FLOPs, attention in full T x T, against
-# 989 TFLOP/s), and the PyTorch peer (autocast, attention written out and fused) in the same run.
+# 989 TFLOP/s), again with fused attention and with fused attention and recomputation, and the
+# PyTorch peer (autocast, attention written out and fused SDPA) in the same run.
 BENCH=$LOGS/bench.jsonl
 : > "$BENCH"
 GPT2_SHARD=$DATA/gpt2_random_tokens.bin
@@ -350,6 +351,23 @@ if run_logged "$LOGS/amp_ddp_gpt2.log" 150 "$HEADLINE_END" -- "$AMP" configs/gpt
 else
   rc=$?; fail "gpt-2 124m on $DEVICE ($(why $rc))"; show_tail "$LOGS/amp_ddp_gpt2.log" 30
 fi
+# The same with fused attention, and with fused attention and recomputed blocks (issue 22's memory
+# answers): step time, MFU and activation bytes next to the explicit run's and PyTorch's fused SDPA.
+for variant in fused fused_recompute; do
+  VSETS=(--set model.attention=fused)
+  [ $variant = fused_recompute ] && VSETS+=(--set model.recompute=block)
+  if run_logged "$LOGS/amp_ddp_gpt2_$variant.log" 150 "$HEADLINE_END" -- "$AMP" configs/gpt2_124m.yaml \
+       --set run.device=$DEVICE --set "data.train_tokens=[\"$GPT2_SHARD\"]" --set "data.eval_tokens=[]" --set run.steps=30 \
+       --set run.eval_interval=0 --set run.sample_interval=0 --set sample.tokens=0 --set run.log_interval=10 \
+       --set run.progress=lines --set checkpoint.final=false --set run.out_dir="$LOGS/gpt2_$variant" \
+       "${GPT2_SETS[@]}" "${VSETS[@]}"; then
+    bounded 20 -- python3 scripts/scaling_model.py --mfu "$LOGS/gpt2_$variant/summary.json" > "$LOGS/gpt2_${variant}_mfu.txt" 2>&1
+    pass "gpt-2 124m on $DEVICE, $variant: $(head -1 "$LOGS/gpt2_${variant}_mfu.txt"); $(grep -m1 -o 'activations [0-9.]* [KMGT]iB' "$LOGS/amp_ddp_gpt2_$variant.log")"
+    grep -h '^{' "$LOGS/gpt2_${variant}_mfu.txt" | sed "s/^{/{\"variant\": \"$variant\", /" >> "$BENCH"
+  else
+    rc=$?; fail "gpt-2 124m on $DEVICE, $variant ($(why $rc))"; show_tail "$LOGS/amp_ddp_gpt2_$variant.log" 30
+  fi
+done
 if run_logged "$LOGS/torch_gpt2.log" 120 "$HEADLINE_END" -- env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" \
      PATH="$ORIG_PATH" python3 bench/gpu/torch_gpt_step.py --dtype bf16 "${TORCH_GPT2_ARGS[@]}"; then :
 else rc=$?; note "PyTorch GPT-2 peer failed ($(why $rc))"; fi

@@ -68,13 +68,15 @@ class StepRig {
                         LossSums{&dev_->loss_sum, &dev_->correct});
     model_.backward(lp_.data(), grads_.data(), batch_, [](int) {});
   }
-  // The mixed-precision bookkeeping: unscale + overflow check + norm, and the scale update.
+  // The mixed-precision bookkeeping: overflow check + norm of the unscaled gradients, and the scale
+  // update (the optimizer unscales them again as it reads them).
   void unscale_check() {
-    amp_->unscale_and_check(grads_.data(), g32_.as<float>());
+    amp_->unscale_and_check(grads_.data());
     amp_->agree(nullptr);
     amp_->check_norm(1.0f);
   }
   void optimizer() {
+    amp_->unscale(grads_.data(), model_.layout().total, g32_.as<float>());
     OptimizerStepArgs a;
     a.params = op_;
     a.lr = &dev_->lr;

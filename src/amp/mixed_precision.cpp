@@ -57,15 +57,20 @@ void MixedPrecision::shard(std::vector<TensorSpan> shard_spans) {
   sharded_ = true;
 }
 
-void MixedPrecision::unscale_and_check(const void* grads, float* g32) {
+void MixedPrecision::unscale_and_check(const void* grads) {
   expect("unscale_and_check()", {Phase::Begun}, Phase::Unscaled);
   if (!sharded_) {
-    k_.unscale_check(grads, grad_dtype_, spans_, &dev_->scaler.scale, g32, flags_dev_, &dev_->norm_sq);
+    k_.unscale_check(grads, grad_dtype_, spans_, &dev_->scaler.scale, nullptr, flags_dev_, &dev_->norm_sq);
     return;
   }
   // This rank's partial norm² goes into its norm slots, in double (overflow_flags.h).
-  k_.unscale_check(grads, grad_dtype_, shard_spans_, &dev_->scaler.scale, g32, flags_dev_, nullptr,
+  k_.unscale_check(grads, grad_dtype_, shard_spans_, &dev_->scaler.scale, nullptr, flags_dev_, nullptr,
                    flags_dev_ + OverflowFlags::norm_slot(rank_, world_));
+}
+
+void MixedPrecision::unscale(const void* grads, size_t n, float* out32) const {
+  expect("unscale()", {Phase::Checked});
+  k_.unscale(grads, grad_dtype_, n, &dev_->scaler.scale, out32);
 }
 
 void MixedPrecision::agree(Communicator* comm) {

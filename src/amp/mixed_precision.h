@@ -62,7 +62,11 @@ class MixedPrecision {
   void begin_step();
   const float* scale() const { return &dev_->scaler.scale; }
   void check_bucket(const void* grads, size_t begin, size_t end);
-  void unscale_and_check(const void* grads, float* g32);
+  // The fused pass over the reduced gradients: flags and norm², the unscaled values not kept.
+  void unscale_and_check(const void* grads);
+  // After check_norm: out32 = the unscaled values of grads[0, n) (those the fused pass computed),
+  // for the optimizer, chunk by chunk.
+  void unscale(const void* grads, size_t n, float* out32) const;
   void agree(Communicator* comm);  // nullptr or one rank: nothing to agree on
   void check_norm(float max_norm);
   AmpVerdict verdict() const;  // after check_norm: flags, norm², scaler state (backend memory)

@@ -29,13 +29,16 @@ class AmpKernels {
   virtual void find_nonfinite(const void* grads, DType dtype, const std::vector<TensorSpan>& spans, size_t begin,
                               size_t end, int32_t* flag) = 0;
   // The fused pass: out32 = float(grads) * (1 / *scale) (the reciprocal taken in double, as
-  // PyTorch), flags[kReduced] = 1 + first tensor with a non-finite value (0 if none),
+  // PyTorch; not stored when out32 is null: the optimizer unscales again, see unscale), flags[kReduced] = 1 + first tensor with a non-finite value (0 if none),
   // flags[kAny] |= that, and *norm_sq = sum of squares of out32 when norm_sq is non-null; when
   // norm_bits is non-null the sum (a sharded partial) goes there in double instead
   // (store_norm_partial, amp/overflow_flags.h).
   virtual void unscale_check(const void* grads, DType dtype, const std::vector<TensorSpan>& spans,
                              const float* scale, float* out32, int32_t* flags, float* norm_sq,
                              int32_t* norm_bits = nullptr) = 0;
+  // out32[i] = float(grads[i]) * (1 / *scale) for i in [0, n): the fused pass's values, bit for bit
+  // (the optimizer unscales its gradients chunk by chunk instead of keeping an FP32 copy of all).
+  virtual void unscale(const void* grads, DType dtype, size_t n, const float* scale, float* out32) = 0;
   // flag_norm_overflow(flags, *norm_sq, max_norm) (amp/overflow_flags.h).
   virtual void check_norm(const float* norm_sq, float max_norm, int32_t* flags) = 0;
   // *norm_sq = sum_norm_partials(flags, world) (amp/overflow_flags.h): sharded gradients.

@@ -1,11 +1,15 @@
 #include "optim/state_bytes.h"
 
+#include <algorithm>
+
 namespace amp {
 
 int optimizer_moments(const OptimizerParams& p) {
   if (p.kind == OptimizerKind::AdamW) return 2;
   return p.momentum != 0.0f ? 1 : 0;
 }
+
+size_t unscale_chunk(size_t bucket_bytes) { return std::max<size_t>(bucket_bytes / sizeof(float), 1024); }
 
 size_t stage2_window(const std::vector<TensorSpan>& spans, size_t flat, size_t bucket_elems) {
   size_t first = 0, second = 0;
@@ -26,6 +30,7 @@ StateShape estimated_state_shape(size_t params, DType compute, const OptimizerPa
   s.compute = compute;
   s.moments = optimizer_moments(opt);
   s.accumulate = accumulate;
+  s.unscale_chunk = unscale_chunk(bucket_bytes);
   if (sharded && world > 1) {
     const size_t block = size_t(world) * align;
     const size_t blocks = params / block + (params % block != 0);
@@ -56,7 +61,7 @@ StateBytes state_bytes(const StateShape& s) {
   b.moments = mul(mul(size_t(s.moments), s.held), sizeof(float));
   b.working = f32 ? 0 : mul(s.flat, es);
   b.gradients = add(add(mul(s.released ? s.window : s.flat, es), s.sharded ? mul(s.held, es) : 0),
-                    add(mul(s.held, sizeof(float)), s.accumulate ? mul(s.params, sizeof(float)) : 0));
+                    add(mul(std::min(s.held, s.unscale_chunk ? s.unscale_chunk : s.held), sizeof(float)), s.accumulate ? mul(s.params, sizeof(float)) : 0));
   add(add(b.masters, b.moments), add(b.working, b.gradients));  // total() fits
   return b;
 }

@@ -20,6 +20,7 @@ struct StateShape {
   int moments = 0;          // optimizer state arrays (optimizer_moments)
   bool sharded = false;     // the reduced gradient shard is a buffer of its own
   bool accumulate = false;  // gradient accumulation's FP32 sum of the micro-batches (params elements)
+  size_t unscale_chunk = 0;  // FP32 unscaled gradients held at once (unscale_chunk()), at most held
   bool released = false;    // distributed.zero 2: the gradient buffer holds `window` elements at most
   size_t window = 0;        //   (the buckets in flight; stage2_window), not flat
 };
@@ -28,8 +29,8 @@ struct StateBytes {
   size_t masters = 0;    // FP32 master weights (in FP32 compute they are the working weights: flat)
   size_t moments = 0;    // optimizer state (momentum / AdamW m and v)
   size_t working = 0;    // the 16-bit working copy (0 in FP32 compute)
-  size_t gradients = 0;  // compute-type gradients, the reduced shard, FP32 unscaled gradients, the
-                         // FP32 sum of accumulated micro-batches
+  size_t gradients = 0;  // compute-type gradients, the reduced shard, the chunk of FP32 unscaled
+                         // gradients, the FP32 sum of accumulated micro-batches
   bool overflow = false;  // a count beyond size_t (then the fields are meaningless)
   size_t total() const { return masters + moments + working + gradients; }
 };
@@ -46,6 +47,10 @@ int optimizer_moments(const OptimizerParams& p);
 StateShape estimated_state_shape(size_t params, DType compute, const OptimizerParams& opt, int world, int zero,
                                  bool accumulate, size_t align, const std::vector<TensorSpan>& spans,
                                  size_t bucket_bytes);
+
+// The optimizer unscales the gradients it updates chunk by chunk into an FP32 buffer of this many
+// elements (a bucket's bytes in FP32, at least 1024), not into an FP32 copy of them all.
+size_t unscale_chunk(size_t bucket_bytes);
 
 // Stage 2's bound on the 16-bit gradient elements resident at once: backward writes a tensor's
 // gradient, completes it, and its bucket is returned once reduced; resident are the tensor being

@@ -39,7 +39,9 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
     mem_.release(grads_.data(), flat * es);
   }
   if (shards_) gshard_ = mem_.alloc(held * es);
-  g32_ = mem_.alloc(held * sizeof(float));
+  // The optimizer's FP32 unscaled gradients, a chunk at a time.
+  chunk_ = std::min(held, unscale_chunk(size_t(cfg_.distributed.bucket_mb * kBytesPerMiB)));
+  g32_ = mem_.alloc(chunk_ * sizeof(float));
   const int moments = optimizer_moments(cfg_.optimizer.params);
   if (moments >= 1) state1_ = mem_.alloc(held * sizeof(float));
   if (moments >= 2) state2_ = mem_.alloc(held * sizeof(float));
@@ -50,6 +52,7 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   shape.params = n, shape.flat = flat, shape.held = held, shape.compute = compute_, shape.moments = moments;
   shape.sharded = shards_ != nullptr, shape.accumulate = accum_ > 1;
   shape.released = release_;
+  shape.unscale_chunk = chunk_;
   if (release_) shape.window = stage2_window(L.spans(), flat, size_t(cfg_.distributed.bucket_mb * kBytesPerMiB) / es);
   bytes_window_ = shape.window * es;
   bytes_ = amp::state_bytes(shape);
@@ -221,9 +224,9 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
     if (release_) measure_resident();
   });
   if (reducer_) reducer_->finish();
-  // Unscale into FP32, find non-finite values, squared norm: one fused pass (sharded: over this
-  // rank's reduced shard, the norm² a partial).
-  amp.unscale_and_check(shards_ ? gshard_.data() : grads_.data(), g32_.as<float>());
+  // Find non-finite values and the squared norm of the unscaled gradients: one fused pass (sharded:
+  // over this rank's reduced shard, the norm² a partial).
+  amp.unscale_and_check(shards_ ? gshard_.data() : grads_.data());
   // The global overflow flag (and who saw what, and the partial norms): one MAX all-reduce; every
   // rank skips or steps together.
   amp.agree(grad_comm_);
@@ -296,24 +299,30 @@ void TrainStep::optimizer_range(size_t flat_begin, size_t count, size_t at, cons
   const size_t es = dtype_size(compute_);
   float* s1 = state1_.as<float>();
   float* s2 = state2_.as<float>();
+  const char* g16 = static_cast<const char*>(shards_ ? gshard_.data() : grads_.data());  // indexed where held
   for (const OptimizerRun& r : runs_) {
-    const size_t b = std::max(r.begin, flat_begin), e = std::min(r.end, flat_begin + count);
-    if (b >= e) continue;
-    const size_t h = at + (b - flat_begin);  // where it is held
-    OptimizerStepArgs a;
-    a.params = cfg_.optimizer.params;
-    if (!r.decay) a.params.weight_decay = 0.0f;
-    a.lr = &sums_dev_->lr;
-    a.max_norm = float(cfg_.optimizer.grad_clip);
-    a.master = master_.as<float>() + (f32 ? b : h);  // FP32 compute: the masters are the flat working weights
-    a.g32 = g32_.as<float>() + h;
-    a.state1 = s1 ? s1 + h : nullptr;
-    a.state2 = s2 ? s2 + h : nullptr;
-    a.n = e - b;
-    a.lp = f32 ? nullptr : static_cast<char*>(lp_.data()) + b * es;
-    a.lp_dtype = compute_;
-    a.verdict = verdict;
-    be_.optimizer().optimizer_step(a);
+    const size_t rb = std::max(r.begin, flat_begin), re = std::min(r.end, flat_begin + count);
+    // A chunk at a time: the reduced gradients unscaled into g32 (the values the fused pass
+    // checked), then the update. Elementwise, so the chunks do not change a bit.
+    for (size_t b = rb; b < re; b += chunk_) {
+      const size_t e = std::min(re, b + chunk_);
+      const size_t h = at + (b - flat_begin);  // where it is held
+      amp_->unscale(g16 + h * es, e - b, g32_.as<float>());
+      OptimizerStepArgs a;
+      a.params = cfg_.optimizer.params;
+      if (!r.decay) a.params.weight_decay = 0.0f;
+      a.lr = &sums_dev_->lr;
+      a.max_norm = float(cfg_.optimizer.grad_clip);
+      a.master = master_.as<float>() + (f32 ? b : h);  // FP32 compute: the masters are the flat working weights
+      a.g32 = g32_.as<float>();
+      a.state1 = s1 ? s1 + h : nullptr;
+      a.state2 = s2 ? s2 + h : nullptr;
+      a.n = e - b;
+      a.lp = f32 ? nullptr : static_cast<char*>(lp_.data()) + b * es;
+      a.lp_dtype = compute_;
+      a.verdict = verdict;
+      be_.optimizer().optimizer_step(a);
+    }
   }
 }
 

@@ -83,11 +83,12 @@ TEST_CASE("mixed precision: one clean step unscales exactly, sums the norm and g
   for (int step = 1; step <= 2; ++step) {
     amp.begin_step();
     CHECK(*amp.scale() == 1024.0f);
-    amp.unscale_and_check(r.g16.data(), r.g32.as<float>());
+    amp.unscale_and_check(r.g16.data());
     amp.agree(nullptr);
     amp.check_norm(1.0f);
     const AmpVerdict v = amp.verdict();
     CHECK(v.flags[OverflowFlags::kAny] == 0);
+    amp.unscale(r.g16.data(), r.total, r.g32.as<float>());  // as the optimizer does, chunk by chunk
     double norm = 0;
     for (const TensorSpan& s : r.spans)
       for (size_t i = s.offset; i < s.offset + s.count; ++i) {
@@ -120,7 +121,7 @@ TEST_CASE("mixed precision: a non-finite gradient on another rank skips here, at
   const ScalerState before = amp.read().scaler;
   amp.begin_step();
   amp.check_bucket(r.g16.data(), 0, r.total);  // this rank's buckets are clean
-  amp.unscale_and_check(r.g16.data(), r.g32.as<float>());
+  amp.unscale_and_check(r.g16.data());
   amp.agree(&comm);
   CHECK(comm.calls == 1);  // one MAX all-reduce carries the decision and its attribution
   const std::vector<int32_t> f = amp.read_flags();
@@ -163,7 +164,7 @@ TEST_CASE("mixed precision: a non-finite norm skips only with clipping on, named
   std::memcpy(g_in.data(), g.data(), r.total * 4);
   for (float clip : {0.0f, 1.0f}) {
     amp.begin_step();
-    amp.unscale_and_check(g_in.data(), r.g32.as<float>());
+    amp.unscale_and_check(g_in.data());
     amp.agree(nullptr);
     amp.check_norm(clip);
     const AmpVerdict v = amp.verdict();
@@ -186,7 +187,7 @@ TEST_CASE("mixed precision: overflows at the minimum scale end the run as diverg
   r.fill(DType::F16, g);
   for (int step = 0; step < 3; ++step) {
     amp.begin_step();
-    amp.unscale_and_check(r.g16.data(), r.g32.as<float>());
+    amp.unscale_and_check(r.g16.data());
     amp.agree(nullptr);
     amp.check_norm(0.0f);
     amp.update();
@@ -220,14 +221,14 @@ TEST_CASE("mixed precision: a step's calls out of order are refused, naming the 
     }
   };
   // Before begin_step nothing but begin_step (and load) is allowed.
-  refused([&] { amp.unscale_and_check(r.g16.data(), r.g32.as<float>()); }, "unscale_and_check()",
+  refused([&] { amp.unscale_and_check(r.g16.data()); }, "unscale_and_check()",
           "before begin_step()");
   refused([&] { amp.update(); }, "update()", "before begin_step()");
   amp.begin_step();
   amp.check_bucket(r.g16.data(), 0, r.total);
   refused([&] { amp.check_norm(1.0f); }, "check_norm()", "after begin_step()");  // the agreement skipped
   refused([&] { amp.begin_step(); }, "begin_step()", "after begin_step()");
-  amp.unscale_and_check(r.g16.data(), r.g32.as<float>());
+  amp.unscale_and_check(r.g16.data());
   refused([&] { amp.check_bucket(r.g16.data(), 0, r.total); }, "check_bucket()", "after unscale_and_check()");
   refused([&] { (void)amp.verdict(); }, "verdict()", "after unscale_and_check()");  // the norm not checked
   amp.agree(nullptr);
@@ -239,9 +240,33 @@ TEST_CASE("mixed precision: a step's calls out of order are refused, naming the 
   refused([&] { (void)amp.verdict(); }, "verdict()", "before begin_step()");  // a stale verdict
   // The refusals changed nothing: a whole step still runs and counts once.
   amp.begin_step();
-  amp.unscale_and_check(r.g16.data(), r.g32.as<float>());
+  amp.unscale_and_check(r.g16.data());
   amp.agree(nullptr);
   amp.check_norm(0.0f);
   amp.update();
   CHECK(amp.read().scaler.optimizer_steps == 2);
+}
+
+TEST_CASE("mixed precision: the optimizer's unscale gives the fused pass's values, bit for bit", "[amp]") {
+  CpuBackend be(2);
+  AmpKernels& k = be.amp_kernels();
+  const size_t n = 70001;  // not a multiple of any block
+  for (DType t : {DType::F16, DType::BF16, DType::F32}) {
+    INFO(dtype_name(t));
+    std::vector<float> v = randn(n, 11);
+    for (size_t i = 0; i < n; ++i) v[i] *= std::ldexp(1.0f, int(i % 40) - 20);  // tiny to large
+    v[17] = std::numeric_limits<float>::infinity();
+    v[4242] = std::numeric_limits<float>::quiet_NaN();
+    Buffer g = be.memory().alloc(n * dtype_size(t)), fused = be.memory().alloc(n * 4), again = be.memory().alloc(n * 4);
+    convert(v.data(), DType::F32, g.data(), t, n);
+    std::vector<int32_t> flags(OverflowFlags::count(1), 0);
+    float norm = 0;
+    for (float scale : {1.0f, 1024.0f, 3.0f, 65536.0f * 65536.0f}) {
+      k.unscale_check(g.data(), t, {{0, n}}, &scale, fused.as<float>(), flags.data(), &norm);
+      k.unscale(g.data(), t, n, &scale, again.as<float>());
+      CHECK(std::memcmp(fused.data(), again.data(), n * 4) == 0);
+      k.unscale(g.data(), t, 1000, &scale, again.as<float>());  // a prefix: the same values
+      CHECK(std::memcmp(fused.data(), again.data(), 1000 * 4) == 0);
+    }
+  }
 }

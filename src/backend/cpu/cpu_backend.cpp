@@ -78,6 +78,10 @@ void CpuBackend::unscale_check(const void* grads, DType dtype, const std::vector
   else if (norm_sq) *norm_sq = float(n2);
 }
 
+void CpuBackend::unscale(const void* grads, DType dtype, size_t n, const float* scale, float* out32) {
+  cpu::unscale(grads, dtype, n, *scale, out32);
+}
+
 std::vector<GradStats> CpuBackend::grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) {
   return cpu::grad_stats(grads, dtype, spans);
 }

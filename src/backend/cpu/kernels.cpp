@@ -71,7 +71,7 @@ bool unscale_block(const void* g, DType t, size_t begin, size_t len, float inv, 
   __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
   for (; j + 8 <= len; j += 8) {
     const __m256 a = _mm256_mul_ps(load8(g, t, begin + j), vinv);
-    _mm256_storeu_ps(out + j, a);
+    if (out) _mm256_storeu_ps(out + j, a);
     nonfinite = _mm256_or_ps(nonfinite, _mm256_cmp_ps(_mm256_and_ps(a, exp_mask), exp_mask, _CMP_EQ_OQ));
     const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(a)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
     acc0 = _mm256_fmadd_pd(lo, lo, acc0);
@@ -86,7 +86,7 @@ bool unscale_block(const void* g, DType t, size_t begin, size_t len, float inv, 
     float v;
     convert(static_cast<const char*>(g) + (begin + j) * dtype_size(t), t, &v, DType::F32, 1);
     v *= inv;
-    out[j] = v;
+    if (out) out[j] = v;
     bad |= uint32_t(!(v - v == 0.0f));
     s += double(v) * double(v);
   }
@@ -254,7 +254,7 @@ int32_t unscale_check(const void* grads, DType dtype, const std::vector<TensorSp
   for (size_t i = 0; i < work.size(); ++i) {
     const Chunk& ch = work[i];
     double s = 0.0;
-    const bool bad = unscale_block(grads, dtype, ch.begin, ch.end - ch.begin, inv, out32 + ch.begin, &s);
+    const bool bad = unscale_block(grads, dtype, ch.begin, ch.end - ch.begin, inv, out32 ? out32 + ch.begin : nullptr, &s);
     part[i] = s;
     if (bad) first = std::min(first, ch.tensor);
   }
@@ -264,6 +264,18 @@ int32_t unscale_check(const void* grads, DType dtype, const std::vector<TensorSp
     *norm_sq = s;
   }
   return first == std::numeric_limits<int32_t>::max() ? 0 : first + 1;
+}
+
+void unscale(const void* grads, DType dtype, size_t n, float scale, float* out32) {
+  const float inv = float(1.0 / double(scale));  // as unscale_check
+  constexpr size_t kBlock = 1 << 14;
+  const size_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks >= 4)
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t begin = b * kBlock, len = std::min(kBlock, n - begin);
+    double unused = 0.0;
+    unscale_block(grads, dtype, begin, len, inv, out32 + begin, &unused);
+  }
 }
 
 std::vector<GradStats> grad_stats(const void* grads, DType dtype, const std::vector<TensorSpan>& spans) {

@@ -30,6 +30,8 @@ std::vector<GradStats> grad_stats(const void* grads, DType dtype, const std::vec
 // Sum of squares of n floats (deterministic block order).
 double sum_squares(const float* x, size_t n);
 
+// out32 = float(grads) * (1 / scale) for n elements: unscale_check's values.
+void unscale(const void* grads, DType dtype, size_t n, float scale, float* out32);
 void optimizer_step(const OptimizerParams& p, const StepScalars& s, float* master, const float* g32,
                     float* state1, float* state2, size_t n, void* lp, DType lp_dtype);
 
