@@ -11,9 +11,11 @@ it is reduced. The arithmetic is stage 1's, so every bit must be zero 0's.
   buffer's window (two largest tensors and three buckets) instead of the whole buffer, measures the
   window's high-water mark below the count (overlap off and on), and rank 0's peak resident memory
   drops by at least the counted difference from zero 1.
-- Refused: precision.telemetry_interval (it reads whole gradients) with zero 2.
+- Planned: `--dry-run --ranks 8` counts zero 2's gradients below zero 1's without launching 8 ranks.
+- Refused: precision.telemetry_interval (it reads whole gradients) with zero 2; --ranks without --dry-run.
 """
 import os
+import re
 from e2e_util import records, check, done, run, source, summary, tmpdir
 
 base = tmpdir()
@@ -101,6 +103,19 @@ for ov in ("off", "on"):
     check(rss >= saved - 2 ** 20,
           f"overlap {ov}: rank 0's peak resident memory {s1['peak_resident_bytes_rank0']:,} -> "
           f"{s2['peak_resident_bytes_rank0']:,} bytes ({rss:,} less; counted {saved:,})")
+
+# ---- the plan of 8 ranks, without launching them ---------------------------------------------------
+plans = {}
+for z in (1, 2):
+    rc, so, err = run(gpt, [f"distributed.zero={z}", "model.n_embd=512", "model.n_layer=4", "model.n_head=8",
+                            "distributed.bucket_mb=1"], extra=["--dry-run", "--ranks", "8"])
+    m = re.search(r"# plan: (\d+) rank\(s\).*# memory per rank in bytes: state (\d+) activations (\d+) total (\d+) gradients (\d+)",
+                  so, re.S)
+    check(rc == 0 and m is not None and m.group(1) == "8", f"--dry-run --ranks 8 plans 8 ranks, zero {z} ({err[-200:]})")
+    plans[z] = int(m.group(5)) if m else 0
+check(plans[1] - plans[2] > 10 * 2**20, f"the plan counts zero 2's gradients below zero 1's ({plans[1]:,} -> {plans[2]:,} bytes)")
+rc, so, err = run(gpt, [], extra=["--ranks", "8"])
+check(rc == 2 and "--ranks requires --dry-run" in err, f"--ranks without --dry-run is a usage error ({rc}: {err[-200:]})")
 
 # ---- refused ------------------------------------------------------------------------------------
 rc, so, err = run(cfg, [f"run.out_dir={os.path.join(base, 'telemetry')}", "distributed.zero=2",
