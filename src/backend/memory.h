@@ -24,9 +24,10 @@ class DeviceMemory {
   virtual size_t memory_available(int ranks_on_node) const = 0;
 
   // Returning memory that is not needed for a while (distributed.zero 2's gradient buckets): the
-  // whole pages of `release_granularity()` bytes inside [p, p + bytes) of an allocation give their
-  // memory back; they read as zero until written again, which brings it back. A granularity of 0:
-  // this backend cannot (release() then does nothing).
+  // whole pages of `release_granularity()` bytes inside [p, p + bytes) of an alloc_releasable()
+  // allocation give their memory back; they read as zero until written again, which brings it back.
+  // A granularity of 0: this backend cannot (release() then does nothing).
+  virtual Buffer alloc_releasable(size_t bytes) { return alloc(bytes); }
   virtual size_t release_granularity() const { return 0; }
   virtual void release(void* /*p*/, size_t /*bytes*/) {}
   // Bytes of the pages overlapping [p, p + bytes) that hold memory now (a measurement of what

@@ -11,13 +11,14 @@ int optimizer_moments(const OptimizerParams& p) {
 
 size_t unscale_chunk(size_t bucket_bytes) { return std::max<size_t>(bucket_bytes / sizeof(float), 1024); }
 
-size_t stage2_window(const std::vector<TensorSpan>& spans, size_t flat, size_t bucket_elems) {
+size_t stage2_window(const std::vector<TensorSpan>& spans, size_t flat, size_t bucket_elems, size_t page_elems) {
   size_t first = 0, second = 0;
   for (const TensorSpan& t : spans) {
     if (t.count > first) second = first, first = t.count;
     else if (t.count > second) second = t.count;
   }
-  const size_t w = first + second + 3 * bucket_elems;  // no overflow: each term is below flat
+  if (3 * bucket_elems + 4 * page_elems >= flat) return flat;
+  const size_t w = first + second + 3 * bucket_elems + 4 * page_elems;  // each term is below flat
   return w < flat ? w : flat;
 }
 
@@ -38,7 +39,8 @@ StateShape estimated_state_shape(size_t params, DType compute, const OptimizerPa
     s.flat = blocks * block;
     s.held = blocks * align;
     s.released = zero == 2;
-    if (s.released) s.window = stage2_window(spans, s.flat, bucket_bytes / dtype_size(compute));
+    if (s.released)
+      s.window = stage2_window(spans, s.flat, bucket_bytes / dtype_size(compute), kReleasePageBytes / dtype_size(compute));
   }
   return s;
 }

@@ -30,14 +30,11 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   master_spans_ = f32 || !shards_ ? L.spans() : shard_spans;
   master_ = mem_.alloc(master_count_ * sizeof(float));
   if (!f32) lp_ = mem_.alloc(flat * es);
-  grads_ = mem_.alloc(flat * es);
   // Stage 2: the gradient buffer's memory is returned bucket by bucket once reduced (and tensor by
-  // tensor in the micro-batches before the last); it starts returned.
+  // tensor in the micro-batches before the last), from an allocation made for it.
   release_ = shards_ && cfg_.distributed.zero == 2;
-  if (release_) {
-    AMP_CHECK(mem_.release_granularity() > 0, "distributed.zero 2 on a backend that cannot return memory");
-    mem_.release(grads_.data(), flat * es);
-  }
+  AMP_CHECK(!release_ || mem_.release_granularity() > 0, "distributed.zero 2 on a backend that cannot return memory");
+  grads_ = release_ ? mem_.alloc_releasable(flat * es) : mem_.alloc(flat * es);
   if (shards_) gshard_ = mem_.alloc(held * es);
   // The optimizer's FP32 unscaled gradients, a chunk at a time.
   chunk_ = std::min(held, unscale_chunk(size_t(cfg_.distributed.bucket_mb * kBytesPerMiB)));
@@ -53,7 +50,9 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   shape.sharded = shards_ != nullptr, shape.accumulate = accum_ > 1;
   shape.released = release_;
   shape.unscale_chunk = chunk_;
-  if (release_) shape.window = stage2_window(L.spans(), flat, size_t(cfg_.distributed.bucket_mb * kBytesPerMiB) / es);
+  if (release_)
+    shape.window = stage2_window(L.spans(), flat, size_t(cfg_.distributed.bucket_mb * kBytesPerMiB) / es,
+                                 mem_.release_granularity() / es);
   bytes_window_ = shape.window * es;
   bytes_ = amp::state_bytes(shape);
 
@@ -212,7 +211,10 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
     // Forward and loss; the output gradient is seeded with loss x S x 1/N.
     model_.forward_loss(params, batch_, amp.scale(), inv_count_, true,
                         LossSums{&sums_dev_->loss_sum, &sums_dev_->correct});
-    if (i + 1 < accum_) model_.backward(params, grads_.data(), batch_, [&](int t) { accumulate(t, i == 0); });
+    if (i + 1 < accum_) {
+      if (release_) begin_returns();
+      model_.backward(params, grads_.data(), batch_, [&](int t) { accumulate(t, i == 0); });
+    }
   }
   // The last backward; each bucket is checked into this rank's flag slot, then summed while
   // backward goes on.
@@ -238,9 +240,32 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
   amp.update();
 }
 
+// Stage 2, a micro-batch before the last: the gradient buffer goes back from its end down as
+// backward completes the tensors (the last layer's first); a tensor completed out of order (the
+// tied embedding, at the start of the buffer, written first and completed last) holds back only
+// what lies below it. The buffer is page-aligned (alloc_releasable), so offsets round as addresses.
+void TrainStep::begin_returns() {
+  done_.assign(model_.layout().tensors.size(), 0);
+  low_tensor_ = int(done_.size());
+  returned_from_ = grads_.bytes();
+}
+
+void TrainStep::return_completed(int tensor) {
+  done_[size_t(tensor)] = 1;
+  const ParamLayout& L = model_.layout();
+  while (low_tensor_ > 0 && done_[size_t(low_tensor_ - 1)]) --low_tensor_;
+  if (size_t(low_tensor_) == done_.size()) return;  // nothing at the end is complete yet
+  const size_t page = mem_.release_granularity(), es = dtype_size(compute_);
+  const size_t low = low_tensor_ > 0 ? L.tensors[size_t(low_tensor_)].span.offset * es : 0;
+  const size_t from = (low + page - 1) / page * page;
+  if (from >= returned_from_) return;
+  mem_.release(static_cast<char*>(grads_.data()) + from, returned_from_ - from);
+  returned_from_ = from;
+}
+
 // acc32[t] = float(grads[t]) for the first micro-batch, acc32[t] += float(grads[t]) for the next
 // ones, tensor by tensor as backward completes them (elementwise: the bits of one pass over the
-// buffer); stage 2 then returns the tensor's whole pages.
+// buffer); stage 2 then returns what is complete.
 void TrainStep::accumulate(int tensor, bool first) {
   const TensorSpan s = model_.layout().tensors[size_t(tensor)].span;
   const size_t es = dtype_size(compute_);
@@ -252,7 +277,7 @@ void TrainStep::accumulate(int tensor, bool first) {
     ops_.add(AddArgs{a, DType::F32, g, compute_, a, DType::F32, int64_t(s.count)});
   if (release_) {
     measure_resident();
-    mem_.release(g, s.count * es);
+    return_completed(tensor);
   }
 }
 

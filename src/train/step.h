@@ -115,7 +115,9 @@ class TrainStep {
   void device_step(int64_t step, const Dataset& train, const uint32_t* idx);
   void accumulate(int tensor, bool first);  // a micro-batch before the last: acc32[t] (+)= its gradient
   void fold_accumulated(int tensor);
-  void measure_resident();  // the last micro-batch's gradient of `tensor` += the FP32 sum
+  void measure_resident();
+  void begin_returns();               // stage 2, a micro-batch before the last: nothing complete yet
+  void return_completed(int tensor);  // ...: backward completed `tensor`; return what lies above  // the last micro-batch's gradient of `tensor` += the FP32 sum
   void optimizer_update();         // the optimizer over the masters this rank holds
   struct OptimizerRun {
     size_t begin, end;  // flat elements
@@ -138,6 +140,9 @@ class TrainStep {
   size_t chunk_ = 0;      // elements the optimizer unscales at a time (g32_)
   bool release_ = false;  // distributed.zero 2: the gradient buffer's memory returned once reduced
   size_t resident_peak_ = 0, bytes_window_ = 0;
+  std::vector<char> done_;      // stage 2, accumulation: tensors completed in this backward
+  int low_tensor_ = 0;          //   every tensor from here on is complete
+  size_t returned_from_ = 0;    //   bytes of the buffer from here on are returned
   Communicator* world_comm_ = nullptr;
   Communicator* grad_comm_ = nullptr;
   std::function<void(int64_t, int)> hook_;

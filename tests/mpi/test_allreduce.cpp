@@ -304,8 +304,8 @@ TEST_CASE("stage 2 reducer: stage 1's shards, and every bucket's pages returned 
   const int n = c.size();
   if (n < 2) return;  // the reducer is inactive on one rank
   // Buckets of several pages that split tensors, so that pages are shared at their edges.
-  const std::vector<TensorSpan> spans = {{0, 20000}, {20032, 64}, {20096, 50000}, {70112, 10}};
-  const size_t total = 70122;
+  const std::vector<TensorSpan> spans = {{0, 2'000'000}, {2'000'032, 64}, {2'000'096, 5'000'000}, {7'000'096, 10}};
+  const size_t total = 7'000'106;
   CpuBackend be(1);
   DeviceMemory& mem = be.memory();
   const size_t page = mem.release_granularity();
@@ -313,9 +313,10 @@ TEST_CASE("stage 2 reducer: stage 1's shards, and every bucket's pages returned 
   for (DType t : {DType::F16, DType::F32}) {
     INFO(dtype_name(t));
     const size_t es = dtype_size(t);
-    const ShardLayout Lt(spans, total, es, 16384, 40960, n, c.rank());
-    Buffer g = mem.alloc(Lt.padded() * es), shard = mem.alloc(Lt.shard_size() * es);
-    GradReducer red(c, spans, total, t, g.data(), 16384, 40960, nullptr);
+    const size_t first = 3 * page + 12345, bucket = 5 * page + 1000;  // not whole pages
+    const ShardLayout Lt(spans, total, es, first, bucket, n, c.rank());
+    Buffer g = mem.alloc_releasable(Lt.padded() * es), shard = mem.alloc(Lt.shard_size() * es);
+    GradReducer red(c, spans, total, t, g.data(), first, bucket, nullptr);
     red.shard(Lt, shard.data());
     std::vector<std::pair<size_t, size_t>> returned;  // byte ranges of g, as handed to the backend
     red.release_reduced([&](void* p, size_t bytes) {

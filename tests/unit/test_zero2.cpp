@@ -15,11 +15,13 @@ TEST_CASE("cpu memory: release returns the whole pages inside a range, which rea
   CpuBackend be(1);
   DeviceMemory& mem = be.memory();
   const size_t page = mem.release_granularity();
-  REQUIRE(page >= 4096);
-  Buffer b = mem.alloc(65 * page);
-  // Positions below count from the first page boundary inside the allocation.
-  const uintptr_t at = reinterpret_cast<uintptr_t>(b.data());
-  unsigned char* p = b.as<unsigned char>() + ((at + page - 1) / page * page - at);
+  REQUIRE(page >= 4096);  // CpuBackend: transparent huge pages
+  REQUIRE(page == kReleasePageBytes);
+  Buffer b = mem.alloc_releasable(64 * page);
+  unsigned char* p = b.as<unsigned char>();
+  CHECK(reinterpret_cast<uintptr_t>(p) % page == 0);
+  CHECK(mem.resident_bytes(p, 64 * page) == 0);  // nothing touched yet
+  CHECK(p[12345] == 0);                            // zero-filled
   for (size_t i = 0; i < 64 * page; ++i) p[i] = static_cast<unsigned char>(i % 251 + 1);
   const size_t before = mem.resident_bytes(p, 64 * page);
   CHECK(before == 64 * page);
@@ -42,20 +44,26 @@ TEST_CASE("cpu memory: release returns the whole pages inside a range, which rea
   CHECK(p[5] == static_cast<unsigned char>(5 % 251 + 1));
 }
 
-TEST_CASE("stage 2: the gradient window is the two largest tensors and three buckets, at most the buffer", "[zero2]") {
+TEST_CASE("stage 2: the gradient window is the two largest tensors, three buckets and four pages, at most the buffer",
+          "[zero2]") {
   const std::vector<TensorSpan> spans = {{0, 10}, {32, 500}, {544, 300}, {864, 20}};
-  CHECK(stage2_window(spans, 1000, 40) == 500 + 300 + 120);
-  CHECK(stage2_window(spans, 1000, 100) == 1000);
+  CHECK(stage2_window(spans, 1000, 40, 5) == 500 + 300 + 120 + 20);
+  CHECK(stage2_window(spans, 1000, 100, 5) == 1000);
+  CHECK(stage2_window(spans, 1000, 10, 300) == 1000);  // the pages alone cover the buffer
+  // A GPT-like layout in the model's scale: 100 tensors of 5M elements, bf16, buckets of 25 MiB.
+  std::vector<TensorSpan> big;
+  for (size_t t = 0; t < 100; ++t) big.push_back({t * 5'000'000, 5'000'000});
+  const size_t flat = 500'000'000, bucket = size_t(25) << 20;
   OptimizerParams adam;
   adam.kind = OptimizerKind::AdamW;
   for (int zero : {1, 2}) {
-    const StateShape s = estimated_state_shape(1000, DType::BF16, adam, 2, zero, false, 32, spans, 80);
+    const StateShape s = estimated_state_shape(flat, DType::BF16, adam, 8, zero, false, 32, big, bucket);
     const StateBytes b = state_bytes(s);
     CHECK(s.released == (zero == 2));
-    // 16-bit gradients (the window with zero 2: 40 bf16 elements a bucket), the reduced 16-bit shard,
-    // the FP32 unscaled shard.
-    const size_t window = zero == 2 ? 500 + 300 + 120 : s.flat;
-    CHECK(b.gradients == window * 2 + s.held * 2 + s.held * 4);
+    // 16-bit gradients (the window with zero 2), the reduced 16-bit shard, the FP32 unscale chunk
+    // (a bucket's bytes in FP32).
+    const size_t window = zero == 2 ? 2 * 5'000'000 + 3 * (bucket / 2) + 4 * (kReleasePageBytes / 2) : s.flat;
+    CHECK(b.gradients == window * 2 + s.held * 2 + (bucket / 4) * 4);
   }
   // One rank: nothing is sharded or returned.
   const StateShape one = estimated_state_shape(1000, DType::BF16, adam, 1, 2, false, 32, spans, 80);

@@ -34,10 +34,20 @@ size_t CpuBackend::memory_available(int ranks_on_node) const {
   return host_memory_available() / size_t(ranks_on_node > 0 ? ranks_on_node : 1);
 }
 
-size_t CpuBackend::release_granularity() const { return size_t(sysconf(_SC_PAGESIZE)); }
+Buffer CpuBackend::alloc_releasable(size_t bytes) {
+  const size_t page = kReleasePageBytes;
+  const size_t span = (bytes + page - 1) / page * page, len = span + page;  // room to align
+  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    throw Error(ErrorKind::Internal, strcat("out of host memory mapping ", bytes, " bytes: ", std::strerror(errno)));
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(m) + page - 1) / page * page;
+  void* p = reinterpret_cast<void*>(at);
+  (void)madvise(p, span, MADV_HUGEPAGE);  // a hint: without transparent huge pages, 4 KiB pages
+  return Buffer(p, bytes, [m, len](void*) { munmap(m, len); });
+}
 
 void CpuBackend::release(void* p, size_t bytes) {
-  const uintptr_t page = release_granularity();
+  const uintptr_t page = release_granularity();  // the mapping's huge pages (4 KiB ones divide it)
   const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
   const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
   if (hi <= lo) return;
@@ -47,7 +57,7 @@ void CpuBackend::release(void* p, size_t bytes) {
 }
 
 size_t CpuBackend::resident_bytes(const void* p, size_t bytes) const {
-  const uintptr_t page = release_granularity();
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));  // mincore's unit
   const uintptr_t lo = reinterpret_cast<uintptr_t>(p) / page * page;
   const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) / page * page;
   std::vector<unsigned char> in((hi - lo) / page);
