@@ -95,7 +95,7 @@ TEST_CASE("fp8: every code decodes to its value from the fields", "[fp8]") {
   }
 }
 
-TEST_CASE("fp8: every value round-trips; random floats, ties and the overflow edge round as the search does",
+TEST_CASE("fp8: every value round-trips, and random floats, ties and the overflow edge round as the search does",
           "[fp8]") {
   for (const Spec& s : kSpecs) {
     INFO(s.name);
