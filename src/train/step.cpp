@@ -222,8 +222,8 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
   model_.backward(params, grads_.data(), batch_, [&](int t) {
     if (accum_ > 1) fold_accumulated(t);
     if (hook_) hook_(step, t);
+    if (release_) measure_resident();  // before its bucket may go
     if (reducer_) reducer_->tensor_ready(t);
-    if (release_) measure_resident();
   });
   if (reducer_) reducer_->finish();
   // Find non-finite values and the squared norm of the unscaled gradients: one fused pass (sharded:
