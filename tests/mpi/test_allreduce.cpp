@@ -246,6 +246,20 @@ TEST_CASE("reduce-scatter and in-place all-gather: every dtype, exact, blocking 
   }
 }
 
+namespace {
+
+// What a rank's shard holds after the reduce-scatter of value(): the sum over the n ranks of every
+// element of its blocks (0 in gaps and padding).
+std::vector<float> expected_shard(const ShardLayout& Lt, const std::vector<TensorSpan>& spans, size_t total, int n) {
+  std::vector<float> flat_sum(total, 0.0f), want(Lt.shard_size());
+  for (const auto& s : spans)
+    for (size_t i = s.offset; i < s.offset + s.count; ++i) flat_sum[i] = float(double(i % 7 + 1) * n * (n + 1) / 2.0);
+  Lt.flat_to_shard(flat_sum.data(), want.data());
+  return want;
+}
+
+}  // namespace
+
 TEST_CASE("sharded reducer: each rank's shard holds the sum of its blocks, the all-gather rebuilds the buffer",
           "[mpi][zero]") {
   Communicator& c = world();
@@ -271,13 +285,7 @@ TEST_CASE("sharded reducer: each rank's shard holds the sum of its blocks, the a
       red.finish();
       std::vector<float> mine(Lt.shard_size());
       convert(shard.data(), t, mine.data(), DType::F32, mine.size());
-      // Expected: the sum over ranks of every element of this rank's blocks (0 in gaps and padding).
-      std::vector<float> flat_sum(total, 0.0f);
-      for (const auto& s : spans)
-        for (size_t i = s.offset; i < s.offset + s.count; ++i) flat_sum[i] = float(double(i % 7 + 1) * n * (n + 1) / 2.0);
-      std::vector<float> want(Lt.shard_size());
-      Lt.flat_to_shard(flat_sum.data(), want.data());
-      CHECK(mine == want);
+      CHECK(mine == expected_shard(Lt, spans, total, n));
     }
     // The gather: every rank's blocks (here: rank-specific marks) end up everywhere.
     std::vector<float> marks(Lt.padded(), -1.0f);
@@ -327,10 +335,7 @@ TEST_CASE("stage 2 reducer: stage 1's shards, and every bucket's pages returned 
     std::vector<float> host(Lt.padded(), 0.0f);
     for (const auto& s : spans)
       for (size_t i = s.offset; i < s.offset + s.count; ++i) host[i] = float(value(c.rank(), i));
-    std::vector<float> flat_sum(total, 0.0f), want(Lt.shard_size());
-    for (const auto& s : spans)
-      for (size_t i = s.offset; i < s.offset + s.count; ++i) flat_sum[i] = float(double(i % 7 + 1) * n * (n + 1) / 2.0);
-    Lt.flat_to_shard(flat_sum.data(), want.data());
+    const std::vector<float> want = expected_shard(Lt, spans, total, n);
     for (bool overlap : {true, false}) {
       INFO("overlap " << overlap);
       convert(host.data(), DType::F32, g.data(), t, host.size());  // backward writes the gradients
