@@ -219,13 +219,17 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
   // The last backward; each bucket is checked into this rank's flag slot, then summed while
   // backward goes on.
   if (reducer_) reducer_->begin_step();
+  // Stage 2's window is measured in the process's first steps only (every step writes the buffer
+  // in the same order; mincore walks the whole buffer once per tensor).
+  const bool measuring = release_ && steps_measured_ < kMeasuredSteps;
   model_.backward(params, grads_.data(), batch_, [&](int t) {
     if (accum_ > 1) fold_accumulated(t);
     if (hook_) hook_(step, t);
-    if (release_) measure_resident();  // before its bucket may go
+    if (measuring) measure_resident();  // before its bucket may go
     if (reducer_) reducer_->tensor_ready(t);
   });
   if (reducer_) reducer_->finish();
+  if (measuring) ++steps_measured_;
   // Find non-finite values and the squared norm of the unscaled gradients: one fused pass (sharded:
   // over this rank's reduced shard, the norm² a partial).
   amp.unscale_and_check(shards_ ? gshard_.data() : grads_.data());
@@ -276,7 +280,7 @@ void TrainStep::accumulate(int tensor, bool first) {
   else
     ops_.add(AddArgs{a, DType::F32, g, compute_, a, DType::F32, int64_t(s.count)});
   if (release_) {
-    measure_resident();
+    if (steps_measured_ < kMeasuredSteps) measure_resident();
     return_completed(tensor);
   }
 }

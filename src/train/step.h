@@ -81,7 +81,8 @@ class TrainStep {
   bool sharded() const { return shards_ != nullptr; }
   const StateBytes& state_bytes() const { return bytes_; }
   // distributed.zero 2: the most bytes of the 16-bit gradient buffer resident when backward
-  // completed a tensor, measured where the backend can tell (0: not measured), and the count.
+  // completed a tensor in the process's first steps, measured where the backend can tell (0: not
+  // measured), and the count.
   size_t gradient_resident_peak() const { return resident_peak_; }
   size_t gradient_window_bytes() const { return release_ ? bytes_window_ : 0; }
   const void* working_params() const { return compute_ == DType::F32 ? master_.data() : lp_.data(); }
@@ -140,6 +141,8 @@ class TrainStep {
   size_t chunk_ = 0;      // elements the optimizer unscales at a time (g32_)
   bool release_ = false;  // distributed.zero 2: the gradient buffer's memory returned once reduced
   size_t resident_peak_ = 0, bytes_window_ = 0;
+  static constexpr int kMeasuredSteps = 2;  // stage 2: steps whose window is measured
+  int steps_measured_ = 0;
   std::vector<char> done_;      // stage 2, accumulation: tensors completed in this backward
   int low_tensor_ = 0;          //   every tensor from here on is complete
   size_t returned_from_ = 0;    //   bytes of the buffer from here on are returned

@@ -258,6 +258,19 @@ std::vector<float> expected_shard(const ShardLayout& Lt, const std::vector<Tenso
   return want;
 }
 
+// One step of a sharded reducer: backward completes the tensors last to first; this rank's reduced
+// shard, in FP32.
+std::vector<float> reduce_step(GradReducer& red, bool overlap, size_t tensors, const Buffer& shard, DType t,
+                               size_t shard_size) {
+  red.set_overlap(overlap);
+  red.begin_step();
+  for (int k = int(tensors) - 1; k >= 0; --k) red.tensor_ready(k);
+  red.finish();
+  std::vector<float> mine(shard_size);
+  convert(shard.data(), t, mine.data(), DType::F32, mine.size());
+  return mine;
+}
+
 }  // namespace
 
 TEST_CASE("sharded reducer: each rank's shard holds the sum of its blocks, the all-gather rebuilds the buffer",
@@ -279,12 +292,7 @@ TEST_CASE("sharded reducer: each rank's shard holds the sum of its blocks, the a
       for (size_t i = s.offset; i < s.offset + s.count; ++i) host[i] = float(value(c.rank(), i));
     convert(host.data(), DType::F32, g.data(), t, host.size());
     for (bool overlap : {true, false}) {
-      red.set_overlap(overlap);
-      red.begin_step();
-      for (int k = int(spans.size()) - 1; k >= 0; --k) red.tensor_ready(k);
-      red.finish();
-      std::vector<float> mine(Lt.shard_size());
-      convert(shard.data(), t, mine.data(), DType::F32, mine.size());
+      const std::vector<float> mine = reduce_step(red, overlap, spans.size(), shard, t, Lt.shard_size());
       CHECK(mine == expected_shard(Lt, spans, total, n));
     }
     // The gather: every rank's blocks (here: rank-specific marks) end up everywhere.
@@ -341,12 +349,7 @@ TEST_CASE("stage 2 reducer: stage 1's shards, and every bucket's pages returned 
       convert(host.data(), DType::F32, g.data(), t, host.size());  // backward writes the gradients
       CHECK(mem.resident_bytes(g.data(), g.bytes()) >= g.bytes() / page * page);
       returned.clear();
-      red.set_overlap(overlap);
-      red.begin_step();
-      for (int k = int(spans.size()) - 1; k >= 0; --k) red.tensor_ready(k);
-      red.finish();
-      std::vector<float> mine(Lt.shard_size());
-      convert(shard.data(), t, mine.data(), DType::F32, mine.size());
+      const std::vector<float> mine = reduce_step(red, overlap, spans.size(), shard, t, Lt.shard_size());
       CHECK(mine == want);  // nothing returned before it was reduced
       // Every bucket went back, in bucket order (from the buffer's end down), the ranges covering the
       // buffer; the backend kept only the partial pages at its two ends.
