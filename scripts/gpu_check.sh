@@ -32,8 +32,9 @@
 #   --dry-run                    no GPU and no CUDA needed: walks every phase with the CPU standing
 #                                in for the device (the Release build in build/, the device tests'
 #                                CPU twin amp_device_logic_tests with one case per group, run.device
-#                                cpu, the training runs shrunk) to check the phases, deadlines and
-#                                report format (tests/e2e/test_gpu_check.py runs it in CI)
+#                                cpu, the training runs shrunk to one thread, the caps tripled) to
+#                                check the phases, deadlines and report format
+#                                (tests/e2e/test_gpu_check.py runs it in CI)
 #   AMP_GPU_CHECK_FAKE=hang:GROUP|nolist   dry run only: a test group that hangs, or a device test
 #                                binary that cannot start (the script's own tests)
 set -uo pipefail
@@ -44,9 +45,10 @@ BUDGET=${AMP_GPU_CHECK_BUDGET:-560}
 GRACE=5      # seconds between a command's TERM and its KILL
 RESERVE=15   # kept for the tables, the summary and the last archive
 DRY=0
+CAP_SCALE=1  # the dry run: 3 (caps protect GPU time; a loaded CI machine runs the CPU stand-ins slowly)
 for a in "$@"; do
   case "$a" in
-    --dry-run) DRY=1 ;;
+    --dry-run) DRY=1; CAP_SCALE=3 ;;
     *) echo "gpu_check: unknown option $a (usage: scripts/gpu_check.sh [--dry-run])" >&2; exit 2 ;;
   esac
 done
@@ -98,7 +100,7 @@ phase_done() {
 # Seconds a command may run now: the smallest of its cap ($1), its phase's deadline ($2, seconds
 # after START, optional) and what the budget leaves before the reserve.
 limit_for() {
-  local end=$((START + END_ALL)) lim=$1
+  local end=$((START + END_ALL)) lim=$(($1 * CAP_SCALE))
   [ -n "${2:-}" ] && [ $((START + $2)) -lt "$end" ] && end=$((START + $2))
   [ $((end - SECONDS)) -lt "$lim" ] && lim=$((end - SECONDS))
   echo "$lim"
@@ -328,7 +330,7 @@ GPT2_SHARD=$DATA/gpt2_random_tokens.bin
 GPT2_SETS=()
 TORCH_GPT2_ARGS=()
 [ $DRY = 1 ] && GPT2_SETS=(--set model.n_layer=2 --set model.n_head=2 --set model.n_embd=64 --set model.seq_len=128
-                           --set data.batch_size=2 --set run.steps=6 --set run.log_interval=2 --set run.threads=2)
+                           --set data.batch_size=2 --set run.steps=6 --set run.log_interval=2 --set run.threads=1)
 [ $DRY = 1 ] && TORCH_GPT2_ARGS=(--layers 2 --heads 2 --embd 64 --seq 128 --batch 2)
 bounded 30 "$HEADLINE_END" -- python3 - "$GPT2_SHARD" $([ $DRY = 1 ] && echo 20000 || echo 2097152) <<'PY'
 import array, random, sys
@@ -380,7 +382,7 @@ phase_done headline
 # step 3.
 E2E=$LOGS/e2e
 DRY_SHORT=()
-[ $DRY = 1 ] && DRY_SHORT=(--set run.threads=2)
+[ $DRY = 1 ] && DRY_SHORT=(--set run.threads=1 --set run.eval_iters=4)
 if run_logged "$LOGS/amp_ddp.log" 60 -- "$AMP" configs/seed_dynamic.yaml --set run.device=$DEVICE \
      --set run.steps=$([ $DRY = 1 ] && echo 40 || echo 2000) --set model.hidden='[1024, 1024]' --set data.batch_size=128 \
      --set data.synthetic.features=784 --set data.synthetic.outputs=10 --set data.synthetic.train_samples=16384 \
@@ -399,7 +401,7 @@ GPT_TEXT=$DATA/gpt_text.txt
 python3 -c "
 w = 'the quick brown fox jumps over a lazy dog while seven wizards judge boxing near old towers'.split()
 print('\\n'.join(' '.join(w[(i * 7 + k * 3) % len(w)] for k in range(3 + i % 9)) + '.' for i in range(20000)))" > "$GPT_TEXT"
-GPT_STEPS=$([ $DRY = 1 ] && echo 20 || echo 300)
+GPT_STEPS=$([ $DRY = 1 ] && echo 12 || echo 300)
 if run_logged "$LOGS/amp_ddp_gpt.log" 90 -- "$AMP" configs/gpt_fortunes_fp16.yaml --set run.device=$DEVICE \
      --set "data.text_files=[\"$GPT_TEXT\"]" --set run.steps=$GPT_STEPS --set run.eval_interval=$GPT_STEPS \
      --set run.sample_interval=0 --set run.progress=lines --set run.log_interval=$((GPT_STEPS / 3)) \
