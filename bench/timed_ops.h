@@ -38,6 +38,9 @@ class TimedOps final : public ComputeOps {
   void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override {
     timed("linear_backward_weight", [&] { in_.linear_backward_weight(dy, x, dw, db); });
   }
+  void fp8_quantize(const Fp8QuantizeArgs& a) override {
+    timed("fp8_quantize", [&] { in_.fp8_quantize(a); });
+  }
   void gemm(const GemmArgs& g) override {  // batched (attention) apart from single products
     timed(g.batch > 1 ? "gemm_batched" : "gemm", [&] { in_.gemm(g); });
   }

@@ -43,6 +43,8 @@ void CudaOps::cast(const void* src, DType src_type, void* dst, DType dst_type, s
   cuda::cast(launch(), src, src_type, dst, dst_type, n);
 }
 
+void CudaOps::fp8_quantize(const Fp8QuantizeArgs& a) { cuda::fp8_quantize(launch(), a); }
+
 void CudaOps::activation_forward(Activation a, const Tensor& z, const Tensor& y) {
   if (a == Activation::GeluTanh) {
     AMP_CHECK(z.dtype == y.dtype && z.numel() == y.numel(), "gelu_tanh: shapes or dtypes differ");

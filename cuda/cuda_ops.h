@@ -7,6 +7,7 @@
 //                       the transformer ops (backend/transformer_args.h), with the warp reductions
 //                       of row_kernels.cuh
 //   ops_attention.cu    the fused causal attention (backend/attention_args.h)
+//   ops_fp8.cu          the FP8 operand quantization and the scale update (precision.compute fp8)
 //
 // gemm: cuBLASLt with strided-batched matrix layouts (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
 //   CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET), CUBLAS_COMPUTE_32F (no TF32). Row-major is
@@ -71,6 +72,7 @@ class CudaOps final : public ComputeOps {
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
   void linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
   void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override;
+  void fp8_quantize(const Fp8QuantizeArgs& a) override;
   void gemm(const GemmArgs& g) override;
   void add(const AddArgs& a) override;
   void row_sum(const RowSumArgs& r) override;

@@ -59,4 +59,9 @@ void check_norm(const Launch& l, const float* norm_sq, float max_norm, int32_t* 
 void sum_norm_partials(const Launch& l, const int32_t* flags, int world, float* norm_sq);
 void update_scale(const Launch& l, ScalerState* state, const ScalerParams& params, const int32_t* flags, int world);
 
+// ---- ops_fp8.cu
+void fp8_quantize(const Launch& l, const Fp8QuantizeArgs& a);
+void fp8_update(const Launch& l, float* scales, const float* fmax, float* history, Fp8Meta* meta,
+                const int32_t* amax_words, int n, const Fp8Params& p, const int32_t* flags);
+
 }  // namespace amp::cuda

@@ -12,7 +12,7 @@ root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.pat
 
 # folder -> folders its files may include (besides its own). Order is the layer diagram of
 # docs/design.md, bottom up.
-AMP_DATA = "src/amp:data"  # the plain-data headers of amp/ (scaler state machine, flag layout)
+AMP_DATA = "src/amp:data"  # the plain-data headers of amp/ (scaler state machine, flag layout, FP8 scaling)
 ALLOWED = {
     "src/core": set(),
     AMP_DATA: {"src/core"},
@@ -25,13 +25,14 @@ ALLOWED = {
     "src/backend": {"src/core", "src/optim", AMP_DATA},
     "src/backend/cpu": {"src/core", "src/optim", AMP_DATA, "src/backend"},
     "cuda": {"src/core", "src/optim", AMP_DATA, "src/backend", "src/cudart", "comm"},  # comm: DeviceStream only
-    "src/model": {"src/core", "src/optim", "src/backend", "src/config", "src/data"},
+    "src/model": {"src/core", AMP_DATA, "src/optim", "src/backend", "src/config", "src/data"},
     "src/amp": {"src/core", AMP_DATA, "src/backend", "comm"},  # the owner, MixedPrecision
     "src/train": {"src/core", "src/config", "src/backend", "src/amp", AMP_DATA, "src/optim", "src/model",
                   "src/data", "comm"},
     "src": {"src/core", "src/config", "src/train", "comm", "src/backend"},   # main.cpp
 }
-DATA_HEADERS = {"src/amp/loss_scaler.h": AMP_DATA, "src/amp/overflow_flags.h": AMP_DATA}
+DATA_HEADERS = {"src/amp/loss_scaler.h": AMP_DATA, "src/amp/overflow_flags.h": AMP_DATA,
+                "src/amp/fp8_scaling.h": AMP_DATA}
 
 
 def layer_of(rel_path):

@@ -13,8 +13,24 @@ MixedPrecision::MixedPrecision(DeviceMemory& mem, AmpKernels& kernels, const Sca
   scalars_ = mem_.alloc(sizeof(AmpScalars));
   mem_.upload(scalars_.data(), &init, sizeof init);
   dev_ = scalars_.as<AmpScalars>();
-  flags_ = mem_.alloc(OverflowFlags::count(world_) * sizeof(int32_t));
+  flag_words_ = OverflowFlags::count(world_);
+  flags_ = mem_.alloc(flag_words_ * sizeof(int32_t));
   flags_dev_ = flags_.as<int32_t>();
+}
+
+void MixedPrecision::enable_fp8(const Fp8Params& params, std::vector<Fp8Tensor> tensors) {
+  expect("enable_fp8()", {Phase::Idle});
+  AMP_CHECK(!fp8_, "enable_fp8: already enabled");
+  fp8_ = std::make_unique<Fp8State>(mem_, k_, params, std::move(tensors));
+  flag_words_ = OverflowFlags::count(world_) + size_t(fp8_->count());
+  flags_ = mem_.alloc(flag_words_ * sizeof(int32_t));
+  flags_dev_ = flags_.as<int32_t>();
+  mem_.zero(flags_dev_, flag_words_ * sizeof(int32_t));
+}
+
+Fp8Binding MixedPrecision::fp8_binding() {
+  AMP_CHECK(fp8_, "fp8_binding: FP8 is not enabled");
+  return fp8_->binding(flags_dev_ + OverflowFlags::count(world_));
 }
 
 namespace {
@@ -43,7 +59,7 @@ void MixedPrecision::expect(const char* verb, std::initializer_list<Phase> allow
 
 void MixedPrecision::begin_step() {
   expect("begin_step()", {Phase::Idle}, Phase::Begun);
-  mem_.zero(flags_dev_, OverflowFlags::count(world_) * sizeof(int32_t));
+  mem_.zero(flags_dev_, flag_words_ * sizeof(int32_t));
 }
 
 void MixedPrecision::check_bucket(const void* grads, size_t begin, size_t end) {
@@ -75,7 +91,7 @@ void MixedPrecision::unscale(const void* grads, size_t n, float* out32) const {
 
 void MixedPrecision::agree(Communicator* comm) {
   expect("agree()", {Phase::Unscaled}, Phase::Agreed);
-  if (comm && world_ > 1) comm->allreduce(BufView{flags_dev_, OverflowFlags::count(world_), DType::I32}, ReduceOp::Max);
+  if (comm && world_ > 1) comm->allreduce(BufView{flags_dev_, flag_words_, DType::I32}, ReduceOp::Max);
 }
 
 void MixedPrecision::check_norm(float max_norm) {
@@ -92,6 +108,7 @@ AmpVerdict MixedPrecision::verdict() const {
 void MixedPrecision::update() {
   expect("update()", {Phase::Checked}, Phase::Idle);
   k_.update_scale(&dev_->scaler, params_, flags_dev_, world_);
+  if (fp8_) fp8_->update(flags_dev_ + OverflowFlags::count(world_), flags_dev_);
 }
 
 AmpScalars MixedPrecision::read() const {
@@ -101,7 +118,7 @@ AmpScalars MixedPrecision::read() const {
 }
 
 std::vector<int32_t> MixedPrecision::read_flags() const {
-  std::vector<int32_t> f(OverflowFlags::count(world_));
+  std::vector<int32_t> f(flag_words_);
   mem_.download(f.data(), flags_dev_, f.size() * sizeof(int32_t));
   return f;
 }

@@ -13,7 +13,8 @@
 //                          non-finite norm with clipping on is a skip too
 //   verdict()              what the optimizer reads (flags, norm², scaler state); it steps
 //                          unless flags[kAny]
-//   update()               attribution of a skip, then the scale moves (scaler_update)
+//   update()               attribution of a skip, then the scale moves (scaler_update); with
+//                          FP8, the amaxes join their histories and the FP8 scales move too
 //
 // The order is enforced on the host (no device cost, capturable): a verb called out of turn (a
 // second unscale, an update before the norm check, a step begun before the last one's update)
@@ -28,9 +29,11 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "amp/fp8_state.h"
 #include "amp/loss_scaler.h"
 #include "amp/overflow_flags.h"
 #include "backend/amp_kernels.h"
@@ -57,6 +60,13 @@ class MixedPrecision {
   // none of it). check_bucket and grad_stats keep the flat layout of the full local gradients.
   void shard(std::vector<TensorSpan> shard_spans);
   bool sharded() const { return sharded_; }
+  // precision.compute fp8, before the first step: the flag buffer gains one amax word per FP8
+  // tensor (reduced with the flags by agree()) and the FP8 state is created.
+  void enable_fp8(const Fp8Params& params, std::vector<Fp8Tensor> tensors);
+  Fp8State* fp8() { return fp8_.get(); }
+  const Fp8State* fp8() const { return fp8_.get(); }
+  // Where the model's FP8 casts read scales and record amaxes (enable_fp8 first).
+  Fp8Binding fp8_binding();
 
   // ---- the step's verbs (enqueued on the backend; capturable into a CUDA graph) --------------------
   void begin_step();
@@ -100,6 +110,8 @@ class MixedPrecision {
   Buffer scalars_, flags_;
   AmpScalars* dev_ = nullptr;
   int32_t* flags_dev_ = nullptr;
+  size_t flag_words_ = 0;           // OverflowFlags::count(world) + one amax word per FP8 tensor
+  std::unique_ptr<Fp8State> fp8_;  // precision.compute fp8
 
   // Where the step stands in the protocol (host side).
   enum class Phase { Idle, Begun, Unscaled, Agreed, Checked };

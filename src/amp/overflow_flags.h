@@ -11,7 +11,10 @@
 //                  non-negative int32, so that the MAX against the other ranks' zeros carries
 //                  every rank's partial to every rank exactly); summed in rank order afterwards,
 //                  in double as the unsharded pass sums its chunks, so the global norm rounds to
-//                  the same FP32 value but for a last-bit tie.
+//                  the same FP32 value but for a last-bit tie;
+//   then, with precision.compute fp8, one word per FP8 tensor from count(world) on: the bits of
+//                  the tensor's amax this step (amax_bits, amp/fp8_scaling.h), so the same MAX
+//                  carries every rank's amaxes and all ranks set the same FP8 scales.
 #pragma once
 
 #include <cstddef>

@@ -30,6 +30,10 @@ class ComputeOps {
   // dw[out,in] = dy^T * x, db[out] = sum over rows of dy (FP32 sums, one rounding each)
   virtual void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) = 0;
 
+  // FP8 operands of the linear layers (precision.compute fp8): quantize to FP8 and back to the
+  // compute dtype with a per-tensor scale, recording the tensor's amax (backend/ops_args.h).
+  virtual void fp8_quantize(const Fp8QuantizeArgs& a) = 0;
+
   // ---- general ops (semantics in backend/ops_args.h) ---------------------------------------------
   // C[b] = alpha op(A[b]) op(B[b]) + beta C[b]: row-major, transposes, leading dimensions, batch
   // strides (0: broadcast), FP32 accumulation, one rounding. Attention's products; any linear layer.

@@ -68,6 +68,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/fp8.h"
 
 namespace amp {
 
@@ -232,6 +233,32 @@ inline void check_args(const RowSumArgs& r) {
   if (r.cols == 0) return;
   AMP_CHECK(r.out != nullptr && (r.rows == 0 || r.x != nullptr), "row_sum: null pointer");
   AMP_CHECK(r.ldx >= r.cols, "row_sum: ldx ", r.ldx, " < cols ", r.cols);
+}
+
+// FP8 quantization of a linear layer's operand (amp/fp8_scaling.h, the precision.compute fp8 mode):
+// dst[i] = fp8_quantized(float(src[i]), *scale, 1 / *scale, format), rounded to dst_type (exact for
+// BF16 and FP32: the scale is a power of two). In place (dst == src) is allowed. Optional outputs,
+// sums and maxima of integers, so the same in any order:
+//   amax:   *amax = max(*amax, amax_bits(|src[i]|)) over i (int32 words; NaN above infinity);
+//   counts: counts[0] += n; counts[1] += finite non-zero values that became 0 (flushed);
+//           counts[2] += finite values with |x * scale| > fp8_max(format) (saturated).
+struct Fp8QuantizeArgs {
+  const void* src = nullptr;
+  DType src_type = DType::BF16;
+  void* dst = nullptr;
+  DType dst_type = DType::BF16;
+  int64_t n = 0;
+  Fp8 format = Fp8::E4M3;
+  const float* scale = nullptr;  // backend memory: a power of two (pow2_floor)
+  int32_t* amax = nullptr;
+  int64_t* counts = nullptr;
+};
+
+inline void check_args(const Fp8QuantizeArgs& a) {
+  AMP_CHECK(a.n >= 0 && a.scale != nullptr && (a.n == 0 || (a.src != nullptr && a.dst != nullptr)),
+            "fp8_quantize: null pointer or negative count");
+  AMP_CHECK(a.dst_type != DType::F16, "fp8_quantize: the dequantized operand is BF16 or FP32 (exact), not ",
+            dtype_name(a.dst_type));
 }
 
 }  // namespace amp

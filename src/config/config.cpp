@@ -30,6 +30,13 @@ ScaleMode resolved_scale_mode(const Config& c) {
   return c.precision.compute == DType::F16 ? ScaleMode::Dynamic : ScaleMode::None;
 }
 
+// precision.compute resolved: fp8 computes in BF16 outside the linear layers' FP8 GEMMs.
+void resolve_compute(Config& c) {
+  static const DType dtypes[] = {DType::F32, DType::F16, DType::BF16, DType::BF16};
+  c.precision.compute = dtypes[int(c.precision.compute_choice)];
+  c.precision.fp8 = c.precision.compute_choice == ComputeChoice::FP8;
+}
+
 // Cross-key rules that no single key can check.
 void validate(const Config& c) {
   auto fail = [&](const std::string& key, const std::string& msg) {
@@ -143,6 +150,7 @@ Config config_from_values(const std::map<std::string, std::string>& values, cons
     const Reporter rep(origin + " (its recorded config)", false, "");
     apply_key(cfg, *key, parse_yaml(text, rep, path), rep, origin);
   }
+  resolve_compute(cfg);
   validate(cfg);
   resolve(cfg);
   return cfg;
@@ -175,6 +183,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     const YAML::Node value = parse_yaml(arg.substr(eq + 1), set_rep, key_path);
     apply_key(cfg, *key, value, set_rep, "--set " + arg);
   }
+  resolve_compute(cfg);
   validate(cfg);
   resolve(cfg);
   return cfg;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "amp/fp8_scaling.h"
 #include "amp/loss_scaler.h"
 #include "core/activation.h"
 #include "core/dtype.h"
@@ -19,6 +20,10 @@
 namespace amp {
 
 enum class Toggle : int32_t { Auto, On, Off };
+
+// precision.compute as written: fp8 computes the linear layers' GEMMs on FP8 operands and
+// everything else in BF16 (Config::Precision::compute is then BF16 and fp8 is set).
+enum class ComputeChoice : int32_t { F32, F16, BF16, FP8 };
 
 // Names of the typed choices, as the config spells them ("fp16", "adamw", "dynamic").
 const char* precision_name(DType t);
@@ -98,7 +103,10 @@ struct Config {
     std::vector<std::string> text_files, train_tokens, eval_tokens;
   } data;
   struct Precision {
-    DType compute = DType::F16;
+    ComputeChoice compute_choice = ComputeChoice::F16;  // precision.compute
+    DType compute = DType::F16;  // the activations' and gradients' dtype (resolved: fp8 -> BF16)
+    bool fp8 = false;            // precision.compute fp8
+    Fp8Params fp8_params;        // precision.fp8.*
     LossScaleChoice loss_scale = LossScaleChoice::Auto;
     ScalerParams scaler;            // precision.loss_scale.*; mode resolved from loss_scale
     int64_t divergence_steps = 0;   // precision.loss_scale.divergence_steps

@@ -77,7 +77,16 @@ bool Gpt::buffer_sizes(const GptOptions& o, size_t rows, DType compute, std::vec
   }
   add({N, C, e}), add({N, C, e}), add({N, C, e});       // dres, dtmp, tmp
   add({N, 3, C, e}), add({N, 4, C, e});                 // dqkv, dfc
+  if (o.fp8) {  // the linear layers' quantized operands: inputs, weights, output gradients
+    const LinearLayers::Scratch q = LinearLayers::scratch_elements(linear_shapes(o), 1);
+    add({N, q.input, e}), add({q.weight, e}), add({N, q.grad_output, e});
+  }
   return !overflow;
+}
+
+std::vector<std::pair<size_t, size_t>> Gpt::linear_shapes(const GptOptions& o) {
+  const size_t C = o.n_embd;
+  return {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // qkv, attn.proj, mlp.fc, mlp.proj
 }
 
 bool Gpt::activation_bytes(const GptOptions& o, size_t max_rows, DType compute, size_t* bytes_out) {
@@ -90,7 +99,8 @@ bool Gpt::activation_bytes(const GptOptions& o, size_t max_rows, DType compute, 
 }
 
 Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size_t max_rows)
-    : Model(max_rows), mem_(mem), ops_(ops), opt_(opt), compute_(compute), max_rows_(max_rows), layout_(gpt_layout(opt)) {
+    : Model(max_rows), mem_(mem), ops_(ops), opt_(opt), compute_(compute), max_rows_(max_rows), layout_(gpt_layout(opt)),
+      lin_(ops, compute) {
   AMP_CHECK(opt_.n_head > 0 && opt_.n_embd % opt_.n_head == 0, "n_embd must be a multiple of n_head");
   AMP_CHECK(opt_.n_layer > 0, "a GPT needs at least one layer");
   AMP_CHECK(opt_.vocab_pad > 0, "vocab_pad must be at least 1");
@@ -119,7 +129,15 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
   else scores_ = next(), dprobs_ = next(), dscores_ = next();
   dres_ = next(), dtmp_ = next(), tmp_ = next();
   dqkv_ = next(), dfc_ = next();
+  if (opt_.fp8) {
+    q_input_ = next(), q_weight_ = next(), q_grad_output_ = next();
+    lin_.set_scratch(q_input_.data(), q_weight_.data(), q_grad_output_.data());
+  }
   AMP_CHECK(k == sizes.size(), "every planned buffer allocated");
+  for (size_t l = 0; l < opt_.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    for (const char* name : {"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"}) lin_.add(h + name);
+  }
   ops_.reserve_embedding(int64_t(N), int64_t(V));  // the embedding backward's scratch (outside any capture)
 }
 
@@ -223,13 +241,13 @@ void Gpt::attention_explicit(Saved& y, size_t rows) {
 
 // One block: res_in_[l] -> the next block's input (res_out_ after the last), its activations into
 // saved(l). Backward calls it again for a block whose activations were not kept (recompute).
-void Gpt::forward_block(const void* params, size_t l, size_t rows) {
+void Gpt::forward_block(const void* params, size_t l, size_t rows, bool record) {
   const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H, N = rows * T, L = opt_.n_layer;
   Saved& y = saved(l);
   const Buffer& next = l + 1 < L ? res_in_[l + 1] : res_out_;
   layernorm(res_in_[l].data(), params, layer_param(l, kLn1W), y.ln1.data(), y.mean1, y.rstd1, N);
-  ops_.linear_forward(act(y.ln1, N, C), param(params, layer_param(l, kQkvW)), param(params, layer_param(l, kQkvB)),
-                      act(y.qkv, N, 3 * C));
+  lin_.forward(linear_id(l, kQkv), act(y.ln1, N, C), param(params, layer_param(l, kQkvW)),
+               param(params, layer_param(l, kQkvB)), act(y.qkv, N, 3 * C), record);
   if (opt_.fused_attention) {
     AttentionArgs a;
     a.B = int64_t(rows), a.T = int64_t(T), a.H = int64_t(H), a.D = int64_t(D), a.scale = scale_, a.type = compute_;
@@ -239,26 +257,26 @@ void Gpt::forward_block(const void* params, size_t l, size_t rows) {
   } else {
     attention_explicit(y, rows);
   }
-  ops_.linear_forward(act(y.att, N, C), param(params, layer_param(l, kProjW)), param(params, layer_param(l, kProjB)),
-                      act(tmp_, N, C));
+  lin_.forward(linear_id(l, kProj), act(y.att, N, C), param(params, layer_param(l, kProjW)),
+               param(params, layer_param(l, kProjB)), act(tmp_, N, C), record);
   ops_.add(AddArgs{res_in_[l].data(), compute_, tmp_.data(), compute_, y.res_mid.data(), compute_, int64_t(N * C)});
   layernorm(y.res_mid.data(), params, layer_param(l, kLn2W), y.ln2.data(), y.mean2, y.rstd2, N);
-  ops_.linear_forward(act(y.ln2, N, C), param(params, layer_param(l, kFcW)), param(params, layer_param(l, kFcB)),
-                      act(y.fc, N, 4 * C));
+  lin_.forward(linear_id(l, kFc), act(y.ln2, N, C), param(params, layer_param(l, kFcW)),
+               param(params, layer_param(l, kFcB)), act(y.fc, N, 4 * C), record);
   ops_.activation_forward(Activation::GeluTanh, act(y.fc, N, 4 * C), act(y.gelu, N, 4 * C));
-  ops_.linear_forward(act(y.gelu, N, 4 * C), param(params, layer_param(l, kMProjW)),
-                      param(params, layer_param(l, kMProjB)), act(tmp_, N, C));
+  lin_.forward(linear_id(l, kMProj), act(y.gelu, N, 4 * C), param(params, layer_param(l, kMProjW)),
+               param(params, layer_param(l, kMProjB)), act(tmp_, N, C), record);
   ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(N * C)});
 }
 
-void Gpt::forward(const void* params, size_t rows) {
+void Gpt::forward(const void* params, size_t rows, bool record) {
   const size_t T = opt_.seq_len, C = opt_.n_embd, N = rows * T, V = opt_.vocab, L = opt_.n_layer;
   EmbeddingArgs emb;
   emb.B = int64_t(rows), emb.T = int64_t(T), emb.C = int64_t(C), emb.vocab = int64_t(V);
   emb.max_positions = int64_t(T), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
   emb.wte = param(params, kWte).data, emb.wpe = param(params, kWpe).data, emb.x = res_in_[0].data();
   ops_.embedding_forward(emb);
-  for (size_t l = 0; l < L; ++l) forward_block(params, l, rows);
+  for (size_t l = 0; l < L; ++l) forward_block(params, l, rows, record);
   layernorm(res_out_.data(), params, lnf_w(), lnf_.data(), meanf_, rstdf_, N);
   // The LM head, tied to the token embedding: logits = lnf wte^T, rows Vp apart.
   ops_.gemm(gemm_of(GemmShape(N, V, C), GemmIn(lnf_.data(), C), GemmIn(param(params, kWte).data, C).t(),
@@ -267,7 +285,7 @@ void Gpt::forward(const void* params, size_t rows) {
 
 void Gpt::forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
                        LossSums sums) {
-  forward(params, rows);
+  forward(params, rows, with_grad);
   SoftmaxXentArgs x;
   x.logits = logits_.data(), x.logits_type = compute_, x.rows = int64_t(rows * opt_.seq_len);
   x.classes = int64_t(opt_.vocab), x.ld_logits = int64_t(opt_.logits_ld());
@@ -313,11 +331,11 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
   auto done = [&](int i) { ready(i); };
   // A linear layer's weight (index w) and bias (w + 1) gradients, handed on as they complete, then
   // its input gradient.
-  auto linear_back = [&](const Tensor& dy, const Tensor& x, int w, const Tensor& dx) {
-    ops_.linear_backward_weight(dy, x, G(w), G(w + 1));
+  auto linear_back = [&](int id, const Tensor& dy, const Tensor& x, int w, const Tensor& dx) {
+    lin_.backward_weight(id, dy, x, G(w), G(w + 1));
     done(w + 1);
     done(w);
-    ops_.linear_backward_input(dy, P(w), dx);
+    lin_.backward_input(id, dy, P(w), dx);
   };
   // A LayerNorm's backward (gamma at index g, beta at g + 1), its parameters handed on.
   auto layernorm_back = [&](const void* dy, const void* x, int g, const Buffer& mean, const Buffer& rstd,
@@ -335,16 +353,16 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
   layernorm_back(dtmp_.data(), res_out_.data(), lnf_w(), meanf_, rstdf_, false);
   for (size_t li = L; li-- > 0;) {
     // The last block's activations are still in the shared buffers after forward.
-    if (opt_.recompute && li + 1 < L) forward_block(params, li, rows);
+    if (opt_.recompute && li + 1 < L) forward_block(params, li, rows, false);
     const Saved& y = saved(li);
     auto lp = [&](int slot) { return layer_param(li, slot); };
     // MLP: dres is the gradient of the block's output (the residual passes it through).
-    linear_back(act(dres_, N, C), act(y.gelu, N, 4 * C), lp(kMProjW), act(dfc_, N, 4 * C));
+    linear_back(linear_id(li, kMProj), act(dres_, N, C), act(y.gelu, N, 4 * C), lp(kMProjW), act(dfc_, N, 4 * C));
     ops_.activation_backward(Activation::GeluTanh, act(y.fc, N, 4 * C), act(dfc_, N, 4 * C), act(dfc_, N, 4 * C));
-    linear_back(act(dfc_, N, 4 * C), act(y.ln2, N, C), lp(kFcW), act(dtmp_, N, C));
+    linear_back(linear_id(li, kFc), act(dfc_, N, 4 * C), act(y.ln2, N, C), lp(kFcW), act(dtmp_, N, C));
     layernorm_back(dtmp_.data(), y.res_mid.data(), lp(kLn2W), y.mean2, y.rstd2, true);
     // Attention: dres is now the gradient of the middle residual.
-    linear_back(act(dres_, N, C), act(y.att, N, C), lp(kProjW), act(dtmp_, N, C));  // d(att)
+    linear_back(linear_id(li, kProj), act(dres_, N, C), act(y.att, N, C), lp(kProjW), act(dtmp_, N, C));  // d(att)
     if (opt_.fused_attention) {
       AttentionBackwardArgs a;
       a.B = int64_t(rows), a.T = int64_t(T), a.H = int64_t(H), a.D = int64_t(D), a.scale = scale_, a.type = compute_;
@@ -355,7 +373,7 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
     } else {
       attention_explicit_backward(y, rows);
     }
-    linear_back(act(dqkv_, N, 3 * C), act(y.ln1, N, C), lp(kQkvW), act(dtmp_, N, C));
+    linear_back(linear_id(li, kQkv), act(dqkv_, N, 3 * C), act(y.ln1, N, C), lp(kQkvW), act(dtmp_, N, C));
     layernorm_back(dtmp_.data(), res_in_[li].data(), lp(kLn1W), y.mean1, y.rstd1, true);
   }
   // Embeddings: d(wpe) written, d(wte) accumulated onto the head's part.
@@ -375,7 +393,7 @@ std::vector<float> Gpt::next_logits(const void* params, const std::vector<int32_
   std::fill(tokens_host_.begin(), tokens_host_.begin() + long(T), 0);  // positions after the context do not matter (causal)
   std::copy(context.end() - long(n), context.end(), tokens_host_.begin());
   mem_.upload(tokens_.data(), tokens_host_.data(), T * sizeof(int32_t));
-  forward(params, 1);
+  forward(params, 1, false);
   std::vector<char> raw(V * dtype_size(compute_));
   mem_.download(raw.data(), logits_.as<char>() + (n - 1) * opt_.logits_ld() * dtype_size(compute_), raw.size());
   std::vector<float> out(V);

@@ -16,6 +16,7 @@
 
 #include "backend/compute_ops.h"
 #include "backend/memory.h"
+#include "model/linear_layers.h"
 #include "model/model.h"
 
 namespace amp {
@@ -35,6 +36,10 @@ struct GptOptions {
   // two FP32 numbers per (row, head, position) instead of the [T, T] probabilities; explicit: two
   // batched GEMMs around the causal softmax (the reference).
   bool fused_attention = false;
+  // precision.compute fp8: FP8 operands in the blocks' four linear layers (model/linear_layers.h);
+  // the LM head (tied to the embedding) stays in the compute dtype, as in Transformer Engine's
+  // recipes.
+  bool fp8 = false;
   size_t logits_ld() const { return (vocab + vocab_pad - 1) / vocab_pad * vocab_pad; }
 };
 
@@ -65,6 +70,10 @@ class Gpt final : public Model {
   void forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
                     LossSums sums) override;
   void backward(const void* params, void* grads, size_t rows, const std::function<void(int)>& ready) override;
+  std::vector<Fp8Tensor> fp8_tensors() const override { return opt_.fp8 ? lin_.fp8_tensors() : std::vector<Fp8Tensor>{}; }
+  void bind_fp8(const Fp8Binding& b) override {
+    if (opt_.fp8) lin_.bind(b);
+  }
 
   // Tokens and targets given directly (rows x seq_len each), as stage() gathers them from windows.
   void stage_tokens(const int32_t* tokens, const int32_t* targets, size_t rows);
@@ -90,8 +99,13 @@ class Gpt final : public Model {
   int lnf_w() const { return kFirstLayer + int(opt_.n_layer) * kPerLayer; }
   Tensor param(const void* base, int index) const;
   Tensor act(const Buffer& b, size_t rows, size_t cols) const { return b.tensor(compute_, rows, cols); }
-  void forward(const void* params, size_t rows);
-  void forward_block(const void* params, size_t l, size_t rows);  // block l: res_in_[l] -> the next input
+  // record: a training step's forward (the FP8 casts record their amaxes).
+  void forward(const void* params, size_t rows, bool record);
+  void forward_block(const void* params, size_t l, size_t rows, bool record);  // block l: res_in_[l] -> the next input
+  // The blocks' linear layers, four per block in this order (their ids: 4 l + k).
+  enum Linear { kQkv, kProj, kFc, kMProj, kLinearsPerLayer };
+  int linear_id(size_t l, Linear k) const { return int(l) * kLinearsPerLayer + k; }
+  static std::vector<std::pair<size_t, size_t>> linear_shapes(const GptOptions& o);
   void layernorm(const void* x, const void* params, int gamma, void* y, Buffer& mean, Buffer& rstd, size_t rows);
   void layernorm_backward(const void* dy, const void* x, const void* params, void* grads, int gamma,
                           const Buffer& mean, const Buffer& rstd, bool accumulate, size_t rows);
@@ -102,6 +116,7 @@ class Gpt final : public Model {
   DType compute_;
   size_t max_rows_;
   ParamLayout layout_;
+  LinearLayers lin_;
   float scale_;  // 1 / sqrt(head_dim)
 
   // Inputs: token ids and targets (int32), staged per step; host gathering buffers.
@@ -124,6 +139,7 @@ class Gpt final : public Model {
   // Scratch: attention scores / their gradient (FP32, one head; explicit) or the fused
   // backward's delta ([rows, H, T] FP32), gradient buffers.
   Buffer scores_, dprobs_, dscores_, delta_, dres_, dtmp_, dqkv_, dfc_, tmp_;
+  Buffer q_input_, q_weight_, q_grad_output_;  // FP8: the quantized operands (compute dtype)
 };
 
 }  // namespace amp

@@ -47,6 +47,7 @@ GptOptions gpt_options(const Config& cfg, size_t vocab) {
   o.vocab_pad = vocab_pad_for(cfg.model.vocab_pad, o.vocab);
   o.recompute = cfg.model.recompute == "block";
   o.fused_attention = cfg.model.attention == "fused";
+  o.fp8 = cfg.precision.fp8;
   return o;
 }
 
@@ -91,6 +92,7 @@ std::unique_ptr<Model> make_model(const Config& cfg, const Dataset& train, Devic
   opt.init = cfg.model.init;
   opt.init_std = cfg.model.init_std;
   opt.task = train.task;
+  opt.fp8 = cfg.precision.fp8;
 
   // An upper bound of the layout's elements (weights, biases, 32-element alignment of each),
   // checked for overflow before the layout is made.
@@ -101,7 +103,7 @@ std::unique_ptr<Model> make_model(const Config& cfg, const Dataset& train, Devic
     fits = fits && !__builtin_mul_overflow(opt.dims[i] + 1, opt.dims[i + 1], &w) &&
            !__builtin_add_overflow(bound, w + 64, &bound);  // + up to 31 padding twice
   }
-  fits = fits && Mlp::activation_bytes(opt.dims, max_rows, compute, &activations);
+  fits = fits && Mlp::activation_bytes(opt.dims, max_rows, compute, &activations, opt.fp8);
   const ParamLayout L = fits ? mlp_layout(opt.dims) : ParamLayout{};
   Need n;
   fits = fits && need(cfg, L, compute, world, activations, &n);

@@ -11,7 +11,7 @@ namespace amp {
 
 Mlp::Mlp(DeviceMemory& mem, ComputeOps& ops, MlpOptions opt, DType compute, size_t max_rows)
     : Model(max_rows), mem_(mem), ops_(ops), opt_(std::move(opt)), compute_(compute), max_rows_(max_rows),
-      layout_(mlp_layout(opt_.dims)) {
+      layout_(mlp_layout(opt_.dims)), lin_(ops, compute) {
   const std::vector<size_t>& dims = opt_.dims;
   AMP_CHECK(dims.size() >= 2, "an MLP needs inputs and outputs");
   auto make = [&](size_t cols) {
@@ -41,6 +41,21 @@ Mlp::Mlp(DeviceMemory& mem, ComputeOps& ops, MlpOptions opt, DType compute, size
     targets_host_.resize(max_rows_ * out);
     targets_ = alloc_buffer(mem_, max_rows_ * out * sizeof(float));
   }
+  for (size_t l = 1; l < dims.size(); ++l) lin_.add("fc" + std::to_string(l));
+  if (opt_.fp8) {
+    const LinearLayers::Scratch q = LinearLayers::scratch_elements(layer_shapes(dims), max_rows_);
+    const size_t es = dtype_size(compute_);
+    q_input_ = alloc_buffer(mem_, q.input * es);
+    q_weight_ = alloc_buffer(mem_, q.weight * es);
+    q_grad_output_ = alloc_buffer(mem_, q.grad_output * es);
+    lin_.set_scratch(q_input_.data(), q_weight_.data(), q_grad_output_.data());
+  }
+}
+
+std::vector<std::pair<size_t, size_t>> Mlp::layer_shapes(const std::vector<size_t>& dims) {
+  std::vector<std::pair<size_t, size_t>> s;
+  for (size_t i = 0; i + 1 < dims.size(); ++i) s.push_back({dims[i], dims[i + 1]});
+  return s;
 }
 
 std::string Mlp::describe() const {
@@ -49,7 +64,8 @@ std::string Mlp::describe() const {
   return strcat("mlp ", widths, " (", opt_.activation == Activation::Gelu ? "gelu" : "relu", ")");
 }
 
-bool Mlp::activation_bytes(const std::vector<size_t>& dims, size_t max_rows, DType compute, size_t* bytes_out) {
+bool Mlp::activation_bytes(const std::vector<size_t>& dims, size_t max_rows, DType compute, size_t* bytes_out,
+                           bool fp8) {
   const size_t lp = dtype_size(compute);
   size_t widest = 0, activations = 0, largest_weight = 0;
   bool overflow = false;
@@ -69,6 +85,10 @@ bool Mlp::activation_bytes(const std::vector<size_t>& dims, size_t max_rows, DTy
   // a weight widened to FP32 and its gradient (the linear layers' widening scratch)
   overflow |= __builtin_mul_overflow(largest_weight, size_t(8), &t);
   overflow |= __builtin_add_overflow(bytes, t, &bytes);
+  if (fp8 && !overflow) {  // the quantized operands (the constructor's three buffers)
+    const LinearLayers::Scratch q = LinearLayers::scratch_elements(layer_shapes(dims), max_rows);
+    overflow |= __builtin_add_overflow(bytes, (q.input + q.weight + q.grad_output) * lp, &bytes);
+  }
   *bytes_out = bytes;
   return !overflow;
 }
@@ -138,7 +158,7 @@ void Mlp::forward_loss(const void* params, size_t rows, const float* scale, floa
     ops_.cast(x_stage_.data(), DType::F32, x_lp_.data(), compute_, rows * in);
     x = x_lp_.tensor(compute_, rows, in);
   }
-  const Tensor logits = forward(x, params, rows);
+  const Tensor logits = forward(x, params, rows, with_grad);
   const Tensor dlogits = with_grad ? dlogits_.row_slice(0, rows) : Tensor{nullptr, compute_, rows, out};
   if (classification())
     ops_.softmax_xent(dense_xent_args(logits, labels_.as<int32_t>(), scale, inv_count, dlogits, sums.loss_sum, sums.correct));
@@ -146,14 +166,14 @@ void Mlp::forward_loss(const void* params, size_t rows, const float* scale, floa
     ops_.mse(logits, targets_.tensor(DType::F32, rows, out), scale, inv_count, dlogits, sums.loss_sum);
 }
 
-Tensor Mlp::forward(const Tensor& x, const void* params, size_t batch) {
+Tensor Mlp::forward(const Tensor& x, const void* params, size_t batch, bool record) {
   const std::vector<size_t>& dims_ = opt_.dims;
   AMP_CHECK(batch <= max_rows_ && x.cols == dims_[0] && x.dtype == compute_, "Mlp::forward: bad input");
   const size_t L = dims_.size() - 1;
   Tensor in = x.row_slice(0, batch);
   for (size_t l = 1; l <= L; ++l) {
     const Tensor z = z_[l].row_slice(0, batch);
-    ops_.linear_forward(in, param(params, int(2 * (l - 1))), param(params, int(2 * (l - 1) + 1)), z);
+    lin_.forward(int(l - 1), in, param(params, int(2 * (l - 1))), param(params, int(2 * (l - 1) + 1)), z, record);
     if (l < L) ops_.activation_forward(opt_.activation, z, a_[l].row_slice(0, batch));
     in = a_[l].row_slice(0, batch);
   }
@@ -171,13 +191,13 @@ void Mlp::backward(const void* params, void* grads, size_t batch, const std::fun
     const int wi = int(2 * (l - 1)), bi = wi + 1;
     const Tensor input = a_[l - 1].row_slice(0, batch);
     // Weight and bias gradients first, so their bucket can start reducing during the rest.
-    ops_.linear_backward_weight(dz, input, param(grads, wi), param(grads, bi));
+    lin_.backward_weight(int(l - 1), dz, input, param(grads, wi), param(grads, bi));
     on_ready(wi);
     on_ready(bi);
     if (l == 1) break;
     const Tensor w = param(params, wi);
     Tensor da{spare[flip]->data, compute_, batch, dims_[l - 1]};
-    ops_.linear_backward_input(dz, w, da);
+    lin_.backward_input(int(l - 1), dz, w, da);
     Tensor dz_prev{spare[flip]->data, compute_, batch, dims_[l - 1]};  // in place: dz = da * act'(z)
     ops_.activation_backward(opt_.activation, z_[l - 1].row_slice(0, batch), da, dz_prev);
     dz = dz_prev;

@@ -10,6 +10,7 @@
 
 #include "backend/compute_ops.h"
 #include "backend/memory.h"
+#include "model/linear_layers.h"
 #include "model/model.h"
 
 namespace amp {
@@ -20,6 +21,7 @@ struct MlpOptions {
   std::string init = "pytorch";  // pytorch (U(+-1/sqrt(fan_in))), xavier, normal (std init_std)
   double init_std = 0.01;
   Task task = Task::Classification;
+  bool fp8 = false;  // precision.compute fp8: FP8 operands in every layer's GEMMs (model/linear_layers.h)
 };
 
 class Mlp final : public Model {
@@ -38,15 +40,21 @@ class Mlp final : public Model {
   void forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
                     LossSums sums) override;
   void backward(const void* params, void* grads, size_t rows, const std::function<void(int)>& ready) override;
+  std::vector<Fp8Tensor> fp8_tensors() const override { return opt_.fp8 ? lin_.fp8_tensors() : std::vector<Fp8Tensor>{}; }
+  void bind_fp8(const Fp8Binding& b) override {
+    if (opt_.fp8) lin_.bind(b);
+  }
 
   const std::vector<size_t>& dims() const { return opt_.dims; }
   // Backend bytes of the activations, inputs and scratch of a model of these widths at max_rows
   // (the parameters' training state: optim/state_bytes.h); false on overflow.
-  static bool activation_bytes(const std::vector<size_t>& dims, size_t max_rows, DType compute, size_t* bytes);
+  static bool activation_bytes(const std::vector<size_t>& dims, size_t max_rows, DType compute, size_t* bytes,
+                               bool fp8 = false);
 
  private:
   Tensor param(const void* base, int index) const;
-  Tensor forward(const Tensor& x, const void* params, size_t rows);
+  Tensor forward(const Tensor& x, const void* params, size_t rows, bool record);
+  static std::vector<std::pair<size_t, size_t>> layer_shapes(const std::vector<size_t>& dims);
 
   DeviceMemory& mem_;
   ComputeOps& ops_;
@@ -54,6 +62,8 @@ class Mlp final : public Model {
   DType compute_;
   size_t max_rows_;
   ParamLayout layout_;
+  LinearLayers lin_;
+  Buffer q_input_, q_weight_, q_grad_output_;  // FP8: the quantized operands (compute dtype)
   std::vector<Buffer> store_;            // owns the activation buffers
   std::vector<Tensor> z_, a_;            // pre-activations and outputs of each layer (a_[0] = input)
   Tensor dlogits_, grad_a_, grad_b_;     // gradient ping-pong buffers

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "amp/fp8_scaling.h"
 #include "backend/memory.h"
 #include "core/error.h"
 #include "data/dataset.h"
@@ -72,6 +73,12 @@ class Model {
   // Backward from the output gradient of the last forward_loss(with_grad), writing the flat
   // gradient buffer (compute dtype). Calls ready(t) as soon as tensor t's gradient is complete.
   virtual void backward(const void* params, void* grads, size_t rows, const std::function<void(int)>& ready) = 0;
+
+  // precision.compute fp8: the model's FP8 tensors (empty when built without FP8), and where their
+  // casts read scales and record amaxes (the training state's, amp::MixedPrecision::fp8_binding).
+  // Unbound, a model built for FP8 computes its linear layers in the compute dtype (BF16).
+  virtual std::vector<Fp8Tensor> fp8_tensors() const { return {}; }
+  virtual void bind_fp8(const Fp8Binding& /*binding*/) {}
 
  protected:
   explicit Model(size_t max_rows) : buffer_rows_(max_rows) {}

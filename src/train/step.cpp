@@ -61,6 +61,12 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   amp_ = std::make_unique<MixedPrecision>(mem_, be_.amp_kernels(), cfg_.precision.scaler, compute_, L.spans(), std::move(names), rank_,
                                           world_);
   if (shards_) amp_->shard(std::move(shard_spans));
+  // precision.compute fp8: the model's FP8 tensors get their scales and amax words (in the flag
+  // buffer: the step's one all-reduce carries them).
+  if (std::vector<Fp8Tensor> fp8 = model_.fp8_tensors(); !fp8.empty()) {
+    amp_->enable_fp8(cfg_.precision.fp8_params, std::move(fp8));
+    model_.bind_fp8(amp_->fp8_binding());
+  }
   runs_ = optimizer_runs();
   // The backward seed's 1/N: the mean over the global batch of one micro-batch (batch x world), so
   // the all-reduce is a plain sum of pre-divided gradients (it cannot overflow where the mean would

@@ -5,6 +5,7 @@
 //   ops_layernorm.cpp, ops_softmax.cpp, ops_gelu.cpp, ops_embedding.cpp
 //                      the transformer ops (backend/transformer_args.h), with the row reductions of
 //                      transformer_rows.h
+//   ops_fp8.cpp        the FP8 quantization of the linear layers' operands (precision.compute fp8)
 //   ops_attention.cpp  the fused causal attention (backend/attention_args.h), its tile kernels in
 //                      attention_kernels.h (scalar specification, AVX2, AVX-512 chosen at run time)
 //
@@ -49,6 +50,7 @@ class CpuOps final : public ComputeOps {
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) override;
   void linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
   void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override;
+  void fp8_quantize(const Fp8QuantizeArgs& a) override;
   void gemm(const GemmArgs& g) override;
   void add(const AddArgs& a) override;
   void row_sum(const RowSumArgs& r) override;

@@ -1,0 +1,82 @@
+// FP8 on the device (precision.compute fp8): the operand quantization of the linear layers
+// (backend/ops_args.h, Fp8QuantizeArgs) through the scalar specification of amp/fp8_scaling.h, and
+// the once-per-step scale update (fp8_update, one thread). The amax is a maximum of int32 words and
+// the counts are integer sums: integer atomics combine the blocks to the same result in any order.
+#include "amp/fp8_scaling.h"
+#include "amp/overflow_flags.h"
+#include "backend/ops_args.h"
+#include "cuda/kernel_util.cuh"
+
+namespace amp::cuda {
+
+namespace {
+
+template <typename S, typename D>
+__global__ void __launch_bounds__(kThreads) fp8_quantize_kernel(const S* src, D* dst, int64_t n, Fp8 f,
+                                                                const float* scale_p, int32_t* amax,
+                                                                unsigned long long* counts) {
+  __shared__ long long sh[kThreads];
+  const float scale = *scale_p, inv = 1.0f / scale, fmax = fp8_max(f);
+  int32_t m = 0;
+  long long flushed = 0, saturated = 0;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float x = to_f32(src[i]);
+    m = max(m, amax_bits(x));
+    const float q = fp8_quantized(x, scale, inv, f);
+    if (x - x == 0.0f) {
+      flushed += (q == 0.0f && x != 0.0f);
+      saturated += (fabsf(x * scale) > fmax);
+    }
+    dst[i] = from_f32<D>(q);
+  }
+  if (amax) {
+    sh[threadIdx.x] = m;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s && sh[threadIdx.x + s] > sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicMax(amax, int32_t(sh[0]));
+    __syncthreads();
+  }
+  if (counts) {
+    const long long fl = block_sum(flushed, sh), sat = block_sum(saturated, sh);
+    if (threadIdx.x == 0) {
+      if (blockIdx.x == 0) atomicAdd(&counts[0], (unsigned long long)n);
+      atomicAdd(&counts[1], (unsigned long long)fl);
+      atomicAdd(&counts[2], (unsigned long long)sat);
+    }
+  }
+}
+
+__global__ void fp8_update_kernel(float* scales, const float* fmax, float* history, Fp8Meta* meta,
+                                  const int32_t* amax_words, int n, Fp8Params p, const int32_t* flags) {
+  fp8_update(scales, fmax, history, meta, amax_words, n, p, flags[OverflowFlags::kAny] != 0);
+}
+
+}  // namespace
+
+void fp8_quantize(const Launch& l, const Fp8QuantizeArgs& a) {
+  check_args(a);
+  if (a.n == 0) return;
+  dispatch_float(a.src_type, "fp8_quantize", [&](auto s_tag) {
+    dispatch_float(a.dst_type, "fp8_quantize", [&](auto d_tag) {
+      using S = decltype(s_tag);
+      using D = decltype(d_tag);
+      const unsigned blocks = blocks_for(size_t(a.n), kThreads, l);
+      fp8_quantize_kernel<S, D><<<blocks, kThreads, 0, l.stream>>>(
+          static_cast<const S*>(a.src), static_cast<D*>(a.dst), a.n, a.format, a.scale, a.amax,
+          reinterpret_cast<unsigned long long*>(a.counts));
+      AMP_CHECK_LAUNCH("fp8_quantize_kernel");
+    });
+  });
+}
+
+void fp8_update(const Launch& l, float* scales, const float* fmax, float* history, Fp8Meta* meta,
+                const int32_t* amax_words, int n, const Fp8Params& p, const int32_t* flags) {
+  fp8_update_kernel<<<1, 1, 0, l.stream>>>(scales, fmax, history, meta, amax_words, n, p, flags);
+  AMP_CHECK_LAUNCH("fp8_update_kernel");
+}
+
+}  // namespace amp::cuda

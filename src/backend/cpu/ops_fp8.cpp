@@ -1,0 +1,78 @@
+// The FP8 quantization op on the CPU (backend/ops_args.h, Fp8QuantizeArgs): the scalar
+// specification of amp/fp8_scaling.h element by element, blocks of elements in parallel; the amax
+// (a maximum of int32 words) and the counts (integer sums) combine in any order to the same result.
+#include <algorithm>
+
+#include "amp/fp8_scaling.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/float_rows.h"
+
+namespace amp::cpu {
+
+namespace {
+constexpr int64_t kBlock = 2048;
+constexpr int64_t kParallelMin = 4 * kBlock;
+
+// fp8_quantized (amp/fp8_scaling.h) over a row, branch-free so that the compiler vectorizes it;
+// bit-identical to the specification (tests/unit/test_fp8.cpp compares them). For v = |x| * scale:
+// at or above the smallest normal 2^emin, round the FP32 significand to M bits (to nearest even, by
+// adding half an FP8 step less one, plus the kept last bit, and masking); below it, add and subtract
+// C = 2^(emin - M + 23), whose FP32 step is the FP8 subnormal step, so FP32's own round-to-nearest-
+// even rounds to it; then clamp to the format's maximum (saturation) and restore the sign.
+// Non-finite x pass through. Returns the flushed and saturated counts.
+void quantize_row(const float* x, float* out, int64_t len, float scale, float inv, Fp8 f, int32_t* amax,
+                  int64_t* flushed, int64_t* saturated) {
+  const int M = f == Fp8::E4M3 ? 3 : 2, emin = f == Fp8::E4M3 ? -6 : -14;
+  const uint32_t drop = 23u - uint32_t(M), low = (1u << drop) - 1u;
+  const float min_normal = f32_from_bits(uint32_t(127 + emin) << 23);
+  const float C = f32_from_bits(uint32_t(127 + emin - M + 23) << 23);
+  const float fmax = fp8_max(f);
+  int32_t m = *amax;
+  int64_t fl = 0, sat = 0;
+  for (int64_t i = 0; i < len; ++i) {
+    const float xi = x[i];
+    const uint32_t xb = f32_bits(xi);
+    const int32_t ab = int32_t(xb & 0x7fffffffu);
+    m = ab > m ? ab : m;
+    const float v = f32_from_bits(uint32_t(ab)) * scale;  // |x| * scale, exact (a power of two)
+    const uint32_t vb = f32_bits(v);
+    const float normal = f32_from_bits((vb + (low >> 1) + ((vb >> drop) & 1u)) & ~low);
+    const float sub = (v + C) - C;
+    float r = v >= min_normal ? normal : sub;
+    r = r > fmax ? fmax : r;
+    const bool finite = ab < 0x7f800000;
+    fl += finite && r == 0.0f && ab != 0;
+    sat += finite && v > fmax;
+    const float q = f32_from_bits(f32_bits(r * inv) | (xb & 0x80000000u));
+    out[i] = finite ? q : xi;
+  }
+  *amax = m;
+  *flushed += fl;
+  *saturated += sat;
+}
+}  // namespace
+
+void CpuOps::fp8_quantize(const Fp8QuantizeArgs& a) {
+  check_args(a);
+  const float scale = *a.scale, inv = 1.0f / scale;
+  const int64_t n = a.n, nb = (n + kBlock - 1) / kBlock;
+  int32_t amax = 0;
+  int64_t flushed = 0, saturated = 0;
+#pragma omp parallel for schedule(static) reduction(max : amax) reduction(+ : flushed, saturated) if (n >= kParallelMin)
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    alignas(64) float v[kBlock];
+    const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
+    const float* x = row_in(a.src, a.src_type, off, len, v);
+    float* out = row_out(a.dst, a.dst_type, off, v);
+    int32_t m = 0;
+    int64_t fl = 0, sat = 0;
+    quantize_row(x, out, len, scale, inv, a.format, &m, &fl, &sat);
+    amax = std::max(amax, m);
+    flushed += fl, saturated += sat;
+    row_store(v, a.dst, a.dst_type, off, len);
+  }
+  if (a.amax) *a.amax = std::max(*a.amax, amax);
+  if (a.counts) a.counts[0] += n, a.counts[1] += flushed, a.counts[2] += saturated;
+}
+
+}  // namespace amp::cpu
