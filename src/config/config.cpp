@@ -123,6 +123,7 @@ std::string Config::resolved_checkpoint_dir() const {
 }
 
 const char* precision_name(DType t) { return t == DType::F32 ? "fp32" : t == DType::BF16 ? "bf16" : "fp16"; }
+const char* compute_name(const Config& c) { return c.precision.fp8 ? "fp8" : precision_name(c.precision.compute); }
 const char* optimizer_name(OptimizerKind k) { return k == OptimizerKind::Sgd ? "sgd" : "adamw"; }
 const char* scale_mode_name(ScaleMode m) {
   return m == ScaleMode::Dynamic ? "dynamic" : m == ScaleMode::Static ? "static" : "none";

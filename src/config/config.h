@@ -29,6 +29,9 @@ enum class ComputeChoice : int32_t { F32, F16, BF16, FP8 };
 const char* precision_name(DType t);
 const char* optimizer_name(OptimizerKind k);
 const char* scale_mode_name(ScaleMode m);
+struct Config;
+// precision.compute as the run computes: "fp8" with FP8 linear layers, else precision_name(compute).
+const char* compute_name(const Config& c);
 
 // The most training steps a run may have (step numbers stay well inside every counter and the
 // fixed-width checkpoint file names).

@@ -30,6 +30,9 @@ struct CheckpointIO::Resumed {
   ScalerResume scaler;
   int64_t world_then = 0, batch_then = 0, zero_then = 0;
   std::string precision_then;  // the writer's compute precision
+  bool fp8_loaded = false;     // this run's FP8 tensors and history length: the writer's state
+  Fp8State::Host fp8;
+  std::string fp8_note;        // why the FP8 scales start anew
   std::vector<RankIntervalSums> sums_then;  // every writing rank's
   RankIntervalSums sums;                    // this rank's share (derive)
   DataPosition pos;
@@ -145,8 +148,45 @@ CheckpointIO::Resumed CheckpointIO::validate(const Checkpoint& ck, const std::st
   r.samples = header_field<int64_t>(ck, "samples_consumed", r.step * r.batch_then);
   if (r.samples < 0) bad(strcat("header field \"samples_consumed\" is ", r.samples));
   r.zero_then = header_field<int64_t>(ck, "zero", 0);
-  r.precision_then = header_field<std::string>(ck, "precision", precision_name(compute_));
+  r.precision_then = header_field<std::string>(ck, "precision", compute_name(cfg_));
+  validate_fp8(ck, path, r);
   return r;
+}
+
+// The FP8 scales and histories: taken when the writer had the same FP8 tensors and history length
+// (every value checked: scales powers of two in pow2_floor's range, amaxes finite and >= 0, the
+// ring position inside the ring); otherwise they start anew (scale 1, empty history), said once.
+void CheckpointIO::validate_fp8(const Checkpoint& ck, const std::string& path, Resumed& r) const {
+  const Bad bad{path};
+  const Fp8State* f = step_.amp().fp8();
+  if (!f) return;
+  const auto& fh = ck.header.contains("fp8") ? ck.header["fp8"] : nlohmann::json();
+  std::vector<std::string> names;
+  for (const Fp8Tensor& t : f->tensors()) names.push_back(t.name);
+  const size_t n = names.size(), len = size_t(f->params().history);
+  if (!fh.is_object()) {
+    r.fp8_note = "the checkpoint has no FP8 state (written without precision.compute fp8): the FP8 scales start at 1";
+    return;
+  }
+  if (!fh.contains("tensors") || fh["tensors"] != nlohmann::json(names) || !fh.contains("amax_history") ||
+      fh["amax_history"] != nlohmann::json(len)) {
+    r.fp8_note = "the checkpoint's FP8 tensors or precision.fp8.amax_history differ from this run's: the FP8 scales "
+                 "start at 1";
+    return;
+  }
+  r.fp8.scales = floats(section(ck, bad, "fp8_scales", n * sizeof(float)));
+  r.fp8.history = floats(section(ck, bad, "fp8_history", n * len * sizeof(float)));
+  std::memcpy(&r.fp8.meta, section(ck, bad, "fp8_meta", sizeof r.fp8.meta).data(), sizeof r.fp8.meta);
+  for (size_t t = 0; t < n; ++t)
+    if (!(r.fp8.scales[t] > 0.0f) || pow2_floor(r.fp8.scales[t]) != r.fp8.scales[t])
+      bad(strcat("the FP8 scale of ", names[t], " is ", r.fp8.scales[t], ", not a power of two in [2^-126, 2^126]"));
+  for (size_t i = 0; i < r.fp8.history.size(); ++i)
+    if (!(std::isfinite(r.fp8.history[i]) && r.fp8.history[i] >= 0.0f))
+      bad(strcat("an amax in the FP8 history of ", names[i / len], " is ", r.fp8.history[i], ", not finite and >= 0"));
+  if (r.fp8.meta.newest < -1 || r.fp8.meta.newest >= int32_t(len) || r.fp8.meta.recorded < 0)
+    bad(strcat("the FP8 history's position ", r.fp8.meta.newest, " (", r.fp8.meta.recorded,
+               " steps recorded) is outside its ring of ", len));
+  r.fp8_loaded = true;
 }
 
 // The weights: the header's hash of the masters (a master section from another file does not
@@ -215,11 +255,12 @@ void CheckpointIO::derive(Resumed& r) const {
                              batch_changed ? "; the global batch changed (adjust data.batch_size or "
                                              "data.grad_accum_steps to keep it)"
                                            : ""));
-  if (r.precision_then != precision_name(compute_))
+  if (r.precision_then != compute_name(cfg_))
     reporter_.message(strcat("note: the checkpoint was written with ", r.precision_then, " compute, this run computes in ",
-                             precision_name(compute_), ": the FP32 masters and optimizer moments load as they are and the ",
+                             compute_name(cfg_), ": the FP32 masters and optimizer moments load as they are and the ",
                              "working copy is cast from the masters anew"));
   if (!r.scaler.note.empty()) reporter_.message("note: " + r.scaler.note);
+  if (!r.fp8_note.empty()) reporter_.message("note: " + r.fp8_note);
 }
 
 void CheckpointIO::load(const Resumed& r, RunRecord& record) {
@@ -227,6 +268,7 @@ void CheckpointIO::load(const Resumed& r, RunRecord& record) {
   step_.load_states(r.states[0].empty() ? nullptr : r.states[0].data(),
                     r.states[1].empty() ? nullptr : r.states[1].data());
   step_.amp().load(r.scaler.state);
+  if (r.fp8_loaded) step_.amp().fp8()->load(r.fp8);
   step_.load_sums(r.sums.loss_sum, r.sums.correct);
   sampler_.resume_at(r.step, r.pos);
   resumed_step_ = r.step;

@@ -89,6 +89,16 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
   const DataPosition pos = sampler_.position(step);
   ck.sections["scaler"] = bytes_of(&scaler, 1);
   ck.sections["rank_sums"] = bytes_of(sums.data(), sums.size());
+  nlohmann::json fp8 = nullptr;
+  if (const Fp8State* f = step_.amp().fp8()) {  // the FP8 scales and amax histories (every rank's alike)
+    const Fp8State::Host h = f->read();
+    ck.sections["fp8_scales"] = bytes_of(h.scales.data(), h.scales.size());
+    ck.sections["fp8_history"] = bytes_of(h.history.data(), h.history.size());
+    ck.sections["fp8_meta"] = bytes_of(&h.meta, 1);
+    std::vector<std::string> names;
+    for (const Fp8Tensor& t : f->tensors()) names.push_back(t.name);
+    fp8 = {{"tensors", names}, {"amax_history", f->params().history}};
+  }
   ck.header = {{"program", "amp_ddp"},
                {"version", AMP_VERSION},
                {"run_id", run_id_},
@@ -100,7 +110,7 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
                {"data_epoch", pos.epoch},
                {"data_offset", pos.offset},
                {"samples_consumed", samples_consumed(step)},
-               {"precision", precision_name(compute_)},
+               {"precision", compute_name(cfg_)},
                {"optimizer", optimizer_name(cfg_.optimizer.params.kind)},
                {"loss_scale_mode", scale_mode_name(cfg_.precision.scaler.mode)},
                {"config_hash", hex64(config_hash(cfg_))},
@@ -120,6 +130,7 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
                {"interval_seconds", finite_or_null(record.interval_seconds)},
                {"wall_seconds", record.wall_seconds},
                {"sizeof_scaler", sizeof(ScalerState)}};
+  if (!fp8.is_null()) ck.header["fp8"] = fp8;
   return save_checkpoint(cfg_.resolved_checkpoint_dir(), ck, int(cfg_.checkpoint.keep));
 }
 
@@ -146,9 +157,9 @@ void CheckpointIO::check_header(const Checkpoint& ck, const std::string& path) c
   if (layout != layout_json(layout_)) mismatch("another model: parameter tensors", layout, layout_json(layout_));
   // Another compute precision is allowed: the masters and moments are FP32 (checkpoint_apply.cpp).
   if (const std::string prec = header_field<std::string>(ck, "precision", "");
-      prec != "fp32" && prec != "fp16" && prec != "bf16")
+      prec != "fp32" && prec != "fp16" && prec != "bf16" && prec != "fp8")
     throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", path, ": header field \"precision\" is \"", prec,
-                                              "\", not fp32, fp16 or bf16"));
+                                              "\", not fp32, fp16, bf16 or fp8"));
   const std::string opt = header_field<std::string>(ck, "optimizer", "");
   if (opt != optimizer_name(cfg_.optimizer.params.kind)) mismatch("optimizer", opt, optimizer_name(cfg_.optimizer.params.kind));
   if (const int64_t bytes = header_field<int64_t>(ck, "sizeof_scaler", 0); bytes != int64_t(sizeof(ScalerState)))

@@ -68,6 +68,7 @@ class CheckpointIO {
   void apply(const Checkpoint& ck, const std::string& path, RunRecord& record);
   Resumed validate(const Checkpoint& ck, const std::string& path) const;
   void validate_weights(const Checkpoint& ck, const std::string& path, Resumed& r) const;
+  void validate_fp8(const Checkpoint& ck, const std::string& path, Resumed& r) const;
   void derive(Resumed& r) const;
   void load(const Resumed& r, RunRecord& record);
 

@@ -165,6 +165,35 @@ void Trainer::write_sample(int64_t step) {
   reporter_.sample(step, text);
 }
 
+// precision.compute fp8: per FP8 tensor its format, scale and newest amax, and what this process's
+// training casts did to its values (shares of the values cast: flushed to zero, saturated); the
+// shares are absent when nothing was cast (a run resumed at its last step).
+nlohmann::json Trainer::fp8_report(const Fp8State& f) const {
+  const Fp8State::Host h = f.read();
+  const std::vector<Fp8Counts> counts = f.read_counts();
+  nlohmann::json tensors = nlohmann::json::array();
+  for (int t = 0; t < f.count(); ++t) {
+    const Fp8Tensor& ft = f.tensors()[size_t(t)];
+    const Fp8Counts& c = counts[size_t(t)];
+    nlohmann::json e = {{"name", ft.name},
+                        {"format", ft.format == Fp8::E4M3 ? "e4m3" : "e5m2"},
+                        {"scale", h.scales[size_t(t)]}};
+    if (h.meta.recorded > 0) e["amax"] = f.newest_amax(h, t);
+    if (c.elements > 0) {
+      e["flushed_share"] = double(c.flushed) / double(c.elements);
+      e["saturated_share"] = double(c.saturated) / double(c.elements);
+    }
+    tensors.push_back(e);
+  }
+  const Fp8Params& p = f.params();
+  return {{"scaling", p.delayed ? "delayed" : "none"},
+          {"amax_history", p.history},
+          {"amax_compute", p.algo == AmaxAlgo::Max ? "max" : "most_recent"},
+          {"margin", p.margin},
+          {"steps_recorded", h.meta.recorded},
+          {"tensors", tensors}};
+}
+
 nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
   const AmpScalars now = step_->amp().read();
   step_->take_comm_stats();  // the read waited for the device: the last step is measured
@@ -175,7 +204,7 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
       {"version", AMP_VERSION},
       {"run_id", run_id_},
       {"backend", be_->name()},
-      {"precision", precision_name(compute_)},
+      {"precision", compute_name(cfg_)},
       {"loss_scale_mode", scale_mode_name(cfg_.precision.scaler.mode)},
       {"world_size", nranks_},
       {"global_batch", sampler_->global_batch()},
@@ -206,6 +235,7 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
     j["zero2_gradient_buffer_rank0"] = {{"counted", step_->gradient_window_bytes()}};
     if (step_->gradient_resident_peak() > 0) j["zero2_gradient_buffer_rank0"]["measured_peak"] = step_->gradient_resident_peak();
   }
+  if (const Fp8State* f = step_->amp().fp8()) j["fp8"] = fp8_report(*f);
   // What was not measured is absent (never 0): no loss logged (stopped before the first log line,
   // or resumed at the last step), no evaluation, no training time.
   if (std::isfinite(record_.last_loss)) j["final_loss"] = record_.last_loss;

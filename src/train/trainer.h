@@ -74,6 +74,7 @@ class Trainer {
   enum class Stop { None = 0, Signal = 1, OutputFailed = 2 };
   Stop stop_requested(int64_t step);
   nlohmann::json summary_json(double wall_seconds, int64_t steps_done);
+  nlohmann::json fp8_report(const Fp8State& f) const;
   uint64_t params_hash();
   uint64_t optimizer_state_hash();
 

@@ -82,7 +82,7 @@ void Trainer::setup() {
       reporter_.message(strcat("resumed from ", resumed_from_, " at step ", start_step_ - 1, " (scale ",
                                seen_.scaler.scale, ", ", seen_.scaler.overflow_steps, " skipped so far)"));
     reporter_.message(strcat("amp_ddp ", AMP_VERSION, " | ", nranks_, " rank(s) x ", be_->name(), " | ",
-                             precision_name(compute_), " compute, loss scale ", scale_mode_name(cfg_.precision.scaler.mode),
+                             compute_name(cfg_), " compute, loss scale ", scale_mode_name(cfg_.precision.scaler.mode),
                              " | ", model_->layout().n_params(), " parameters | global batch ", sampler_->global_batch(),
                              accum_ > 1 ? strcat(" (", batch_, " x ", accum_, " micro-batches x ", nranks_, " ranks)") : "",
                              " | ", total_steps_, " steps (", sampler_->steps_per_epoch(), " per epoch) | out ",
