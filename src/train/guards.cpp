@@ -53,6 +53,17 @@ void Guards::check_params_in_sync(int64_t step, uint64_t params_hash) {
                 true);
 }
 
+void Guards::check_fp8_in_sync(int64_t step, uint64_t fp8_hash) {
+  uint64_t rank0_hash = 0;
+  const std::string differ = ranks_differing_from_0(fp8_hash, &rank0_hash);
+  if (!differ.empty())
+    throw Error(ErrorKind::Comm,
+                strcat("communication error: ranks diverged: after step ", step, " the FP8 scales and amax histories of "
+                       "rank(s) ", differ, " differ from rank 0's (hash ", hex64(rank0_hash), "); the amaxes were not "
+                       "reduced alike on every rank"),
+                true);
+}
+
 void Guards::check_finite_weights(int64_t step, const float* master, const std::vector<TensorSpan>& spans,
                                   size_t count) {
   be_.memory().zero(flag_.data(), sizeof(int32_t));

@@ -25,6 +25,9 @@ class Guards {
   void check_ranks_agree(uint64_t data_digest, const std::string& data_source);
   // Same master weights on every rank (by hash).
   void check_params_in_sync(int64_t step, uint64_t params_hash);
+  // precision.compute fp8: every rank's FP8 scales and amax histories are rank 0's (the amaxes
+  // travel in the step's all-reduce; a rank casting with other scales computes another forward).
+  void check_fp8_in_sync(int64_t step, uint64_t fp8_hash);
   // Every FP32 master weight finite (checked on the backend; only the verdict is read back).
   // master: the FP32 masters this rank holds, spans: the tensors' ranges in them, count: how many.
   void check_finite_weights(int64_t step, const float* master, const std::vector<TensorSpan>& spans, size_t count);

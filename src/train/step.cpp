@@ -161,6 +161,15 @@ uint64_t TrainStep::replica_hash() const {
   return hash64(w.data(), bytes);
 }
 
+uint64_t TrainStep::fp8_hash() const {
+  const Fp8State* f = amp_->fp8();
+  if (!f) return 0;
+  const Fp8State::Host h = f->read();
+  const uint64_t parts[3] = {hash64(h.scales.data(), h.scales.size() * sizeof(float)),
+                             hash64(h.history.data(), h.history.size() * sizeof(float)), hash64(&h.meta, sizeof h.meta)};
+  return hash64(parts, sizeof parts);
+}
+
 StepSums TrainStep::read_sums() const {
   StepSums s;
   mem_.download(&s, sums_dev_, sizeof s);

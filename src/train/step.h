@@ -76,6 +76,8 @@ class TrainStep {
   // What must agree across ranks after a step: the masters (replicated), or the all-gathered
   // working copy (sharded).
   uint64_t replica_hash() const;
+  // precision.compute fp8: a hash of the FP8 scales, histories and ring position (0 without FP8).
+  uint64_t fp8_hash() const;
   void* replica_data() { return shards_ ? const_cast<void*>(working_params()) : master_.data(); }
   DType replica_dtype() const { return shards_ ? compute_ : DType::F32; }
   bool sharded() const { return shards_ != nullptr; }

@@ -296,6 +296,7 @@ int Trainer::run() {
       reporter_.bank(record_);          // the steps' time so far, for the checkpoint
       const double t0 = now_seconds();  // kept out of the throughput numbers
       if (do_hash) guards_->check_params_in_sync(step, step_->replica_hash());
+      if (do_hash && step_->amp().fp8()) guards_->check_fp8_in_sync(step, step_->fp8_hash());
       if (do_eval && data_.eval.n > 0) evaluate_now(step);
       if (do_ckpt) {
         last_saved = save(step);
