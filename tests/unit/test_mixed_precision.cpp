@@ -270,3 +270,56 @@ TEST_CASE("mixed precision: the optimizer's unscale gives the fused pass's value
     }
   }
 }
+
+TEST_CASE("mixed precision: FP8 amaxes ride the flags' all-reduce; every rank sets the same scales, a skip records none",
+          "[amp][fp8]") {
+  Rig r;
+  ScalerParams p;
+  p.mode = ScaleMode::None;
+  const int world = 2;
+  MixedPrecision amp(r.be.memory(), r.be.amp_kernels(), p, DType::BF16, r.spans, r.names, 0, world);
+  Fp8Params fp;
+  fp.history = 4;
+  amp.enable_fp8(fp, {{"fc1.input", Fp8::E4M3}, {"fc1.grad_output", Fp8::E5M2}});
+  const Fp8Binding b = amp.fp8_binding();
+  const size_t words = OverflowFlags::count(world) + 2;
+  r.fill(DType::BF16, randn(r.total, 7));
+  const auto step = [&](float mine0, float mine1, std::vector<int32_t> theirs) {
+    amp.begin_step();
+    // The casts of this rank's step MAX their amaxes into the words after the flags.
+    b.amax[0] = std::max(b.amax[0], amax_bits(mine0));
+    b.amax[1] = std::max(b.amax[1], amax_bits(mine1));
+    amp.unscale_and_check(r.g16.data());
+    TableComm comm(0, {std::move(theirs)});
+    amp.agree(&comm);
+    CHECK(comm.calls == 1);  // still one all-reduce per step
+    amp.check_norm(0.0f);
+    amp.update();
+  };
+  std::vector<int32_t> other(words, 0);
+  other[OverflowFlags::count(world) + 1] = amax_bits(3e-5f);  // the other rank's larger gradient amax
+  step(2.0f, 1e-6f, other);
+  const std::vector<int32_t> f = amp.read_flags();
+  REQUIRE(f.size() == words);
+  CHECK(amax_from_bits(f[OverflowFlags::count(world)]) == 2.0f);
+  CHECK(amax_from_bits(f[OverflowFlags::count(world) + 1]) == 3e-5f);
+  Fp8State::Host h = amp.fp8()->read();
+  CHECK(h.scales[0] == pow2_floor(448.0f / 2.0f));       // 128
+  CHECK(h.scales[1] == pow2_floor(57344.0f / 3e-5f));    // from the other rank's amax: the same on both
+  CHECK(h.meta.recorded == 1);
+  // The next step is skipped (the other rank overflowed): its amaxes are not recorded.
+  std::vector<int32_t> overflow(words, 0);
+  overflow[OverflowFlags::kAny] = 1;
+  overflow[OverflowFlags::count(world)] = amax_bits(1e4f);
+  step(1.0f, 1e-6f, overflow);
+  const Fp8State::Host after = amp.fp8()->read();
+  CHECK(after.scales == h.scales);
+  CHECK(after.history == h.history);
+  CHECK(after.meta.recorded == 1);
+  // begin_step cleared the words: the third step sees only its own amaxes.
+  step(0.5f, 1e-6f, std::vector<int32_t>(words, 0));
+  h = amp.fp8()->read();
+  CHECK(h.meta.recorded == 2);
+  CHECK(h.scales[0] == 128.0f);  // max over the history {2, 0.5}
+  CHECK(amp.fp8()->newest_amax(h, 0) == 0.5f);
+}
