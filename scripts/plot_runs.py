@@ -9,7 +9,10 @@ finished run, summary.json. Panels, every run overlaid in its own color:
   - eval accuracy vs step (only when some run has it),
   - loss scale vs step (log axis), skipped steps marked with x and counted in the legend,
   - gradient norm vs step (log axis; skipped steps have none),
-  - throughput (samples/s) vs step.
+  - throughput (samples/s) vs step,
+  - with precision.compute fp8 and precision.telemetry_interval > 0 (first such run): each FP8
+    tensor's amax x scale / the format's largest value (how much of E4M3's or E5M2's range the
+    next step's cast of the newest amax uses; 1: at the edge, saturating beyond), colored by role.
 
 A skipped step is where metrics.jsonl's "skipped" counter grows between consecutive log records;
 the mark is at the log record's step (with log_interval > 1 the exact step is between the two).
@@ -51,6 +54,7 @@ class Run:
         self.logs = []    # log-step records
         self.evals = []   # evaluation records
         self.telemetry = 0
+        self.fp8 = []     # (step, {tensor: {"amax", "scale"}}) of telemetry records
         self.skips = []   # (step, scale, how many skipped since the previous log record)
 
     @property
@@ -87,6 +91,8 @@ def load_run(folder):
             continue
         if "telemetry" in rec:
             run.telemetry += 1
+            if isinstance(rec.get("fp8"), dict):
+                run.fp8.append((num(rec.get("step")), rec["fp8"]))
         elif "eval_loss" in rec or "eval_accuracy" in rec:
             run.evals.append(rec)
         elif "loss" in rec or "skipped" in rec:
@@ -179,7 +185,8 @@ def plot(runs, out, title):
         return xs, ys
 
     any_acc = any(has_values(acc_series(r)[1]) for r in runs)
-    panels = ["loss"] + (["acc"] if any_acc else []) + ["scale", "grad", "tput"]
+    fp8_run = next((r for r in runs if r.fp8), None)
+    panels = ["loss"] + (["acc"] if any_acc else []) + ["scale", "grad", "tput"] + (["fp8"] if fp8_run else [])
     rows = (len(panels) + 1) // 2
     fig, axes = plt.subplots(rows, 2, figsize=(11, 3.1 * rows + 0.9), sharex=True, squeeze=False)
     flat = list(axes.flat)
@@ -219,6 +226,25 @@ def plot(runs, out, title):
         if has_values(ys):
             ax["tput"].plot(xs, ys, color=c, lw=1.0, **line_style(xs))
 
+    if fp8_run:
+        fmax = {"grad_output": 57344.0}  # E5M2; inputs and weights are E4M3 (448)
+        role_color = {"input": "C0", "weight": "C2", "grad_output": "C3"}
+        names = sorted({n for _, t in fp8_run.fp8 for n in t})
+        for n in names:
+            role = n.rsplit(".", 1)[-1]
+            xs, ys = [], []
+            for step, t in fp8_run.fp8:
+                e = t.get(n, {})
+                a, sc = num(e.get("amax")), num(e.get("scale"))
+                xs.append(step)
+                ys.append(a * sc / fmax.get(role, 448.0) if a > 0 and sc > 0 else math.nan)
+            ax["fp8"].plot(xs, ys, color=role_color.get(role, "C7"), lw=0.7, alpha=0.6)
+        ax["fp8"].set_title(f"fp8: amax x scale / format max ({fp8_run.name}; input, weight, grad_output)")
+        ax["fp8"].set_ylabel("share of range")
+        ax["fp8"].legend(handles=[Line2D([], [], color=c, lw=2, label=k) for k, c in role_color.items()],
+                         fontsize=8, loc="best")
+        if ax["fp8"].has_data():
+            ax["fp8"].set_yscale("log")
     ax["loss"].set_title("loss (line: training, dots: evaluation)")
     ax["loss"].set_ylabel("loss")
     if any_acc:

@@ -80,13 +80,15 @@ void Reporter::log(const IntervalView& v, RunRecord& record) {
 }
 
 void Reporter::telemetry(int64_t step, float scale, const std::vector<GradStats>& stats,
-                         const std::vector<std::string>& names) {
+                         const std::vector<std::string>& names, const nlohmann::json& fp8) {
   nlohmann::json t = nlohmann::json::object();
   for (size_t i = 0; i < stats.size(); ++i)
     t[names[i]] = {{"zero_frac", stats[i].zero_frac},
                    {"subnormal_frac", stats[i].subnormal_frac},
                    {"max_abs_scaled", finite_or_null(stats[i].max_abs)}};
-  metrics_->record({{"step", step}, {"scale", scale}, {"telemetry", t}});
+  nlohmann::json r = {{"step", step}, {"scale", scale}, {"telemetry", t}};
+  if (!fp8.is_null()) r["fp8"] = fp8;
+  metrics_->record(r);
 }
 
 void Reporter::evaluation(int64_t step, const EvalResult& r, bool classification, const char* loss_name) {

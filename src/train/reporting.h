@@ -59,7 +59,9 @@ class Reporter {
   void bank(RunRecord& record);
   // One log line and record; advances record.train_seconds.
   void log(const IntervalView& v, RunRecord& record);
-  void telemetry(int64_t step, float scale, const std::vector<GradStats>& stats, const std::vector<std::string>& names);
+  // fp8 (precision.compute fp8): per FP8 tensor {"amax", "scale"}, written under "fp8"; null: none.
+  void telemetry(int64_t step, float scale, const std::vector<GradStats>& stats, const std::vector<std::string>& names,
+                 const nlohmann::json& fp8 = nullptr);
   void evaluation(int64_t step, const EvalResult& r, bool classification, const char* loss_name);
   // A text sample of a language model: printed, and recorded as {"step", "sample"}.
   void sample(int64_t step, const std::string& text);

@@ -70,7 +70,16 @@ void Trainer::observe(int64_t step) {
   if (rank_ == 0)
     if (const std::string skips = amp.skip_report(seen_.scaler, now.scaler); !skips.empty()) reporter_.message(skips);
   amp.check_divergence(now.scaler, cfg_.precision.divergence_steps);
-  if (telemetry) reporter_.telemetry(step, now.scaler.scale, amp.grad_stats(step_->gradients()), amp.tensor_names());
+  if (telemetry) {
+    nlohmann::json fp8 = nullptr;  // each FP8 tensor's newest amax and its scale for the next step
+    if (const Fp8State* f = amp.fp8()) {
+      const Fp8State::Host h = f->read();
+      fp8 = nlohmann::json::object();
+      for (int t = 0; t < f->count(); ++t)
+        fp8[f->tensors()[size_t(t)].name] = {{"amax", f->newest_amax(h, t)}, {"scale", h.scales[size_t(t)]}};
+    }
+    reporter_.telemetry(step, now.scaler.scale, amp.grad_stats(step_->gradients()), amp.tensor_names(), fp8);
+  }
   seen_ = now;
   if (log_step) log_interval(step, now);
 }
