@@ -354,10 +354,13 @@ else
   rc=$?; fail "gpt-2 124m on $DEVICE ($(why $rc))"; show_tail "$LOGS/amp_ddp_gpt2.log" 30
 fi
 # The same with fused attention, and with fused attention and recomputed blocks (issue 22's memory
-# answers): step time, MFU and activation bytes next to the explicit run's and PyTorch's fused SDPA.
-for variant in fused fused_recompute; do
+# answers): step time, MFU and activation bytes next to the explicit run's and PyTorch's fused SDPA;
+# and with FP8 linear layers (precision.compute fp8: the emulation, FP8-quantized operands in BF16
+# GEMMs, so slower than bf16 until cuBLASLt FP8 GEMMs take its place; it checks the FP8 kernels run).
+for variant in fused fused_recompute fp8; do
   VSETS=(--set model.attention=fused)
   [ $variant = fused_recompute ] && VSETS+=(--set model.recompute=block)
+  [ $variant = fp8 ] && VSETS=(--set precision.compute=fp8)
   if run_logged "$LOGS/amp_ddp_gpt2_$variant.log" 150 "$HEADLINE_END" -- "$AMP" configs/gpt2_124m.yaml \
        --set run.device=$DEVICE --set "data.train_tokens=[\"$GPT2_SHARD\"]" --set "data.eval_tokens=[]" --set run.steps=30 \
        --set run.eval_interval=0 --set run.sample_interval=0 --set sample.tokens=0 --set run.log_interval=10 \

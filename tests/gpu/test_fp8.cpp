@@ -1,0 +1,101 @@
+// FP8 (precision.compute fp8) on the device against the CPU: the quantize op bit for bit (values,
+// amax word, counts) over every regime of both formats, and the once-per-step scale update on a
+// scripted sequence with skipped steps.
+#include <limits>
+
+#include "amp/fp8_scaling.h"
+#include "amp/overflow_flags.h"
+#include "device_env.h"
+
+using namespace amp;
+using namespace gpu_test;
+
+TEST_CASE("fp8_quantize: values, amax and counts as the CPU, both formats, bit for bit", "[.cuda][ops]") {
+  auto gpu = make_device();
+  CpuBackend cpu(2);
+  const size_t rows = 61, cols = 1031, n = rows * cols;  // several blocks, a ragged tail
+  std::vector<float> v = randn(n, 21);
+  Rng r(22);
+  for (auto& x : v) x = std::ldexp(x, int(r.below(50)) - 35);  // 50 binades: subnormals to saturation
+  const float inf = std::numeric_limits<float>::infinity();
+  v[3] = inf, v[4] = -inf, v[5] = std::numeric_limits<float>::quiet_NaN(), v[6] = 0.0f, v[7] = -0.0f, v[8] = 1e6f;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (Fp8 f : {Fp8::E4M3, Fp8::E5M2}) {
+      for (float scale : {1.0f, 0x1p12f}) {
+        INFO(dtype_name(dt) << (f == Fp8::E4M3 ? " e4m3" : " e5m2") << " scale " << scale);
+        Mirror X(cpu, *gpu, v, dt, rows, cols), Y = Mirror::output(cpu, *gpu, dt, rows, cols);
+        // scale, amax word, 3 counts (int64) on each side
+        struct Out {
+          float scale;
+          int32_t amax;
+          int64_t counts[3];
+        } init{scale, 0, {0, 0, 0}};
+        Buffer oc = cpu.memory().alloc(sizeof(Out)), og = gpu->memory().alloc(sizeof(Out));
+        cpu.memory().upload(oc.data(), &init, sizeof init);
+        gpu->memory().upload(og.data(), &init, sizeof init);
+        const auto args = [&](const Mirror& x, const Mirror& y, Buffer& o, bool side_cpu) {
+          Fp8QuantizeArgs a;
+          const Tensor& xt = side_cpu ? x.c : x.g;
+          const Tensor& yt = side_cpu ? y.c : y.g;
+          Out* p = o.as<Out>();
+          a.src = xt.data, a.src_type = dt, a.dst = yt.data, a.dst_type = dt, a.n = int64_t(n), a.format = f;
+          a.scale = &p->scale, a.amax = &p->amax, a.counts = p->counts;
+          return a;
+        };
+        cpu.ops().fp8_quantize(args(X, Y, oc, true));
+        gpu->ops().fp8_quantize(args(X, Y, og, false));
+        CHECK(read_raw(*gpu, Y.g.data, Y.g.bytes()) == read_raw(cpu, Y.c.data, Y.c.bytes()));
+        const Out c = read_one<Out>(cpu, oc.data()), g = read_one<Out>(*gpu, og.data());
+        CHECK(g.amax == c.amax);
+        CHECK(std::isnan(amax_from_bits(c.amax)));  // the NaN wins
+        CHECK(g.counts[0] == c.counts[0]);
+        CHECK(g.counts[1] == c.counts[1]);
+        CHECK(g.counts[2] == c.counts[2]);
+        CHECK(c.counts[1] > 0);  // some values flushed, some saturated: the regimes were reached
+        CHECK(c.counts[2] > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("fp8_update: the device's scales and histories follow the host's, skipped steps recording nothing",
+          "[.cuda][amp]") {
+  auto gpu = make_device();
+  const int n = 4, world = 2;
+  Fp8Params p;
+  p.history = 5, p.margin = 1;
+  const std::vector<float> fmax = {kFp8E4M3Max, kFp8E4M3Max, kFp8E5M2Max, kFp8E4M3Max};
+  std::vector<float> scales(n, 1.0f), history(size_t(n * p.history), 0.0f);
+  Fp8Meta meta;
+  // One buffer: scales | fmax | history | meta, as Fp8State lays it out; flags with the amax words after.
+  const size_t floats = size_t(n * (2 + p.history));
+  Buffer st = gpu->memory().alloc(floats * sizeof(float) + sizeof(Fp8Meta));
+  Buffer fl = gpu->memory().alloc((OverflowFlags::count(world) + n) * sizeof(int32_t));
+  std::vector<float> init(floats, 0.0f);
+  std::copy(scales.begin(), scales.end(), init.begin());
+  std::copy(fmax.begin(), fmax.end(), init.begin() + n);
+  gpu->memory().upload(st.data(), init.data(), floats * sizeof(float));
+  gpu->memory().upload(st.as<float>() + floats, &meta, sizeof meta);
+  Rng r(31);
+  for (int step = 0; step < 40; ++step) {
+    std::vector<int32_t> flags(OverflowFlags::count(world) + n, 0);
+    flags[OverflowFlags::kAny] = step % 7 == 3;
+    for (int t = 0; t < n; ++t)
+      flags[OverflowFlags::count(world) + size_t(t)] = amax_bits(std::ldexp(float(r.uniform()) + 0.1f, int(r.below(30)) - 20));
+    gpu->memory().upload(fl.data(), flags.data(), flags.size() * sizeof(int32_t));
+    float* s = st.as<float>();
+    gpu->amp_kernels().fp8_update(s, s + n, s + 2 * n, reinterpret_cast<Fp8Meta*>(s + floats),
+                                  fl.as<int32_t>() + OverflowFlags::count(world), n, p, fl.as<int32_t>());
+    fp8_update(scales.data(), fmax.data(), history.data(), &meta, flags.data() + OverflowFlags::count(world), n, p,
+               flags[OverflowFlags::kAny] != 0);
+    std::vector<float> dev(floats);
+    gpu->memory().download(dev.data(), st.data(), floats * sizeof(float));
+    INFO("step " << step);
+    REQUIRE(std::vector<float>(dev.begin(), dev.begin() + n) == scales);
+    REQUIRE(std::vector<float>(dev.begin() + 2 * n, dev.end()) == history);
+    const Fp8Meta dm = read_one<Fp8Meta>(*gpu, st.as<float>() + floats);
+    REQUIRE(dm.newest == meta.newest);
+    REQUIRE(dm.recorded == meta.recorded);
+  }
+  CHECK(meta.recorded == 40 - 6);  // steps 3, 10, 17, 24, 31, 38 skipped
+}
