@@ -23,28 +23,30 @@ constexpr int64_t kParallelMin = 4 * kBlock;
 void quantize_row(const float* x, float* out, int64_t len, float scale, float inv, Fp8 f, int32_t* amax,
                   int64_t* flushed, int64_t* saturated) {
   const int M = f == Fp8::E4M3 ? 3 : 2, emin = f == Fp8::E4M3 ? -6 : -14;
-  const uint32_t drop = 23u - uint32_t(M), low = (1u << drop) - 1u;
+  const uint32_t drop = 23u - uint32_t(M), low = (1u << drop) - 1u, half = low >> 1;
   const float min_normal = f32_from_bits(uint32_t(127 + emin) << 23);
   const float C = f32_from_bits(uint32_t(127 + emin - M + 23) << 23);
   const float fmax = fp8_max(f);
-  int32_t m = *amax;
-  int64_t fl = 0, sat = 0;
+  const uint32_t fmax_bits = f32_bits(fmax);
+  int32_t m = *amax, fl = 0, sat = 0;  // len <= kBlock: the counts fit
   for (int64_t i = 0; i < len; ++i) {
-    const float xi = x[i];
-    const uint32_t xb = f32_bits(xi);
-    const int32_t ab = int32_t(xb & 0x7fffffffu);
-    m = ab > m ? ab : m;
-    const float v = f32_from_bits(uint32_t(ab)) * scale;  // |x| * scale, exact (a power of two)
+    const uint32_t xb = f32_bits(x[i]);
+    const uint32_t ab = xb & 0x7fffffffu;
+    m = std::max(m, int32_t(ab));
+    const float v = f32_from_bits(ab) * scale;  // |x| * scale, exact (a power of two)
     const uint32_t vb = f32_bits(v);
-    const float normal = f32_from_bits((vb + (low >> 1) + ((vb >> drop) & 1u)) & ~low);
-    const float sub = (v + C) - C;
-    float r = v >= min_normal ? normal : sub;
-    r = r > fmax ? fmax : r;
-    const bool finite = ab < 0x7f800000;
-    fl += finite && r == 0.0f && ab != 0;
-    sat += finite && v > fmax;
-    const float q = f32_from_bits(f32_bits(r * inv) | (xb & 0x80000000u));
-    out[i] = finite ? q : xi;
+    const uint32_t normal = (vb + half + ((vb >> drop) & 1u)) & ~low;
+    const uint32_t sub = f32_bits((v + C) - C);
+    // Selections as masks (no branches: the loop vectorizes).
+    const uint32_t is_normal = 0u - uint32_t(v >= min_normal);
+    uint32_t r = (normal & is_normal) | (sub & ~is_normal);
+    const uint32_t over = 0u - uint32_t(f32_from_bits(r) > fmax);
+    r = (fmax_bits & over) | (r & ~over);
+    const uint32_t finite = 0u - uint32_t(ab < 0x7f800000u);
+    fl += int32_t(finite & uint32_t(r == 0u) & uint32_t(ab != 0u));
+    sat += int32_t(finite & uint32_t(v > fmax));
+    const uint32_t q = f32_bits(f32_from_bits(r) * inv) | (xb & 0x80000000u);
+    out[i] = f32_from_bits((q & finite) | (xb & ~finite));
   }
   *amax = m;
   *flushed += fl;
