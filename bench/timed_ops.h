@@ -41,6 +41,13 @@ class TimedOps final : public ComputeOps {
   void fp8_quantize(const Fp8QuantizeArgs& a) override {
     timed("fp8_quantize", [&] { in_.fp8_quantize(a); });
   }
+  void fp8_cast(const Fp8CastArgs& a) override {
+    timed("fp8_cast", [&] { in_.fp8_cast(a); });
+  }
+  void fp8_gemm(const Fp8GemmArgs& g) override {
+    timed("gemm_fp8", [&] { in_.fp8_gemm(g); });
+  }
+  bool native_fp8_gemm() const override { return in_.native_fp8_gemm(); }
   void gemm(const GemmArgs& g) override {  // batched (attention) apart from single products
     timed(g.batch > 1 ? "gemm_batched" : "gemm", [&] { in_.gemm(g); });
   }

@@ -44,6 +44,16 @@ void CudaOps::cast(const void* src, DType src_type, void* dst, DType dst_type, s
 }
 
 void CudaOps::fp8_quantize(const Fp8QuantizeArgs& a) { cuda::fp8_quantize(launch(), a); }
+void CudaOps::fp8_cast(const Fp8CastArgs& a) { cuda::fp8_cast(launch(), a); }
+void CudaOps::fp8_gemm(const Fp8GemmArgs& g) { lt_->run_fp8(g, stream_); }
+
+bool CudaOps::native_fp8_gemm() const {
+  int dev = 0, major = 0, minor = 0;
+  AMP_CUDA_CHECK(cudaGetDevice(&dev));
+  AMP_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  AMP_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major * 10 + minor >= 89;
+}
 
 void CudaOps::activation_forward(Activation a, const Tensor& z, const Tensor& y) {
   if (a == Activation::GeluTanh) {

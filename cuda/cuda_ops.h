@@ -73,6 +73,11 @@ class CudaOps final : public ComputeOps {
   void linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
   void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override;
   void fp8_quantize(const Fp8QuantizeArgs& a) override;
+  void fp8_cast(const Fp8CastArgs& a) override;
+  // cuBLASLt's FP8 GEMM (LtGemm::run_fp8); throws naming the shape where it has no algorithm.
+  void fp8_gemm(const Fp8GemmArgs& g) override;
+  // FP8 tensor cores: compute capability 8.9 or later.
+  bool native_fp8_gemm() const override;
   void gemm(const GemmArgs& g) override;
   void add(const AddArgs& a) override;
   void row_sum(const RowSumArgs& r) override;

@@ -147,4 +147,74 @@ void LtGemm::run(const GemmCall& c, cudaStream_t stream) {
                               workspace_.get(), workspace_.bytes(), stream));
 }
 
+namespace {
+cudaDataType_t fp8_type(Fp8 f) { return f == Fp8::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+}  // namespace
+
+LtGemm::Plan* LtGemm::find_fp8_plan(const Fp8GemmArgs& g, std::string* why) {
+  const Fp8Key key{g.m, g.n, g.k, int(g.a_format), int(g.b_format), int(g.c_type), g.bias != nullptr,
+                   alignment_of(g.a), alignment_of(g.b), alignment_of(g.c)};
+  auto it = fp8_plans_.find(key);
+  if (it != fp8_plans_.end()) {
+    if (!it->second && why) *why = "no heuristic result";
+    return it->second.get();
+  }
+  auto p = std::make_unique<Plan>();
+  AMP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(CUBLAS_OP_T));  // FP8 GEMMs take "TN" only
+  set_desc(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(CUBLAS_OP_N));
+  set_desc(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_inv_scale);  // set again per call
+  set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_inv_scale);
+  if (g.bias) {
+    set_desc(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(CUBLASLT_EPILOGUE_BIAS));
+    set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_16BF));
+    set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  }
+  // cuBLAS's A: our B stored k x n (ld k), transposed; its B: our A stored k x m (ld k); D: n x m (ld n).
+  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, fp8_type(g.b_format), uint64_t(g.k), uint64_t(g.n), g.k));
+  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, fp8_type(g.a_format), uint64_t(g.k), uint64_t(g.m), g.k));
+  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, cuda_type(g.c_type), uint64_t(g.n), uint64_t(g.m), g.n));
+  cublasLtMatmulPreference_t pref = nullptr;
+  AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t st = set_preferences(pref, workspace_.bytes(), alignment_of(g.b), alignment_of(g.a), alignment_of(g.c));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(handle_.get(), p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    if (why) *why = st != CUBLAS_STATUS_SUCCESS ? cublas_error_string(st) : std::string("no heuristic result");
+    fp8_plans_.emplace(key, nullptr);
+    return nullptr;
+  }
+  p->algo = result.algo;
+  return fp8_plans_.emplace(key, std::move(p)).first->second.get();
+}
+
+bool LtGemm::supported_fp8(const Fp8GemmArgs& g) {
+  return g.m == 0 || g.n == 0 || g.k == 0 || find_fp8_plan(g, nullptr);
+}
+
+void LtGemm::run_fp8(const Fp8GemmArgs& g, cudaStream_t stream) {
+  check_args(g);
+  if (g.m == 0 || g.n == 0) return;
+  if (g.k == 0) {
+    AMP_CHECK(!g.bias, "fp8_gemm: k = 0 with a bias");
+    AMP_CUDA_CHECK(cudaMemsetAsync(g.c, 0, size_t(g.m * g.n) * dtype_size(g.c_type), stream));
+    return;
+  }
+  std::string why;
+  Plan* p = find_fp8_plan(g, &why);
+  if (!p)
+    throw Error(ErrorKind::Device, strcat("cuBLASLt has no FP8 algorithm for the GEMM m=", g.m, " n=", g.n, " k=", g.k,
+                                          " (", g.a_format == Fp8::E4M3 ? "e4m3" : "e5m2", " x ",
+                                          g.b_format == Fp8::E4M3 ? "e4m3" : "e5m2", "): ", why));
+  set_desc(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_inv_scale);
+  set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_inv_scale);
+  if (g.bias) set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  const float alpha = 1.0f, beta = 0.0f;
+  AMP_CUBLAS_CHECK(cublasLtMatmul(handle_.get(), p->desc, &alpha, g.b, p->a, g.a, p->b, &beta, g.c, p->d, g.c, p->d,
+                                  &p->algo, workspace_.get(), workspace_.bytes(), stream));
+}
+
 }  // namespace amp::cuda

@@ -15,6 +15,7 @@
 #include <string>
 #include <tuple>
 
+#include "backend/ops_args.h"
 #include "backend/tensor.h"
 #include "core/dtype.h"
 #include "cudart/device_buffer.h"
@@ -55,6 +56,12 @@ class LtGemm {
   // False when cuBLASLt has no algorithm for this call (remembered; nothing is enqueued).
   bool supported(const GemmCall& c);
 
+  // The FP8 GEMM of backend/ops_args.h (Fp8GemmArgs) on FP8 tensor cores (sm_89 and later): row-major
+  // C = A B^T / (sa sb) + bias is, column-major, C^T = B A^T: cuBLASLt's A is our B (transposed,
+  // k-contiguous), its B our A, and its scale pointers our inverse scales. Not yet run on a GPU.
+  bool supported_fp8(const Fp8GemmArgs& g);
+  void run_fp8(const Fp8GemmArgs& g, cudaStream_t stream);
+
  private:
   struct Plan;
   using Key = std::tuple<bool, bool, uint64_t, uint64_t, uint64_t, int64_t, int64_t, int64_t, int, int, bool,
@@ -62,10 +69,13 @@ class LtGemm {
   Key key_of(const GemmCall& c) const;
   Plan* find_plan(const GemmCall& c, std::string* why);  // nullptr (and why) when there is none
   Plan& plan_for(const GemmCall& c);                     // throws when there is none
+  using Fp8Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, bool, uint32_t, uint32_t, uint32_t>;
+  Plan* find_fp8_plan(const Fp8GemmArgs& g, std::string* why);
 
   CublasLtHandle handle_;
   DeviceBuffer<unsigned char> workspace_;
   std::map<Key, std::unique_ptr<Plan>> plans_;  // a null entry: no algorithm
+  std::map<Fp8Key, std::unique_ptr<Plan>> fp8_plans_;
 };
 
 }  // namespace amp::cuda

@@ -50,9 +50,52 @@ __global__ void __launch_bounds__(kThreads) fp8_quantize_kernel(const S* src, D*
   }
 }
 
+// The codes (and their transpose) of a rows x cols operand, one element per thread and step.
+template <typename S>
+__global__ void __launch_bounds__(kThreads) fp8_cast_kernel(const S* src, int64_t rows, int64_t cols, Fp8 f,
+                                                            const float* scale_p, uint8_t* codes, uint8_t* codes_t,
+                                                            int32_t* amax, unsigned long long* counts) {
+  __shared__ long long sh[kThreads];
+  const float scale = *scale_p, fmax = fp8_max(f);
+  int32_t m = 0;
+  long long flushed = 0, saturated = 0;
+  const int64_t n = rows * cols, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const float x = to_f32(src[e]);
+    m = max(m, amax_bits(x));
+    const bool finite = x - x == 0.0f;
+    const uint8_t code = finite ? float_to_fp8(x * scale, f, true) : float_to_fp8(x, f, false);
+    if (finite) {
+      flushed += (code & 0x7fu) == 0 && x != 0.0f;
+      saturated += fabsf(x * scale) > fmax;
+    }
+    if (codes) codes[e] = code;
+    if (codes_t) codes_t[(e % cols) * rows + e / cols] = code;  // uncoalesced writes: not tuned
+  }
+  if (amax) {
+    sh[threadIdx.x] = m;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s && sh[threadIdx.x + s] > sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicMax(amax, int32_t(sh[0]));
+    __syncthreads();
+  }
+  if (counts) {
+    const long long fl = block_sum(flushed, sh), sat = block_sum(saturated, sh);
+    if (threadIdx.x == 0) {
+      if (blockIdx.x == 0) atomicAdd(&counts[0], (unsigned long long)n);
+      atomicAdd(&counts[1], (unsigned long long)fl);
+      atomicAdd(&counts[2], (unsigned long long)sat);
+    }
+  }
+}
+
 __global__ void fp8_update_kernel(float* scales, const float* fmax, float* history, Fp8Meta* meta,
-                                  const int32_t* amax_words, int n, Fp8Params p, const int32_t* flags) {
-  fp8_update(scales, fmax, history, meta, amax_words, n, p, flags[OverflowFlags::kAny] != 0);
+                                  const int32_t* amax_words, int n, Fp8Params p, const int32_t* flags,
+                                  float* inv_scales) {
+  fp8_update(scales, fmax, history, meta, amax_words, n, p, flags[OverflowFlags::kAny] != 0, inv_scales);
 }
 
 }  // namespace
@@ -73,9 +116,22 @@ void fp8_quantize(const Launch& l, const Fp8QuantizeArgs& a) {
   });
 }
 
+void fp8_cast(const Launch& l, const Fp8CastArgs& a) {
+  check_args(a);
+  if (a.rows * a.cols == 0) return;
+  dispatch_float(a.src_type, "fp8_cast", [&](auto s_tag) {
+    using S = decltype(s_tag);
+    const unsigned blocks = blocks_for(size_t(a.rows * a.cols), kThreads, l);
+    fp8_cast_kernel<S><<<blocks, kThreads, 0, l.stream>>>(static_cast<const S*>(a.src), a.rows, a.cols, a.format,
+                                                          a.scale, a.codes, a.codes_t, a.amax,
+                                                          reinterpret_cast<unsigned long long*>(a.counts));
+    AMP_CHECK_LAUNCH("fp8_cast_kernel");
+  });
+}
+
 void fp8_update(const Launch& l, float* scales, const float* fmax, float* history, Fp8Meta* meta,
-                const int32_t* amax_words, int n, const Fp8Params& p, const int32_t* flags) {
-  fp8_update_kernel<<<1, 1, 0, l.stream>>>(scales, fmax, history, meta, amax_words, n, p, flags);
+                const int32_t* amax_words, int n, const Fp8Params& p, const int32_t* flags, float* inv_scales) {
+  fp8_update_kernel<<<1, 1, 0, l.stream>>>(scales, fmax, history, meta, amax_words, n, p, flags, inv_scales);
   AMP_CHECK_LAUNCH("fp8_update_kernel");
 }
 

@@ -355,12 +355,14 @@ else
 fi
 # The same with fused attention, and with fused attention and recomputed blocks (issue 22's memory
 # answers): step time, MFU and activation bytes next to the explicit run's and PyTorch's fused SDPA;
-# and with FP8 linear layers (precision.compute fp8: the emulation, FP8-quantized operands in BF16
-# GEMMs, so slower than bf16 until cuBLASLt FP8 GEMMs take its place; it checks the FP8 kernels run).
-for variant in fused fused_recompute fp8; do
+# and with FP8 linear layers (precision.compute fp8): on FP8 tensor cores (cuBLASLt FP8 GEMMs on FP8
+# codes, precision.fp8.gemm auto: never run on a GPU before this check) and emulated (FP8-quantized
+# values in BF16 GEMMs), their losses side by side in the logs.
+for variant in fused fused_recompute fp8 fp8_emulated; do
   VSETS=(--set model.attention=fused)
   [ $variant = fused_recompute ] && VSETS+=(--set model.recompute=block)
   [ $variant = fp8 ] && VSETS=(--set precision.compute=fp8)
+  [ $variant = fp8_emulated ] && VSETS=(--set precision.compute=fp8 --set precision.fp8.gemm=emulated)
   if run_logged "$LOGS/amp_ddp_gpt2_$variant.log" 150 "$HEADLINE_END" -- "$AMP" configs/gpt2_124m.yaml \
        --set run.device=$DEVICE --set "data.train_tokens=[\"$GPT2_SHARD\"]" --set "data.eval_tokens=[]" --set run.steps=30 \
        --set run.eval_interval=0 --set run.sample_interval=0 --set sample.tokens=0 --set run.log_interval=10 \

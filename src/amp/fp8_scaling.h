@@ -63,10 +63,11 @@ struct Fp8Params {
   AmaxAlgo algo = AmaxAlgo::Max;
   int32_t margin = 0;    // powers of two of headroom below the format's maximum
   bool delayed = true;   // false: every scale stays 1 (no scaling; the amaxes are still recorded)
+  bool native_gemm = true;  // precision.fp8.gemm auto: FP8 GEMMs where the ops have them (else emulated)
 };
 
-// The FP8 state in backend memory, one buffer: per tensor its scale, its format's maximum and its
-// amax history ring, then where the ring's newest entry is.
+// The FP8 state in backend memory, one buffer: per tensor its scale, its inverse, its format's
+// maximum and its amax history ring, then where the ring's newest entry is.
 struct Fp8Meta {
   int32_t newest = -1;    // ring index of the newest amax (-1: none recorded yet)
   int32_t recorded = 0;   // steps recorded (the history is full from `history` on)
@@ -76,8 +77,9 @@ struct Fp8Meta {
 // history at the next ring position and every scale is set from its history. A skipped step
 // records nothing: its backward overflowed, and its amaxes describe values the update never used.
 // The same on every rank (same words, same state). history: n x p.history floats, tensor-major.
+// inv_scales (optional): 1 / scale for each tensor, kept beside (what FP8 GEMMs multiply by).
 AMP_HD void fp8_update(float* scales, const float* fmax, float* history, Fp8Meta* meta, const int32_t* amax_words,
-                       int n, const Fp8Params& p, bool skipped) {
+                       int n, const Fp8Params& p, bool skipped, float* inv_scales = nullptr) {
   if (skipped) return;
   const int pos = (meta->newest + 1) % p.history;
   for (int t = 0; t < n; ++t) {
@@ -85,6 +87,7 @@ AMP_HD void fp8_update(float* scales, const float* fmax, float* history, Fp8Meta
     ring[pos] = amax_from_bits(amax_words[t]);
     if (p.delayed)
       scales[t] = pow2_floor(delayed_scale(history_amax(ring, p.history, pos, p.algo), fmax[t], p.margin, scales[t]));
+    if (inv_scales) inv_scales[t] = 1.0f / scales[t];  // exact: a power of two
   }
   meta->newest = pos;
   ++meta->recorded;
@@ -109,8 +112,10 @@ struct Fp8Tensor {
 // model's fp8_tensors(). amax is null when no step is under way to record into (evaluation, sampling).
 struct Fp8Binding {
   const float* scales = nullptr;  // n: the scales of this step
+  const float* inv_scales = nullptr;  // n: 1 / scale each (FP8 GEMMs' descales)
   int32_t* amax = nullptr;        // n words of the flag buffer (cleared by begin_step)
   int64_t* counts = nullptr;      // 3 per tensor: elements cast, flushed to zero, saturated
+  bool native_gemm = false;       // FP8 codes and ComputeOps::fp8_gemm (else the emulation)
 };
 
 // What a tensor's casts did since the process started (reports).

@@ -7,7 +7,7 @@
 namespace amp {
 
 namespace {
-size_t floats_before_meta(size_t n, size_t len) { return n * (2 + len); }
+size_t floats_before_meta(size_t n, size_t len) { return n * (3 + len); }  // scales | inverses | fmax | history
 }  // namespace
 
 Fp8State::Fp8State(DeviceMemory& mem, AmpKernels& kernels, const Fp8Params& params, std::vector<Fp8Tensor> tensors)
@@ -20,24 +20,28 @@ Fp8State::Fp8State(DeviceMemory& mem, AmpKernels& kernels, const Fp8Params& para
   std::vector<char> init(state_.bytes(), 0);
   float* f = reinterpret_cast<float*>(init.data());
   for (size_t t = 0; t < n; ++t) {
-    f[t] = 1.0f;                             // scales start at 1 (no history yet)
-    f[n + t] = fp8_max(tensors_[t].format);  // the format's largest finite value
+    f[t] = 1.0f;                                 // scales start at 1 (no history yet)
+    f[n + t] = 1.0f;                             // and their inverses
+    f[2 * n + t] = fp8_max(tensors_[t].format);  // the format's largest finite value
   }
   const Fp8Meta meta;
   std::memcpy(init.data() + floats * sizeof(float), &meta, sizeof meta);
   mem_.upload(state_.data(), init.data(), init.size());
   scales_ = state_.as<float>();
-  fmax_ = scales_ + n;
+  inv_scales_ = scales_ + n;
+  fmax_ = inv_scales_ + n;
   history_ = fmax_ + n;
   meta_ = reinterpret_cast<Fp8Meta*>(scales_ + floats);
   counts_ = mem_.alloc(3 * n * sizeof(int64_t));
   mem_.zero(counts_.data(), counts_.bytes());
 }
 
-Fp8Binding Fp8State::binding(int32_t* amax_words) const { return Fp8Binding{scales_, amax_words, counts_.as<int64_t>()}; }
+Fp8Binding Fp8State::binding(int32_t* amax_words) const {
+  return Fp8Binding{scales_, inv_scales_, amax_words, counts_.as<int64_t>()};
+}
 
 void Fp8State::update(const int32_t* amax_words, const int32_t* flags) {
-  k_.fp8_update(scales_, fmax_, history_, meta_, amax_words, count(), params_, flags);
+  k_.fp8_update(scales_, fmax_, history_, meta_, amax_words, count(), params_, flags, inv_scales_);
 }
 
 Fp8State::Host Fp8State::read() const {
@@ -47,7 +51,7 @@ Fp8State::Host Fp8State::read() const {
   const float* f = reinterpret_cast<const float*>(raw.data());
   Host h;
   h.scales.assign(f, f + n);
-  h.history.assign(f + 2 * n, f + 2 * n + n * len);
+  h.history.assign(f + 3 * n, f + 3 * n + n * len);
   std::memcpy(&h.meta, raw.data() + floats_before_meta(n, len) * sizeof(float), sizeof h.meta);
   return h;
 }
@@ -56,6 +60,9 @@ void Fp8State::load(const Host& h) {
   const size_t n = tensors_.size(), len = size_t(params_.history);
   AMP_CHECK(h.scales.size() == n && h.history.size() == n * len, "Fp8State::load: sizes");
   mem_.upload(scales_, h.scales.data(), n * sizeof(float));
+  std::vector<float> inv(n);
+  for (size_t t = 0; t < n; ++t) inv[t] = 1.0f / h.scales[t];  // exact: powers of two
+  mem_.upload(inv_scales_, inv.data(), n * sizeof(float));
   mem_.upload(history_, h.history.data(), n * len * sizeof(float));
   mem_.upload(meta_, &h.meta, sizeof h.meta);
 }

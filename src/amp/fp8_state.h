@@ -45,8 +45,9 @@ class Fp8State {
   AmpKernels& k_;
   Fp8Params params_;
   std::vector<Fp8Tensor> tensors_;
-  Buffer state_, counts_;  // scales | fmax | history | meta;  3 int64 per tensor
+  Buffer state_, counts_;  // scales | inverses | fmax | history | meta;  3 int64 per tensor
   float* scales_ = nullptr;
+  float* inv_scales_ = nullptr;
   float* fmax_ = nullptr;
   float* history_ = nullptr;
   Fp8Meta* meta_ = nullptr;

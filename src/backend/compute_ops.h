@@ -33,6 +33,12 @@ class ComputeOps {
   // FP8 operands of the linear layers (precision.compute fp8): quantize to FP8 and back to the
   // compute dtype with a per-tensor scale, recording the tensor's amax (backend/ops_args.h).
   virtual void fp8_quantize(const Fp8QuantizeArgs& a) = 0;
+  // The native form (backend/ops_args.h): FP8 codes (and their transpose), and the FP8 GEMM with
+  // per-tensor scales. native_fp8_gemm(): whether fp8_gemm runs on FP8 tensor cores here (the
+  // linear layers then use it); elsewhere the twin computes the same from dequantized values.
+  virtual void fp8_cast(const Fp8CastArgs& a) = 0;
+  virtual void fp8_gemm(const Fp8GemmArgs& g) = 0;
+  virtual bool native_fp8_gemm() const { return false; }
 
   // ---- general ops (semantics in backend/ops_args.h) ---------------------------------------------
   // C[b] = alpha op(A[b]) op(B[b]) + beta C[b]: row-major, transposes, leading dimensions, batch

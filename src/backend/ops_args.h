@@ -261,4 +261,58 @@ inline void check_args(const Fp8QuantizeArgs& a) {
             dtype_name(a.dst_type));
 }
 
+// FP8 codes of a row-major rows x cols operand (the native FP8 GEMM's inputs): codes[i][j] =
+// float_to_fp8(float(src[i][j]) * *scale, format, saturating) for finite values, the format's NaN
+// (E4M3) or the value's infinity / NaN code (E5M2) otherwise (core/fp8.h); codes_t, when given, the
+// same codes transposed (cols x rows), the layout an FP8 GEMM needs for an operand whose reduction
+// dimension is its rows. amax and counts as Fp8QuantizeArgs's. Decoded and divided by the scale,
+// a code is exactly fp8_quantized's value (amp/fp8_scaling.h).
+struct Fp8CastArgs {
+  const void* src = nullptr;
+  DType src_type = DType::BF16;
+  int64_t rows = 0, cols = 0;
+  Fp8 format = Fp8::E4M3;
+  const float* scale = nullptr;  // backend memory, a power of two
+  uint8_t* codes = nullptr;      // rows x cols (optional)
+  uint8_t* codes_t = nullptr;    // cols x rows (optional)
+  int32_t* amax = nullptr;
+  int64_t* counts = nullptr;
+};
+
+inline void check_args(const Fp8CastArgs& a) {
+  AMP_CHECK(a.rows >= 0 && a.cols >= 0 && a.scale != nullptr && (a.codes || a.codes_t) &&
+                (a.rows * a.cols == 0 || a.src != nullptr),
+            "fp8_cast: null pointer, no output or negative shape");
+}
+
+// The FP8 GEMM with per-tensor scales (an FP8 linear layer's three products are all of this
+// form, with transposed codes where the reduction runs over rows): row-major
+//   C[i][j] = (sum over l of dec(A[i][l]) dec(B[j][l])) / (*a_scale * *b_scale) + bias[j]
+// A: m x k codes, B: n x k codes (both k-contiguous), FP32 accumulation, C rounded once to c_type
+// (BF16 or FP32); bias (n elements of c_type) optional. With power-of-two scales this is exactly
+// the compute-dtype GEMM on fp8_quantized operands (up to summation order): the CPU twin runs that.
+// E5M2 x E5M2 is refused (Hopper's FP8 GEMMs have no such kernel; no linear layer needs one).
+struct Fp8GemmArgs {
+  int64_t m = 0, n = 0, k = 0;
+  const uint8_t* a = nullptr;
+  Fp8 a_format = Fp8::E4M3;
+  const uint8_t* b = nullptr;
+  Fp8 b_format = Fp8::E4M3;
+  const float* a_scale = nullptr;  // backend memory: the casts' scales (powers of two)
+  const float* b_scale = nullptr;
+  const float* a_inv_scale = nullptr;  // 1 / scale each (what cuBLASLt's scale pointers take)
+  const float* b_inv_scale = nullptr;
+  const void* bias = nullptr;
+  void* c = nullptr;
+  DType c_type = DType::BF16;
+};
+
+inline void check_args(const Fp8GemmArgs& g) {
+  AMP_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.a_scale && g.b_scale && g.a_inv_scale && g.b_inv_scale &&
+                (g.m * g.n == 0 || g.c != nullptr) && (g.m * g.n * g.k == 0 || (g.a != nullptr && g.b != nullptr)),
+            "fp8_gemm: null pointer or negative shape");
+  AMP_CHECK(!(g.a_format == Fp8::E5M2 && g.b_format == Fp8::E5M2), "fp8_gemm: E5M2 x E5M2 has no FP8 GEMM");
+  AMP_CHECK(g.c_type == DType::BF16 || g.c_type == DType::F32, "fp8_gemm: C is BF16 or FP32, not ", dtype_name(g.c_type));
+}
+
 }  // namespace amp

@@ -11,6 +11,11 @@
 // Engine's fused cast-and-dbias does). Forward records the amaxes of x and w only when a training
 // step is under way (record); backward always records dy's. Unbound (FP8 off, or an evaluation or
 // sampling command without a training state), every call is the plain compute-dtype op.
+// Native (Fp8Binding::native_gemm: the ops run FP8 GEMMs): for layers whose inputs, outputs and
+// rows are multiples of 16, the operands become FP8 codes (ComputeOps::fp8_cast; the transposed
+// codes for the products that reduce over rows: dy and x for dw, w for dx) and the three products
+// run as ComputeOps::fp8_gemm with the scales' inverses; the same scratch holds codes and their
+// transpose (2 bytes per element, as one BF16 copy). The values are the emulation's.
 #pragma once
 
 #include <string>
@@ -39,6 +44,10 @@ class LinearLayers {
   void set_scratch(void* input, void* weight, void* grad_output) { qx_ = input, qw_ = weight, qdy_ = grad_output; }
   void bind(const Fp8Binding& b) { fp8_ = b; }
   bool fp8() const { return fp8_.scales != nullptr; }
+  // Whether a layer of these widths at `rows` rows runs the native FP8 GEMMs.
+  bool native(size_t rows, size_t in, size_t out) const {
+    return fp8_.native_gemm && rows % 16 == 0 && in % 16 == 0 && out % 16 == 0;
+  }
 
   // y = x w^T + b (ComputeOps::linear_forward).
   void forward(int id, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, bool record);
@@ -49,6 +58,11 @@ class LinearLayers {
 
  private:
   Tensor quantize(const Tensor& t, void* out, int tensor, bool record);
+  // FP8 codes of t (codes and/or their transpose) with tensor's scale.
+  void cast(const Tensor& t, uint8_t* codes, uint8_t* codes_t, int tensor, bool record);
+  // C = A B^T / (scale_a scale_b) (+ bias) on FP8 codes of tensors ta and tb.
+  void gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, int ta, const uint8_t* b, int tb, const void* bias,
+            const Tensor& c);
 
   ComputeOps& ops_;
   DType compute_;
@@ -58,6 +72,7 @@ class LinearLayers {
   void* qw_ = nullptr;
   void* qdy_ = nullptr;
   int qdy_layer_ = -1;  // the layer whose dy qdy_ holds (backward_weight -> backward_input)
+  bool qdy_native_ = false;  // ... as FP8 codes
 };
 
 }  // namespace amp

@@ -65,7 +65,9 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   // buffer: the step's one all-reduce carries them).
   if (std::vector<Fp8Tensor> fp8 = model_.fp8_tensors(); !fp8.empty()) {
     amp_->enable_fp8(cfg_.precision.fp8_params, std::move(fp8));
-    model_.bind_fp8(amp_->fp8_binding());
+    Fp8Binding b = amp_->fp8_binding();
+    b.native_gemm = cfg_.precision.fp8_params.native_gemm && ops_.native_fp8_gemm();
+    model_.bind_fp8(b);
   }
   runs_ = optimizer_runs();
   // The backward seed's 1/N: the mean over the global batch of one micro-batch (batch x world), so

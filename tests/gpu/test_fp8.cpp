@@ -85,7 +85,7 @@ TEST_CASE("fp8_update: the device's scales and histories follow the host's, skip
     gpu->memory().upload(fl.data(), flags.data(), flags.size() * sizeof(int32_t));
     float* s = st.as<float>();
     gpu->amp_kernels().fp8_update(s, s + n, s + 2 * n, reinterpret_cast<Fp8Meta*>(s + floats),
-                                  fl.as<int32_t>() + OverflowFlags::count(world), n, p, fl.as<int32_t>());
+                                  fl.as<int32_t>() + OverflowFlags::count(world), n, p, fl.as<int32_t>(), nullptr);
     fp8_update(scales.data(), fmax.data(), history.data(), &meta, flags.data() + OverflowFlags::count(world), n, p,
                flags[OverflowFlags::kAny] != 0);
     std::vector<float> dev(floats);
@@ -98,4 +98,64 @@ TEST_CASE("fp8_update: the device's scales and histories follow the host's, skip
     REQUIRE(dm.recorded == meta.recorded);
   }
   CHECK(meta.recorded == 40 - 6);  // steps 3, 10, 17, 24, 31, 38 skipped
+}
+
+TEST_CASE("fp8_cast and fp8_gemm: the device's codes are the CPU's, its FP8 GEMM within one BF16 rounding",
+          "[.cuda][ops]") {
+  auto gpu = make_device();
+  CpuBackend cpu(2);
+  const size_t m = 64, n = 96, k = 128;  // multiples of 16: what FP8 GEMMs take
+  std::vector<float> va = randn(m * k, 41, 3.0), vb = randn(n * k, 42, 1e-3), vbias = randn(n, 43);
+  va[7] = std::numeric_limits<float>::infinity();  // a non-finite input keeps a non-finite code
+  for (Fp8 f : {Fp8::E4M3, Fp8::E5M2}) {
+    INFO((f == Fp8::E4M3 ? "e4m3" : "e5m2"));
+    Mirror X(cpu, *gpu, va, DType::BF16, m, k);
+    struct Out {
+      float scale;
+      int32_t amax;
+      int64_t counts[3];
+    } init{0x1p5f, 0, {0, 0, 0}};
+    Buffer oc = cpu.memory().alloc(sizeof(Out)), og = gpu->memory().alloc(sizeof(Out));
+    Buffer cc = cpu.memory().alloc(2 * m * k), cg = gpu->memory().alloc(2 * m * k);
+    cpu.memory().upload(oc.data(), &init, sizeof init);
+    gpu->memory().upload(og.data(), &init, sizeof init);
+    for (bool dev : {false, true}) {
+      Fp8CastArgs a;
+      a.src = dev ? X.g.data : X.c.data, a.src_type = DType::BF16, a.rows = int64_t(m), a.cols = int64_t(k), a.format = f;
+      Out* o = (dev ? og : oc).as<Out>();
+      uint8_t* codes = (dev ? cg : cc).as<uint8_t>();
+      a.scale = &o->scale, a.amax = &o->amax, a.counts = o->counts, a.codes = codes, a.codes_t = codes + m * k;
+      (dev ? gpu->ops() : cpu.ops()).fp8_cast(a);
+    }
+    CHECK(read_raw(*gpu, cg.data(), 2 * m * k) == read_raw(cpu, cc.data(), 2 * m * k));
+    const Out c = read_one<Out>(cpu, oc.data()), g = read_one<Out>(*gpu, og.data());
+    CHECK(g.amax == c.amax);
+    CHECK((g.counts[0] == c.counts[0] && g.counts[1] == c.counts[1] && g.counts[2] == c.counts[2]));
+  }
+  // The GEMM: A E4M3 (m x k), B E5M2 (n x k), scales 2^5 and 2^12, a bias, BF16 C.
+  va[7] = 1.0f;
+  const float s[4] = {0x1p5f, 0x1p12f, 0x1p-5f, 0x1p-12f};
+  Mirror A(cpu, *gpu, va, DType::BF16, m, k), B(cpu, *gpu, vb, DType::BF16, n, k), Bias(cpu, *gpu, vbias, DType::BF16, 1, n);
+  Mirror C = Mirror::output(cpu, *gpu, DType::BF16, m, n);
+  Buffer sc = cpu.memory().alloc(sizeof s), sg = gpu->memory().alloc(sizeof s);
+  cpu.memory().upload(sc.data(), s, sizeof s);
+  gpu->memory().upload(sg.data(), s, sizeof s);
+  Buffer codes_c = cpu.memory().alloc((m + n) * k), codes_g = gpu->memory().alloc((m + n) * k);
+  for (bool dev : {false, true}) {
+    Backend& be = dev ? *gpu : static_cast<Backend&>(cpu);
+    const float* sp = (dev ? sg : sc).as<float>();
+    uint8_t* codes = (dev ? codes_g : codes_c).as<uint8_t>();
+    Fp8CastArgs ca;
+    ca.src = (dev ? A.g : A.c).data, ca.src_type = DType::BF16, ca.rows = int64_t(m), ca.cols = int64_t(k);
+    ca.format = Fp8::E4M3, ca.scale = sp, ca.codes = codes;
+    be.ops().fp8_cast(ca);
+    ca.src = (dev ? B.g : B.c).data, ca.rows = int64_t(n), ca.format = Fp8::E5M2, ca.scale = sp + 1, ca.codes = codes + m * k;
+    be.ops().fp8_cast(ca);
+    Fp8GemmArgs gg;
+    gg.m = int64_t(m), gg.n = int64_t(n), gg.k = int64_t(k), gg.a = codes, gg.a_format = Fp8::E4M3;
+    gg.b = codes + m * k, gg.b_format = Fp8::E5M2, gg.a_scale = sp, gg.b_scale = sp + 1;
+    gg.a_inv_scale = sp + 2, gg.b_inv_scale = sp + 3, gg.bias = (dev ? Bias.g : Bias.c).data, gg.c = (dev ? C.g : C.c).data;
+    be.ops().fp8_gemm(gg);
+  }
+  GPU_REQUIRE_CLOSE(read(*gpu, C.g), read(cpu, C.c), 2 * eps_of(DType::BF16), 1e-6);
 }

@@ -127,7 +127,7 @@ TEST_CASE("fp8: the CPU quantize op equals the specification, with its amax word
   }
 }
 
-TEST_CASE("fp8: non-finite values pass through the cast and win the amax; finite ones saturate", "[fp8][ops]") {
+TEST_CASE("fp8: non-finite values pass through the cast and win the amax, finite ones saturate", "[fp8][ops]") {
   cpu::CpuOps ops;
   const float scale = 1.0f;
   std::vector<float> x = {1.0f, kInf, -2.0f, 1e6f, -1e6f};
@@ -169,7 +169,7 @@ struct ListHistory {
 
 }  // namespace
 
-TEST_CASE("fp8: the step's update follows the delayed-scaling rule per tensor; skipped steps record nothing",
+TEST_CASE("fp8: the step's update follows the delayed-scaling rule per tensor, skipped steps record nothing",
           "[fp8][scaling]") {
   const int n = 3;
   const float fmax[n] = {kFp8E4M3Max, kFp8E4M3Max, kFp8E5M2Max};
@@ -251,6 +251,7 @@ TEST_CASE("fp8: the linear layers' FP8 seam is the compute-dtype op on quantized
   dy[7] = float_to_bf16_bits(1e-14f);  // below half E5M2's smallest subnormal at the scale below: flushed
   // Three tensors per layer: input, weight, grad_output (scales as delayed scaling leaves them).
   std::vector<float> scales = {32.0f, 4096.0f, std::ldexp(1.0f, 24)};
+  std::vector<float> inv = {1.0f / 32.0f, 1.0f / 4096.0f, std::ldexp(1.0f, -24)};
   std::vector<int32_t> amax(3, 0);
   std::vector<int64_t> counts(9, 0);
   LinearLayers lin(ops, t);
@@ -269,7 +270,7 @@ TEST_CASE("fp8: the linear layers' FP8 seam is the compute-dtype op on quantized
   lin.forward(0, T(x, B, in), T(w, out, in), T(b, 1, out), T(y_lin, B, out), true);
   CHECK(y_lin == y_plain);
 
-  lin.bind(Fp8Binding{scales.data(), amax.data(), counts.data()});
+  lin.bind(Fp8Binding{scales.data(), inv.data(), amax.data(), counts.data()});
   REQUIRE(lin.fp8());
   auto xq = spec_quantized(x, scales[0], Fp8::E4M3), wq = spec_quantized(w, scales[1], Fp8::E4M3);
   auto dyq = spec_quantized(dy, scales[2], Fp8::E5M2);
@@ -311,4 +312,115 @@ TEST_CASE("fp8: the linear layers' FP8 seam is the compute-dtype op on quantized
   for (auto v : dw) nonfinite |= !std::isfinite(bf16_bits_to_float(v));
   CHECK(nonfinite);
   CHECK(amax_from_bits(amax[2]) == kInf);
+}
+
+TEST_CASE("fp8: codes and their transpose are the specification's, the FP8 GEMM equals a double reference",
+          "[fp8][ops]") {
+  cpu::CpuOps ops;
+  const int64_t rows = 48, cols = 80;
+  const std::vector<float> v = hostile_values(size_t(rows * cols), 9);
+  for (Fp8 f : {Fp8::E4M3, Fp8::E5M2}) {
+    const float scale = 0x1p4f;
+    std::vector<uint8_t> codes(v.size()), codes_t(v.size());
+    int32_t amax = 0;
+    int64_t counts[3] = {0, 0, 0};
+    Fp8CastArgs a;
+    a.src = v.data(), a.src_type = DType::F32, a.rows = rows, a.cols = cols, a.format = f, a.scale = &scale;
+    a.codes = codes.data(), a.codes_t = codes_t.data(), a.amax = &amax, a.counts = counts;
+    ops.fp8_cast(a);
+    size_t wrong = 0, value_wrong = 0;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const float x = v[size_t(i * cols + j)];
+        const uint8_t want = std::isfinite(x) ? float_to_fp8(x * scale, f, true) : float_to_fp8(x, f, false);
+        wrong += codes[size_t(i * cols + j)] != want || codes_t[size_t(j * rows + i)] != want;
+        // Decoded over the scale: the emulation's value (non-finite ones both non-finite).
+        const float dec = fp8_to_float(want, f) / scale, q = fp8_quantized(x, scale, 1.0f / scale, f);
+        value_wrong += std::isfinite(x) ? !same_bits_or_nan(dec, q) : std::isfinite(dec);
+      }
+    CHECK(wrong == 0);
+    CHECK(value_wrong == 0);
+    CHECK(counts[0] == rows * cols);
+    CHECK(counts[1] > 0);
+  }
+  // The GEMM: C = A B^T / (sa sb) + bias from codes, against double sums of the decoded values.
+  const int64_t m = 32, n = 48, k = 64;
+  Rng rng(4);
+  std::vector<uint8_t> A(size_t(m * k)), B(size_t(n * k));
+  for (auto& c : A) c = uint8_t(rng.below(256)) & 0xf7u;  // no NaN codes (E4M3's S.1111.111)
+  for (auto& c : B) c = uint8_t(rng.below(120));          // finite, positive E5M2
+  const float sa = 0x1p3f, sb = 0x1p-2f, ia = 1.0f / sa, ib = 1.0f / sb;
+  std::vector<uint16_t> bias(static_cast<size_t>(n)), C(static_cast<size_t>(m * n));
+  for (auto& b : bias) b = float_to_bf16_bits(float(rng.normal()));
+  Fp8GemmArgs g;
+  g.m = m, g.n = n, g.k = k, g.a = A.data(), g.a_format = Fp8::E4M3, g.b = B.data(), g.b_format = Fp8::E5M2;
+  g.a_scale = &sa, g.b_scale = &sb, g.a_inv_scale = &ia, g.b_inv_scale = &ib, g.bias = bias.data(), g.c = C.data();
+  ops.fp8_gemm(g);
+  double worst = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t l = 0; l < k; ++l) {
+        const double p = double(fp8_to_float(A[size_t(i * k + l)], Fp8::E4M3)) * fp8_to_float(B[size_t(j * k + l)], Fp8::E5M2);
+        s += p, mag += std::fabs(p);
+      }
+      const double want = s / (double(sa) * sb) + bf16_bits_to_float(bias[size_t(j)]);
+      const double got = bf16_bits_to_float(C[size_t(i * n + j)]);
+      worst = std::max(worst, std::fabs(got - want) / (mag / (double(sa) * sb) + std::fabs(want) + 1e-30));
+    }
+  CHECK(worst < 0x1p-8);  // one BF16 rounding of C (the FP32 sum's error is far below)
+  g.b_format = Fp8::E5M2, g.a_format = Fp8::E5M2;
+  CHECK_THROWS(ops.fp8_gemm(g));
+}
+
+TEST_CASE("fp8: the linear layers' native FP8 path (codes, transposes, FP8 GEMMs) computes the emulation's values",
+          "[fp8][linear]") {
+  cpu::CpuOps ops;  // the CPU twins of fp8_cast and fp8_gemm: the GPU path's plumbing, checked here
+  const size_t B = 32, in = 48, out = 64;
+  const DType t = DType::BF16;
+  auto x = bf16_random(B * in, 11, 2.0), w = bf16_random(out * in, 12, 0.05), b = bf16_random(out, 13, 0.1);
+  auto dy = bf16_random(B * out, 14, 1e-4);
+  const std::vector<float> scales = {32.0f, 4096.0f, std::ldexp(1.0f, 24)};
+  const std::vector<float> inv = {1.0f / 32.0f, 1.0f / 4096.0f, std::ldexp(1.0f, -24)};
+  const auto T = [&](std::vector<uint16_t>& v, size_t r, size_t c) { return Tensor{v.data(), t, r, c}; };
+  struct Out {
+    std::vector<uint16_t> y, dw, db, dx;
+    std::vector<int32_t> amax;
+    std::vector<int64_t> counts;
+  };
+  const auto run = [&](bool native) {
+    Out o{std::vector<uint16_t>(B * out), std::vector<uint16_t>(out * in), std::vector<uint16_t>(out),
+          std::vector<uint16_t>(B * in), std::vector<int32_t>(3, 0), std::vector<int64_t>(9, 0)};
+    LinearLayers lin(ops, t);
+    lin.add("fc1");
+    std::vector<uint16_t> qx(B * in), qw(out * in), qdy(B * out);
+    lin.set_scratch(qx.data(), qw.data(), qdy.data());
+    Fp8Binding bind{scales.data(), inv.data(), o.amax.data(), o.counts.data()};
+    bind.native_gemm = native;
+    lin.bind(bind);
+    REQUIRE(lin.native(B, in, out) == native);
+    lin.forward(0, T(x, B, in), T(w, out, in), T(b, 1, out), T(o.y, B, out), true);
+    lin.backward_weight(0, T(dy, B, out), T(x, B, in), T(o.dw, out, in), T(o.db, 1, out));
+    lin.backward_input(0, T(dy, B, out), T(w, out, in), T(o.dx, B, in));
+    return o;
+  };
+  const Out e = run(false), n = run(true);
+  CHECK(n.y == e.y);  // forward: the same op on the same values
+  CHECK(n.db == e.db);
+  CHECK(n.amax == e.amax);
+  CHECK(n.counts == e.counts);
+  // dw and dx: the same products summed in another layout's order (one BF16 rounding apart at most).
+  const auto close = [](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+    size_t bad = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const float x = bf16_bits_to_float(a[i]), y = bf16_bits_to_float(b[i]);
+      bad += std::fabs(x - y) > 0x1p-7f * std::fabs(y) + 1e-30f;
+    }
+    return bad;
+  };
+  CHECK(close(n.dw, e.dw) == 0);
+  CHECK(close(n.dx, e.dx) == 0);
+  size_t nonzero = 0;
+  for (auto v : n.dw) nonzero += bf16_bits_to_float(v) != 0.0f;
+  CHECK(nonzero > n.dw.size() / 2);
 }

@@ -271,7 +271,7 @@ TEST_CASE("mixed precision: the optimizer's unscale gives the fused pass's value
   }
 }
 
-TEST_CASE("mixed precision: FP8 amaxes ride the flags' all-reduce; every rank sets the same scales, a skip records none",
+TEST_CASE("mixed precision: FP8 amaxes ride the flags' all-reduce, every rank sets the same scales, a skip records none",
           "[amp][fp8]") {
   Rig r;
   ScalerParams p;

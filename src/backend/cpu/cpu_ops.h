@@ -51,6 +51,8 @@ class CpuOps final : public ComputeOps {
   void linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
   void linear_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) override;
   void fp8_quantize(const Fp8QuantizeArgs& a) override;
+  void fp8_cast(const Fp8CastArgs& a) override;
+  void fp8_gemm(const Fp8GemmArgs& g) override;
   void gemm(const GemmArgs& g) override;
   void add(const AddArgs& a) override;
   void row_sum(const RowSumArgs& r) override;

@@ -2,10 +2,14 @@
 // specification of amp/fp8_scaling.h element by element, blocks of elements in parallel; the amax
 // (a maximum of int32 words) and the counts (integer sums) combine in any order to the same result.
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "amp/fp8_scaling.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/float_rows.h"
+#include "core/convert.h"
+#include "core/half.h"
 
 namespace amp::cpu {
 
@@ -75,6 +79,61 @@ void CpuOps::fp8_quantize(const Fp8QuantizeArgs& a) {
   }
   if (a.amax) *a.amax = std::max(*a.amax, amax);
   if (a.counts) a.counts[0] += n, a.counts[1] += flushed, a.counts[2] += saturated;
+}
+
+}  // namespace amp::cpu
+
+namespace amp::cpu {
+
+// The codes of the specification element by element (the native path is the GPU's; on the CPU it
+// serves the tests that check the linear layers' plumbing of it).
+void CpuOps::fp8_cast(const Fp8CastArgs& a) {
+  check_args(a);
+  const float scale = *a.scale;
+  int32_t amax = 0;
+  int64_t flushed = 0, saturated = 0;
+  std::vector<float> row(size_t(a.cols));
+  for (int64_t i = 0; i < a.rows; ++i) {
+    convert(at(a.src, a.src_type, i * a.cols), a.src_type, row.data(), DType::F32, size_t(a.cols));
+    for (int64_t j = 0; j < a.cols; ++j) {
+      const float x = row[size_t(j)];
+      amax = std::max(amax, amax_bits(x));
+      const bool finite = x - x == 0.0f;
+      const uint8_t code = finite ? float_to_fp8(x * scale, a.format, true) : float_to_fp8(x, a.format, false);
+      if (finite) {
+        flushed += (code & 0x7fu) == 0 && x != 0.0f;
+        saturated += std::fabs(x * scale) > fp8_max(a.format);
+      }
+      if (a.codes) a.codes[i * a.cols + j] = code;
+      if (a.codes_t) a.codes_t[j * a.rows + i] = code;
+    }
+  }
+  if (a.amax) *a.amax = std::max(*a.amax, amax);
+  if (a.counts) a.counts[0] += a.rows * a.cols, a.counts[1] += flushed, a.counts[2] += saturated;
+}
+
+// The dequantized operands (code / scale, exact in BF16) through the BF16 GEMM: with a bias the
+// linear layer's forward op, without one the general GEMM (C = A B^T).
+void CpuOps::fp8_gemm(const Fp8GemmArgs& g) {
+  check_args(g);
+  AMP_CHECK(!g.bias || g.c_type == DType::BF16, "fp8_gemm: a bias needs a BF16 C");
+  if (g.m == 0 || g.n == 0) return;
+  const auto dequantized = [](const uint8_t* codes, Fp8 f, float scale, int64_t n) {
+    std::vector<uint16_t> v(static_cast<size_t>(n));
+    const float inv = 1.0f / scale;
+    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float_to_bf16_bits(fp8_to_float(codes[i], f) * inv);
+    return v;
+  };
+  std::vector<uint16_t> a = dequantized(g.a, g.a_format, *g.a_scale, g.m * g.k);
+  std::vector<uint16_t> b = dequantized(g.b, g.b_format, *g.b_scale, g.n * g.k);
+  const size_t m = size_t(g.m), n = size_t(g.n), k = size_t(g.k);
+  if (g.bias) {
+    linear_forward(Tensor{a.data(), DType::BF16, m, k}, Tensor{b.data(), DType::BF16, n, k},
+                   Tensor{const_cast<void*>(g.bias), DType::BF16, 1, n}, Tensor{g.c, g.c_type, m, n});
+    return;
+  }
+  gemm(gemm_of(GemmShape(g.m, g.n, g.k), GemmIn(a.data(), g.k), GemmIn(b.data(), g.k).t(), GemmOut(g.c, g.n),
+               DType::BF16, g.c_type));
 }
 
 }  // namespace amp::cpu
