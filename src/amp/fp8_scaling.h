@@ -109,13 +109,14 @@ struct Fp8Tensor {
 };
 
 // Where a model's FP8 casts read and write (backend memory), by the index of the tensor in the
-// model's fp8_tensors(). amax is null when no step is under way to record into (evaluation, sampling).
+// model's fp8_tensors(). The casts record into amax and counts only inside a training step (a
+// training forward, and backward), never in evaluation or sampling.
 struct Fp8Binding {
-  const float* scales = nullptr;  // n: the scales of this step
+  const float* scales = nullptr;      // n: the scales of this step
   const float* inv_scales = nullptr;  // n: 1 / scale each (FP8 GEMMs' descales)
-  int32_t* amax = nullptr;        // n words of the flag buffer (cleared by begin_step)
-  int64_t* counts = nullptr;      // 3 per tensor: elements cast, flushed to zero, saturated
-  bool native_gemm = false;       // FP8 codes and ComputeOps::fp8_gemm (else the emulation)
+  int32_t* amax = nullptr;            // n words of the flag buffer (cleared by begin_step)
+  int64_t* counts = nullptr;          // 3 per tensor: elements cast, flushed to zero, saturated
+  bool native_gemm = false;           // FP8 codes and ComputeOps::fp8_gemm (else the emulation)
 };
 
 // What a tensor's casts did since the process started (reports).

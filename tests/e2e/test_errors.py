@@ -42,7 +42,7 @@ expect(run(write("range.yaml", "data:\n  batch_size: 0\n")), 2, "data.batch_size
 expect(run(write("malformed.yaml", "run: {name: [x\n")), 2, "malformed.yaml:", "malformed YAML", what="malformed YAML")
 expect(run(write("empty.yaml", "")), 2, "empty.yaml: the file is empty", what="empty file")
 expect(run(os.path.join(d, "absent.yaml")), 2, "absent.yaml: cannot open: No such file or directory", what="missing file")
-expect(run(write("ok.yaml", "run: {steps: 1}\n"), ["precision.compute=fp8"]), 2, "--set precision.compute=fp8: precision.compute: expected one of fp32, fp16, bf16", what="bad --set")
+expect(run(write("ok.yaml", "run: {steps: 1}\n"), ["precision.compute=fp4"]), 2, "--set precision.compute=fp4: precision.compute: expected one of fp32, fp16, bf16, fp8", what="bad --set")
 # Ranks that disagree (MPMD launch: each rank its own --set).
 mpmd = [source("scripts", "mpirun.sh"), "-np", "1", args().binary, bad_type.replace("bad_type", "ok"), "--set", "optimizer.lr=0.1",
         ":", "-np", "1", args().binary, bad_type.replace("bad_type", "ok"), "--set", "optimizer.lr=0.2"]

@@ -82,8 +82,8 @@ TEST_CASE("wrong types and out-of-range values name file:line:col and key", "[co
   expect_error(t.write("m.yaml", "optimizer:\n  lr: {a: 1}\n"), {}, {"optimizer.lr: expected a positive number, got a mapping"});
   expect_error(t.write("l.yaml", "model:\n  hidden: 5\n"), {}, {"model.hidden: expected a list of integers in [1, 16777216], got \"5\""});
   expect_error(t.write("l2.yaml", "model:\n  hidden: [5, x]\n"), {}, {":2:15: model.hidden[1]: expected an integer in [1, 16777216], got \"x\""});
-  expect_error(t.write("e.yaml", "precision:\n  compute: fp8\n"), {},
-               {"precision.compute: expected one of fp32, fp16, bf16, got \"fp8\""});
+  expect_error(t.write("e.yaml", "precision:\n  compute: fp4\n"), {},
+               {"precision.compute: expected one of fp32, fp16, bf16, fp8, got \"fp4\""});
   expect_error(t.write("s.yaml", "run: 5\n"), {}, {":1:6: run: expected a mapping of keys, got \"5\""});
   expect_error(t.write("nul.yaml", "optimizer:\n  lr:\n"), {}, {"optimizer.lr: expected a positive number, got nothing"});
 }
