@@ -73,6 +73,25 @@ struct LtGemm::Plan {
 };
 
 LtGemm::LtGemm(size_t workspace_bytes) : workspace_(workspace_bytes) {}
+
+// The heuristic's first algorithm for the plan's descriptor and layouts (C and D alike), under the
+// project's preferences; false (and why, when asked) when it has none.
+bool LtGemm::pick_algorithm(Plan& p, uint32_t align_a, uint32_t align_b, uint32_t align_d, std::string* why) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t st = set_preferences(pref, workspace_.bytes(), align_a, align_b, align_d);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(handle_.get(), p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    if (why) *why = st != CUBLAS_STATUS_SUCCESS ? cublas_error_string(st) : std::string("no heuristic result");
+    return false;
+  }
+  p.algo = result.algo;
+  return true;
+}
 LtGemm::~LtGemm() = default;
 
 LtGemm::Key LtGemm::key_of(const GemmCall& c) const {
@@ -103,20 +122,10 @@ LtGemm::Plan* LtGemm::find_plan(const GemmCall& c, std::string* why) {
   AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, cuda_type(c.ab), c.trans_b ? c.n : c.k, c.trans_b ? c.k : c.n, c.ldb));
   AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, cuda_type(c.dt), c.m, c.n, c.ldd));
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  cublasStatus_t st = set_preferences(pref, workspace_.bytes(), alignment_of(c.a), alignment_of(c.b), alignment_of(c.d));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulAlgoGetHeuristic(handle_.get(), p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    if (why) *why = st != CUBLAS_STATUS_SUCCESS ? cublas_error_string(st) : std::string("no heuristic result");
+  if (!pick_algorithm(*p, alignment_of(c.a), alignment_of(c.b), alignment_of(c.d), why)) {
     plans_.emplace(key, nullptr);
     return nullptr;
   }
-  p->algo = result.algo;
   return plans_.emplace(key, std::move(p)).first->second.get();
 }
 
@@ -174,20 +183,10 @@ LtGemm::Plan* LtGemm::find_fp8_plan(const Fp8GemmArgs& g, std::string* why) {
   AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, fp8_type(g.b_format), uint64_t(g.k), uint64_t(g.n), g.k));
   AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, fp8_type(g.a_format), uint64_t(g.k), uint64_t(g.m), g.k));
   AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, cuda_type(g.c_type), uint64_t(g.n), uint64_t(g.m), g.n));
-  cublasLtMatmulPreference_t pref = nullptr;
-  AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  cublasStatus_t st = set_preferences(pref, workspace_.bytes(), alignment_of(g.b), alignment_of(g.a), alignment_of(g.c));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulAlgoGetHeuristic(handle_.get(), p->desc, p->a, p->b, p->d, p->d, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    if (why) *why = st != CUBLAS_STATUS_SUCCESS ? cublas_error_string(st) : std::string("no heuristic result");
+  if (!pick_algorithm(*p, alignment_of(g.b), alignment_of(g.a), alignment_of(g.c), why)) {
     fp8_plans_.emplace(key, nullptr);
     return nullptr;
   }
-  p->algo = result.algo;
   return fp8_plans_.emplace(key, std::move(p)).first->second.get();
 }
 

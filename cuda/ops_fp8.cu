@@ -11,6 +11,30 @@ namespace amp::cuda {
 
 namespace {
 
+// A block's amax word and flushed / saturated counts into the op's outputs (either may be null):
+// integer atomics, so the result is the same in any order. Every thread of the block calls it.
+__device__ void record_block(int32_t m, long long flushed, long long saturated, int64_t n, int32_t* amax,
+                             unsigned long long* counts, long long* sh) {
+  if (amax) {
+    sh[threadIdx.x] = m;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s && sh[threadIdx.x + s] > sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicMax(amax, int32_t(sh[0]));
+    __syncthreads();
+  }
+  if (counts) {
+    const long long fl = block_sum(flushed, sh), sat = block_sum(saturated, sh);
+    if (threadIdx.x == 0) {
+      if (blockIdx.x == 0) atomicAdd(&counts[0], (unsigned long long)n);
+      atomicAdd(&counts[1], (unsigned long long)fl);
+      atomicAdd(&counts[2], (unsigned long long)sat);
+    }
+  }
+}
+
 template <typename S, typename D>
 __global__ void __launch_bounds__(kThreads) fp8_quantize_kernel(const S* src, D* dst, int64_t n, Fp8 f,
                                                                 const float* scale_p, int32_t* amax,
@@ -30,24 +54,7 @@ __global__ void __launch_bounds__(kThreads) fp8_quantize_kernel(const S* src, D*
     }
     dst[i] = from_f32<D>(q);
   }
-  if (amax) {
-    sh[threadIdx.x] = m;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-      if (threadIdx.x < s && sh[threadIdx.x + s] > sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) atomicMax(amax, int32_t(sh[0]));
-    __syncthreads();
-  }
-  if (counts) {
-    const long long fl = block_sum(flushed, sh), sat = block_sum(saturated, sh);
-    if (threadIdx.x == 0) {
-      if (blockIdx.x == 0) atomicAdd(&counts[0], (unsigned long long)n);
-      atomicAdd(&counts[1], (unsigned long long)fl);
-      atomicAdd(&counts[2], (unsigned long long)sat);
-    }
-  }
+  record_block(m, flushed, saturated, n, amax, counts, sh);
 }
 
 // The codes (and their transpose) of a rows x cols operand, one element per thread and step.
@@ -72,24 +79,7 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(const S* src, int64_
     if (codes) codes[e] = code;
     if (codes_t) codes_t[(e % cols) * rows + e / cols] = code;  // uncoalesced writes: not tuned
   }
-  if (amax) {
-    sh[threadIdx.x] = m;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-      if (threadIdx.x < s && sh[threadIdx.x + s] > sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) atomicMax(amax, int32_t(sh[0]));
-    __syncthreads();
-  }
-  if (counts) {
-    const long long fl = block_sum(flushed, sh), sat = block_sum(saturated, sh);
-    if (threadIdx.x == 0) {
-      if (blockIdx.x == 0) atomicAdd(&counts[0], (unsigned long long)n);
-      atomicAdd(&counts[1], (unsigned long long)fl);
-      atomicAdd(&counts[2], (unsigned long long)sat);
-    }
-  }
+  record_block(m, flushed, saturated, n, amax, counts, sh);
 }
 
 __global__ void fp8_update_kernel(float* scales, const float* fmax, float* history, Fp8Meta* meta,
