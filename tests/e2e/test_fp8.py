@@ -6,7 +6,8 @@
   2. a resumed FP8 run continues bit for bit (its scales and amax histories are in the checkpoint);
   3. on 2 ranks with different data, the ranks' FP8 scales and histories agree after every step
      (distributed.hash_interval 1), an overflow planted on rank 1 is skipped on every rank, named,
-     and leaves the histories alone; recomputation gives the same bits;
+     and leaves the histories alone; recomputation gives the same bits; the run resumes on 1 rank
+     (elastic) with its histories;
   4. the MLP trains in FP8 too (within 15% of BF16's mse on the seed's regression at its noise
      floor), its three layers' tensors reported."""
 import os
@@ -67,6 +68,7 @@ out = {}
 for mode in ("none", "block"):
     d = os.path.join(base, "np2_" + mode)
     rc, o, e = run(cfg, fp8 + ["distributed.hash_interval=1", f"model.recompute={mode}", f"run.out_dir={d}",
+                               "checkpoint.final=true",
                                "faults.inject_nonfinite=[{step: 9, rank: 1, tensor: h.1.mlp.fc.weight, value: inf}]"], np=2)
     out[mode] = (rc, d, o + e)
     check(rc == 0 and "step 9: non-finite gradients in h.1.mlp.fc.weight on rank 1 | step skipped on every rank" in o + e,
@@ -78,6 +80,12 @@ if all(v[0] == 0 for v in out.values()):
           f"the skipped step's amaxes are not recorded ({sn['fp8']['steps_recorded']} of 30 steps)")
     check(sn["params_hash"] == sb["params_hash"] and records(out["none"][1]) == records(out["block"][1]),
           "recomputation gives the same bits in FP8")
+    # Elastic: the 2-rank run continues on 1 rank with its FP8 histories (every rank held the same).
+    rc, o, e = run(cfg, fp8 + ["run.steps=40", "checkpoint.resume=auto", f"run.out_dir={out['none'][1]}"])
+    se = summary(out["none"][1]) if rc == 0 else {}
+    check(rc == 0 and "elastic resume" in o + e and se.get("fp8", {}).get("steps_recorded") == 39,
+          f"the 2-rank FP8 run resumes on 1 rank with its histories (29 + 10 steps recorded: "
+          f"{se.get('fp8', {}).get('steps_recorded')}; {rc}: {(o + e).strip()[-300:]})")
 
 # 4. The MLP.
 mlp = {}
