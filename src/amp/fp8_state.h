@@ -37,7 +37,7 @@ class Fp8State {
   Host read() const;  // downloads
   void load(const Host& h);  // a resumed state (sizes checked by the caller)
   std::vector<Fp8Counts> read_counts() const;
-  // The newest recorded amax of tensor t in h (0 before any step was recorded).
+  // The newest recorded amax of tensor t in h (0 before any step was recorded: callers leave it out).
   float newest_amax(const Host& h, int t) const;
 
  private:

@@ -8,7 +8,14 @@ namespace amp {
 
 namespace {
 enum Role { kInput = 0, kWeight = 1, kGradOutput = 2 };
+Fp8 format_of(int tensor) { return tensor % 3 == kGradOutput ? Fp8::E5M2 : Fp8::E4M3; }
 }  // namespace
+
+// Where a cast of `tensor` records its amax and counts: nowhere outside a training step.
+void LinearLayers::record_into(int tensor, bool record, int32_t** amax, int64_t** counts) const {
+  *amax = record && fp8_.amax ? fp8_.amax + tensor : nullptr;
+  *counts = record && fp8_.counts ? fp8_.counts + 3 * tensor : nullptr;
+}
 
 int LinearLayers::add(const std::string& name) {
   names_.push_back(name);
@@ -18,9 +25,9 @@ int LinearLayers::add(const std::string& name) {
 std::vector<Fp8Tensor> LinearLayers::fp8_tensors() const {
   std::vector<Fp8Tensor> t;
   for (const std::string& n : names_) {
-    t.push_back({n + ".input", Fp8::E4M3});
-    t.push_back({n + ".weight", Fp8::E4M3});
-    t.push_back({n + ".grad_output", Fp8::E5M2});
+    t.push_back({n + ".input", format_of(kInput)});
+    t.push_back({n + ".weight", format_of(kWeight)});
+    t.push_back({n + ".grad_output", format_of(kGradOutput)});
   }
   return t;
 }
@@ -39,10 +46,8 @@ LinearLayers::Scratch LinearLayers::scratch_elements(const std::vector<std::pair
 Tensor LinearLayers::quantize(const Tensor& t, void* out, int tensor, bool record) {
   Fp8QuantizeArgs a;
   a.src = t.data, a.src_type = t.dtype, a.dst = out, a.dst_type = t.dtype, a.n = int64_t(t.numel());
-  a.format = tensor % 3 == kGradOutput ? Fp8::E5M2 : Fp8::E4M3;
-  a.scale = fp8_.scales + tensor;
-  a.amax = record && fp8_.amax ? fp8_.amax + tensor : nullptr;
-  a.counts = record && fp8_.counts ? fp8_.counts + 3 * tensor : nullptr;
+  a.format = format_of(tensor), a.scale = fp8_.scales + tensor;
+  record_into(tensor, record, &a.amax, &a.counts);
   ops_.fp8_quantize(a);
   return Tensor{out, t.dtype, t.rows, t.cols};
 }
@@ -50,10 +55,8 @@ Tensor LinearLayers::quantize(const Tensor& t, void* out, int tensor, bool recor
 void LinearLayers::cast(const Tensor& t, uint8_t* codes, uint8_t* codes_t, int tensor, bool record) {
   Fp8CastArgs a;
   a.src = t.data, a.src_type = t.dtype, a.rows = int64_t(t.rows), a.cols = int64_t(t.cols);
-  a.format = tensor % 3 == kGradOutput ? Fp8::E5M2 : Fp8::E4M3;
-  a.scale = fp8_.scales + tensor, a.codes = codes, a.codes_t = codes_t;
-  a.amax = record && fp8_.amax ? fp8_.amax + tensor : nullptr;
-  a.counts = record && fp8_.counts ? fp8_.counts + 3 * tensor : nullptr;
+  a.format = format_of(tensor), a.scale = fp8_.scales + tensor, a.codes = codes, a.codes_t = codes_t;
+  record_into(tensor, record, &a.amax, &a.counts);
   ops_.fp8_cast(a);
 }
 
@@ -61,8 +64,8 @@ void LinearLayers::gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, int t
                         const void* bias, const Tensor& c) {
   Fp8GemmArgs g;
   g.m = m, g.n = n, g.k = k;
-  g.a = a, g.a_format = ta % 3 == kGradOutput ? Fp8::E5M2 : Fp8::E4M3;
-  g.b = b, g.b_format = tb % 3 == kGradOutput ? Fp8::E5M2 : Fp8::E4M3;
+  g.a = a, g.a_format = format_of(ta);
+  g.b = b, g.b_format = format_of(tb);
   g.a_scale = fp8_.scales + ta, g.b_scale = fp8_.scales + tb;
   g.a_inv_scale = fp8_.inv_scales + ta, g.b_inv_scale = fp8_.inv_scales + tb;
   g.bias = bias, g.c = c.data, g.c_type = c.dtype;

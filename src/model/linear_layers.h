@@ -58,6 +58,7 @@ class LinearLayers {
 
  private:
   Tensor quantize(const Tensor& t, void* out, int tensor, bool record);
+  void record_into(int tensor, bool record, int32_t** amax, int64_t** counts) const;
   // FP8 codes of t (codes and/or their transpose) with tensor's scale.
   void cast(const Tensor& t, uint8_t* codes, uint8_t* codes_t, int tensor, bool record);
   // C = A B^T / (scale_a scale_b) (+ bias) on FP8 codes of tensors ta and tb.

@@ -70,16 +70,9 @@ void Trainer::observe(int64_t step) {
   if (rank_ == 0)
     if (const std::string skips = amp.skip_report(seen_.scaler, now.scaler); !skips.empty()) reporter_.message(skips);
   amp.check_divergence(now.scaler, cfg_.precision.divergence_steps);
-  if (telemetry) {
-    nlohmann::json fp8 = nullptr;  // each FP8 tensor's newest amax and its scale for the next step
-    if (const Fp8State* f = amp.fp8()) {
-      const Fp8State::Host h = f->read();
-      fp8 = nlohmann::json::object();
-      for (int t = 0; t < f->count(); ++t)
-        fp8[f->tensors()[size_t(t)].name] = {{"amax", f->newest_amax(h, t)}, {"scale", h.scales[size_t(t)]}};
-    }
-    reporter_.telemetry(step, now.scaler.scale, amp.grad_stats(step_->gradients()), amp.tensor_names(), fp8);
-  }
+  if (telemetry)
+    reporter_.telemetry(step, now.scaler.scale, amp.grad_stats(step_->gradients()), amp.tensor_names(),
+                        amp.fp8() ? fp8_telemetry(*amp.fp8()) : nlohmann::json());
   seen_ = now;
   if (log_step) log_interval(step, now);
 }
@@ -172,6 +165,19 @@ void Trainer::write_sample(int64_t step) {
     reporter_.message(strcat("note: the sample at step ", step, " was cut short after ", out.size() - prompt.size(), " of ",
                              o.tokens, " tokens by ", signal_name(stop_signal())));
   reporter_.sample(step, text);
+}
+
+// precision.compute fp8, telemetry: per FP8 tensor its scale for the next step and its newest amax
+// (absent before any step was recorded, as in fp8_report).
+nlohmann::json Trainer::fp8_telemetry(const Fp8State& f) const {
+  const Fp8State::Host h = f.read();
+  nlohmann::json j = nlohmann::json::object();
+  for (int t = 0; t < f.count(); ++t) {
+    nlohmann::json& e = j[f.tensors()[size_t(t)].name];
+    e["scale"] = h.scales[size_t(t)];
+    if (h.meta.recorded > 0) e["amax"] = f.newest_amax(h, t);
+  }
+  return j;
 }
 
 // precision.compute fp8: per FP8 tensor its format, scale and newest amax, and what this process's

@@ -75,6 +75,7 @@ class Trainer {
   Stop stop_requested(int64_t step);
   nlohmann::json summary_json(double wall_seconds, int64_t steps_done);
   nlohmann::json fp8_report(const Fp8State& f) const;
+  nlohmann::json fp8_telemetry(const Fp8State& f) const;
   uint64_t params_hash();
   uint64_t optimizer_state_hash();
 
