@@ -193,8 +193,9 @@ void CudaBackend::update_scale(ScalerState* state, const ScalerParams& params, c
 }
 
 void CudaBackend::fp8_update(float* scales, const float* fmax, float* history, Fp8Meta* meta, const int32_t* amax_words,
-                             int n, const Fp8Params& p, const int32_t* flags, float* inv_scales) {
-  cuda::fp8_update(launch(), scales, fmax, history, meta, amax_words, n, p, flags, inv_scales);
+                             int n, const Fp8Params& p, const int32_t* flags, float* inv_scales,
+                             int32_t* skipped_amax) {
+  cuda::fp8_update(launch(), scales, fmax, history, meta, amax_words, n, p, flags, inv_scales, skipped_amax);
 }
 
 // ---- capture --------------------------------------------------------------------------------

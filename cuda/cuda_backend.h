@@ -68,7 +68,8 @@ class CudaBackend final : public Backend,
   void sum_norm_partials(const int32_t* flags, int world, float* norm_sq) override;
   void update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) override;
   void fp8_update(float* scales, const float* fmax, float* history, Fp8Meta* meta, const int32_t* amax_words, int n,
-                  const Fp8Params& p, const int32_t* flags, float* inv_scales) override;
+                  const Fp8Params& p, const int32_t* flags, float* inv_scales,
+                  int32_t* skipped_amax) override;
   void optimizer_step(const OptimizerStepArgs& a) override;
 
   // ---- StepCapture

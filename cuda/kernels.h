@@ -62,7 +62,8 @@ void update_scale(const Launch& l, ScalerState* state, const ScalerParams& param
 // ---- ops_fp8.cu
 void fp8_quantize(const Launch& l, const Fp8QuantizeArgs& a);
 void fp8_update(const Launch& l, float* scales, const float* fmax, float* history, Fp8Meta* meta,
-                const int32_t* amax_words, int n, const Fp8Params& p, const int32_t* flags, float* inv_scales);
+                const int32_t* amax_words, int n, const Fp8Params& p, const int32_t* flags, float* inv_scales,
+                int32_t* skipped_amax);
 void fp8_cast(const Launch& l, const Fp8CastArgs& a);
 
 }  // namespace amp::cuda

@@ -84,8 +84,9 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(const S* src, int64_
 
 __global__ void fp8_update_kernel(float* scales, const float* fmax, float* history, Fp8Meta* meta,
                                   const int32_t* amax_words, int n, Fp8Params p, const int32_t* flags,
-                                  float* inv_scales) {
-  fp8_update(scales, fmax, history, meta, amax_words, n, p, flags[OverflowFlags::kAny] != 0, inv_scales);
+                                  float* inv_scales, int32_t* skipped_amax) {
+  fp8_update(scales, fmax, history, meta, amax_words, n, p, flags[OverflowFlags::kAny] != 0, inv_scales,
+             skipped_amax);
 }
 
 }  // namespace
@@ -120,8 +121,10 @@ void fp8_cast(const Launch& l, const Fp8CastArgs& a) {
 }
 
 void fp8_update(const Launch& l, float* scales, const float* fmax, float* history, Fp8Meta* meta,
-                const int32_t* amax_words, int n, const Fp8Params& p, const int32_t* flags, float* inv_scales) {
-  fp8_update_kernel<<<1, 1, 0, l.stream>>>(scales, fmax, history, meta, amax_words, n, p, flags, inv_scales);
+                const int32_t* amax_words, int n, const Fp8Params& p, const int32_t* flags, float* inv_scales,
+                int32_t* skipped_amax) {
+  fp8_update_kernel<<<1, 1, 0, l.stream>>>(scales, fmax, history, meta, amax_words, n, p, flags, inv_scales,
+                                           skipped_amax);
   AMP_CHECK_LAUNCH("fp8_update_kernel");
 }
 

@@ -14,7 +14,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+
+#include "core/dtype.h"
 
 #include "core/fp8.h"
 #include "core/half.h"  // f32_bits, f32_from_bits
@@ -44,6 +47,8 @@ AMP_HD float delayed_scale(float amax, float fp8_max, int margin, float prev_sca
 // An amax (>= 0, or NaN) as a flag word for the MAX all-reduce, and back. -0 becomes +0.
 AMP_HD int32_t amax_bits(float amax) { return int32_t(f32_bits(amax) & 0x7fffffffu); }
 AMP_HD float amax_from_bits(int32_t b) { return f32_from_bits(uint32_t(b)); }
+// Whether an amax word says the tensor held an infinity or a NaN (its bits are +inf's or above).
+AMP_HD bool amax_nonfinite(int32_t b) { return uint32_t(b) >= 0x7f800000u; }
 
 // The scale the casts use: rounded down to a power of two within [2^-126, 2^126] (an infinite
 // scale, from a subnormal amax, becomes 2^126). x * scale and q / scale are then exact, so an FP8
@@ -78,9 +83,16 @@ struct Fp8Meta {
 // records nothing: its backward overflowed, and its amaxes describe values the update never used.
 // The same on every rank (same words, same state). history: n x p.history floats, tensor-major.
 // inv_scales (optional): 1 / scale for each tensor, kept beside (what FP8 GEMMs multiply by).
+// skipped_amax (optional, n words): a skipped step's amax words are copied there, so that the skip
+// report can name the FP8 operands that were not finite (amax_nonfinite) however late it reads them.
 AMP_HD void fp8_update(float* scales, const float* fmax, float* history, Fp8Meta* meta, const int32_t* amax_words,
-                       int n, const Fp8Params& p, bool skipped, float* inv_scales = nullptr) {
-  if (skipped) return;
+                       int n, const Fp8Params& p, bool skipped, float* inv_scales = nullptr,
+                       int32_t* skipped_amax = nullptr) {
+  if (skipped) {
+    if (skipped_amax)
+      for (int t = 0; t < n; ++t) skipped_amax[t] = amax_words[t];
+    return;
+  }
   const int pos = (meta->newest + 1) % p.history;
   for (int t = 0; t < n; ++t) {
     float* ring = history + size_t(t) * size_t(p.history);
@@ -117,6 +129,9 @@ struct Fp8Binding {
   int32_t* amax = nullptr;            // n words of the flag buffer (cleared by begin_step)
   int64_t* counts = nullptr;          // 3 per tensor: elements cast, flushed to zero, saturated
   bool native_gemm = false;           // FP8 codes and ComputeOps::fp8_gemm (else the emulation)
+  // Called with (tensor, its data, its dtype) before a training step casts an output gradient: the
+  // fault drill that plants a non-finite value into one (faults.inject_nonfinite NAME.grad_output).
+  std::function<void(int tensor, void* data, DType dtype)> before_grad_cast;
 };
 
 // What a tensor's casts did since the process started (reports).

@@ -34,14 +34,17 @@ Fp8State::Fp8State(DeviceMemory& mem, AmpKernels& kernels, const Fp8Params& para
   meta_ = reinterpret_cast<Fp8Meta*>(scales_ + floats);
   counts_ = mem_.alloc(3 * n * sizeof(int64_t));
   mem_.zero(counts_.data(), counts_.bytes());
+  skipped_amax_ = mem_.alloc(n * sizeof(int32_t));
+  mem_.zero(skipped_amax_.data(), skipped_amax_.bytes());
 }
 
 Fp8Binding Fp8State::binding(int32_t* amax_words) const {
-  return Fp8Binding{scales_, inv_scales_, amax_words, counts_.as<int64_t>()};
+  return Fp8Binding{scales_, inv_scales_, amax_words, counts_.as<int64_t>(), false, {}};
 }
 
 void Fp8State::update(const int32_t* amax_words, const int32_t* flags) {
-  k_.fp8_update(scales_, fmax_, history_, meta_, amax_words, count(), params_, flags, inv_scales_);
+  k_.fp8_update(scales_, fmax_, history_, meta_, amax_words, count(), params_, flags, inv_scales_,
+                skipped_amax_.as<int32_t>());
 }
 
 Fp8State::Host Fp8State::read() const {
@@ -78,6 +81,29 @@ std::vector<Fp8Counts> Fp8State::read_counts() const {
 float Fp8State::newest_amax(const Host& h, int t) const {
   if (h.meta.newest < 0) return 0.0f;
   return h.history[size_t(t) * size_t(params_.history) + size_t(h.meta.newest)];
+}
+
+std::string Fp8State::nonfinite_operands() const {
+  const int n = count();
+  std::vector<int32_t> w(size_t(n), 0);
+  mem_.download(w.data(), skipped_amax_.data(), w.size() * sizeof(int32_t));
+  std::vector<int> order;  // the step's order of the casts
+  for (int t = 0; t < n; ++t)
+    if (tensors_[size_t(t)].format == Fp8::E4M3) order.push_back(t);
+  for (int t = n - 1; t >= 0; --t)
+    if (tensors_[size_t(t)].format == Fp8::E5M2) order.push_back(t);
+  int first = -1, more = 0;
+  for (int t : order) {
+    if (!amax_nonfinite(w[size_t(t)])) continue;
+    if (first < 0)
+      first = t;
+    else
+      ++more;
+  }
+  if (first < 0) return "";
+  const Fp8Tensor& f = tensors_[size_t(first)];
+  return strcat("FP8 operand ", f.name, " (", fp8_name(f.format), ") not finite",
+                more ? strcat(" (and ", more, " more)") : std::string());
 }
 
 }  // namespace amp

@@ -39,6 +39,11 @@ class Fp8State {
   std::vector<Fp8Counts> read_counts() const;
   // The newest recorded amax of tensor t in h (0 before any step was recorded: callers leave it out).
   float newest_amax(const Host& h, int t) const;
+  // The FP8 operands whose amax was not finite at the last skipped step (any rank's: the words are
+  // the reduced ones), for the skip report: the first in the step's order (the forward's E4M3
+  // operands in the order the model declared them, which is forward order, then the output
+  // gradients in reverse, as backward casts them), and how many more; "" when none was.
+  std::string nonfinite_operands() const;
 
  private:
   DeviceMemory& mem_;
@@ -46,6 +51,7 @@ class Fp8State {
   Fp8Params params_;
   std::vector<Fp8Tensor> tensors_;
   Buffer state_, counts_;  // scales | inverses | fmax | history | meta;  3 int64 per tensor
+  Buffer skipped_amax_;    // the amax words of the last skipped step
   float* scales_ = nullptr;
   float* inv_scales_ = nullptr;
   float* fmax_ = nullptr;

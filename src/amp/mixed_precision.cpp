@@ -143,8 +143,10 @@ std::string MixedPrecision::skip_report(const ScalerState& before, const ScalerS
   const int64_t new_skips = now.overflow_steps - before.overflow_steps;
   if (new_skips <= 0) return "";
   const std::string count = new_skips == 1 ? "" : strcat(" (", new_skips, " skipped since step ", before.iterations, ")");
+  const std::string fp8 = fp8_ ? fp8_->nonfinite_operands() : std::string();
   return strcat("step ", now.last_overflow_iteration, ": non-finite gradients in ", overflow_where(now),
-                " | step skipped on every rank | scale ", before.scale, " -> ", now.scale, count);
+                fp8.empty() ? "" : " | ", fp8, " | step skipped on every rank | scale ", before.scale, " -> ",
+                now.scale, count);
 }
 
 void MixedPrecision::check_divergence(const ScalerState& s, int64_t divergence_steps) const {

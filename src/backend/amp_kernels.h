@@ -49,9 +49,10 @@ class AmpKernels {
   // scaler_record_flags(*state, flags, world), then scaler_update(*state, params, flags[kAny] != 0).
   virtual void update_scale(ScalerState* state, const ScalerParams& params, const int32_t* flags, int world) = 0;
   // FP8 (precision.compute fp8): fp8_update(scales, fmax, history, meta, amax_words, n, p,
-  // flags[kAny] != 0, inv_scales) (amp/fp8_scaling.h), after the step's all-reduce.
+  // flags[kAny] != 0, inv_scales, skipped_amax) (amp/fp8_scaling.h), after the step's all-reduce.
   virtual void fp8_update(float* scales, const float* fmax, float* history, Fp8Meta* meta, const int32_t* amax_words,
-                          int n, const Fp8Params& p, const int32_t* flags, float* inv_scales) = 0;
+                          int n, const Fp8Params& p, const int32_t* flags, float* inv_scales,
+                          int32_t* skipped_amax) = 0;
 };
 
 // The step's verdict as the optimizer reads it: backend memory that the kernels above wrote,

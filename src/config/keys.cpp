@@ -125,7 +125,7 @@ const std::vector<Key>& keys() {
       {"checkpoint.dir", "\"\"", "checkpoint folder (\"\": <out_dir>/checkpoints)", F(checkpoint.dir)},
       {"checkpoint.resume", "\"none\"", "none | auto (newest intact checkpoint in dir) | PATH", F(checkpoint.resume)},
       // faults
-      {"faults.inject_nonfinite", "[]", "list of {step, rank, tensor, value: inf|nan}: plant a non-finite gradient", F(faults.inject_nonfinite), {}, {},
+      {"faults.inject_nonfinite", "[]", "list of {step, rank, tensor, value: inf|nan}: plant a non-finite gradient (tensor: a parameter's, or with fp8 compute an FP8 output gradient NAME.grad_output before its E5M2 cast)", F(faults.inject_nonfinite), {}, {},
        {kStepField, kRankField, {"tensor", nullptr, &FaultSpec::tensor, {}, {}, "a tensor name", "", true},
         {"value", nullptr, &FaultSpec::value, {}, {"inf", "nan"}, nullptr, "inf"}}},
       {"faults.corrupt_params", "[]", "list of {step, rank}: perturb one master weight on that rank after that step (desync drill)", F(faults.corrupt_params), {}, {},

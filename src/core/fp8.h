@@ -25,6 +25,7 @@ enum class Fp8 : uint8_t { E4M3, E5M2 };
 constexpr float kFp8E4M3Max = 448.0f;
 constexpr float kFp8E5M2Max = 57344.0f;
 AMP_HD float fp8_max(Fp8 f) { return f == Fp8::E4M3 ? kFp8E4M3Max : kFp8E5M2Max; }
+inline const char* fp8_name(Fp8 f) { return f == Fp8::E4M3 ? "e4m3" : "e5m2"; }
 
 namespace fp8_detail {
 // Mantissa bits, exponent bias, the largest finite code's magnitude, the NaN and infinity codes.

@@ -89,6 +89,7 @@ void LinearLayers::forward(int id, const Tensor& x, const Tensor& w, const Tenso
 
 void LinearLayers::backward_weight(int id, const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
   if (!fp8()) return ops_.linear_backward_weight(dy, x, dw, db);
+  if (fp8_.before_grad_cast) fp8_.before_grad_cast(3 * id + kGradOutput, dy.data, dy.dtype);
   const RowSumArgs bias_grad{dy.data, dy.dtype, int64_t(dy.rows), int64_t(dy.cols), int64_t(dy.cols), db.data, db.dtype};
   if (native(dy.rows, x.cols, dy.cols)) {  // dw = dy^T x: A = dy^T (out x rows), B = x^T (in x rows)
     const size_t rows = dy.rows;

@@ -17,6 +17,7 @@
 #include "core/hash.h"
 #include "train/checkpoint_fields.h"
 #include "train/checkpoint_io.h"
+#include "train/checkpoint_model.h"
 
 namespace amp {
 
@@ -160,26 +161,22 @@ void CheckpointIO::validate_fp8(const Checkpoint& ck, const std::string& path, R
   const Bad bad{path};
   const Fp8State* f = step_.amp().fp8();
   if (!f) return;
-  const auto& fh = ck.header.contains("fp8") ? ck.header["fp8"] : nlohmann::json();
   std::vector<std::string> names;
   for (const Fp8Tensor& t : f->tensors()) names.push_back(t.name);
   const size_t n = names.size(), len = size_t(f->params().history);
-  if (!fh.is_object()) {
-    r.fp8_note = "the checkpoint has no FP8 state (written without precision.compute fp8): the FP8 scales start at 1";
+  std::string why;
+  std::vector<float> scales = checkpoint_fp8_scales(ck, f->tensors(), &why);
+  if (scales.empty()) {
+    r.fp8_note = strcat("the checkpoint ", why, ": the FP8 scales start at 1");
     return;
   }
-  if (!fh.contains("tensors") || fh["tensors"] != nlohmann::json(names) || !fh.contains("amax_history") ||
-      fh["amax_history"] != nlohmann::json(len)) {
-    r.fp8_note = "the checkpoint's FP8 tensors or precision.fp8.amax_history differ from this run's: the FP8 scales "
-                 "start at 1";
+  if (ck.header["fp8"].value("amax_history", int64_t(-1)) != int64_t(len)) {
+    r.fp8_note = "the checkpoint's precision.fp8.amax_history differs from this run's: the FP8 scales start at 1";
     return;
   }
-  r.fp8.scales = floats(section(ck, bad, "fp8_scales", n * sizeof(float)));
+  r.fp8.scales = std::move(scales);
   r.fp8.history = floats(section(ck, bad, "fp8_history", n * len * sizeof(float)));
   std::memcpy(&r.fp8.meta, section(ck, bad, "fp8_meta", sizeof r.fp8.meta).data(), sizeof r.fp8.meta);
-  for (size_t t = 0; t < n; ++t)
-    if (!(r.fp8.scales[t] > 0.0f) || pow2_floor(r.fp8.scales[t]) != r.fp8.scales[t])
-      bad(strcat("the FP8 scale of ", names[t], " is ", r.fp8.scales[t], ", not a power of two in [2^-126, 2^126]"));
   for (size_t i = 0; i < r.fp8.history.size(); ++i)
     if (!(std::isfinite(r.fp8.history[i]) && r.fp8.history[i] >= 0.0f))
       bad(strcat("an amax in the FP8 history of ", names[i / len], " is ", r.fp8.history[i], ", not finite and >= 0"));

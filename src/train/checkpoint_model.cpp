@@ -1,6 +1,7 @@
 #include "train/checkpoint_model.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -52,6 +53,30 @@ const float* checkpoint_masters(const Checkpoint& ck, const ParamLayout& L, cons
   if (master == ck.sections.end() || master->second.size() != L.total * sizeof(float))
     bad(ck, context, strcat("its master section does not hold the model's ", L.total, " FP32 weights"));
   return reinterpret_cast<const float*>(master->second.data());
+}
+
+std::vector<float> checkpoint_fp8_scales(const Checkpoint& ck, const std::vector<Fp8Tensor>& tensors, std::string* why,
+                                         const std::string& context) {
+  const auto fh = ck.header.find("fp8");
+  if (fh == ck.header.end() || !fh->is_object()) {
+    *why = "has no FP8 state (written without precision.compute fp8)";
+    return {};
+  }
+  std::vector<std::string> names;
+  for (const Fp8Tensor& t : tensors) names.push_back(t.name);
+  if (!fh->contains("tensors") || (*fh)["tensors"] != nlohmann::json(names)) {
+    *why = "has other FP8 tensors than this model's";
+    return {};
+  }
+  const auto sec = ck.sections.find("fp8_scales");
+  if (sec == ck.sections.end() || sec->second.size() != names.size() * sizeof(float))
+    bad(ck, context, strcat("its fp8_scales section does not hold the scales of its ", names.size(), " FP8 tensors"));
+  std::vector<float> scales(names.size());
+  std::memcpy(scales.data(), sec->second.data(), sec->second.size());
+  for (size_t t = 0; t < names.size(); ++t)
+    if (!(scales[t] > 0.0f) || pow2_floor(scales[t]) != scales[t])
+      bad(ck, context, strcat("the FP8 scale of ", names[t], " is ", scales[t], ", not a power of two in [2^-126, 2^126]"));
+  return scales;
 }
 
 }  // namespace amp

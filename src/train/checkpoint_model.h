@@ -5,6 +5,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "amp/fp8_scaling.h"
 
 #include "config/config.h"
 #include "model/param_layout.h"
@@ -18,5 +21,10 @@ Config checkpoint_config(const Checkpoint& ck, const std::string& context = "");
 size_t checkpoint_rows(const Checkpoint& ck, const std::string& tensor);
 // ck's FP32 masters, when its layout is L (tensor by tensor: names and shapes).
 const float* checkpoint_masters(const Checkpoint& ck, const ParamLayout& L, const std::string& context = "");
+// The FP8 scales ck's run ended with (precision.compute fp8), one per tensor of `tensors`, when its
+// FP8 tensors are these (by name, in order); each checked to be a power of two in pow2_floor's
+// range (else a Checkpoint error). Empty when ck has none for them, *why then saying so.
+std::vector<float> checkpoint_fp8_scales(const Checkpoint& ck, const std::vector<Fp8Tensor>& tensors, std::string* why,
+                                         const std::string& context = "");
 
 }  // namespace amp

@@ -32,30 +32,63 @@ void Drills::check_ranks(int world) const {
                                               " rank(s) (ranks 0-", world - 1, ")"));
 }
 
-void Drills::bind(const ParamLayout& layout, int world) {
+void Drills::bind(const ParamLayout& layout, int world, const std::vector<Fp8Tensor>& fp8) {
   layout_ = &layout;
+  const auto fp8_index = [&](const std::string& name) {
+    for (size_t t = 0; t < fp8.size(); ++t)
+      if (fp8[t].name == name) return int(t);
+    return -1;
+  };
   for (const FaultSpec& f : cfg_.faults.inject_nonfinite) {
     if (f.rank >= world)
       throw Error(ErrorKind::Config, strcat("config error: faults.inject_nonfinite: rank ", f.rank,
                                             " does not exist in a run of ", world, " rank(s)"));
-    if (!f.tensor.empty() && layout.index_of(f.tensor) < 0)
-      throw Error(ErrorKind::Config, strcat("config error: faults.inject_nonfinite: no parameter tensor \"", f.tensor,
-                                            "\" (the model has ", layout.names(), ")"));
-    if (f.rank == rank_) my_faults_.push_back(f);
+    if (f.tensor.empty() || layout.index_of(f.tensor) >= 0) {
+      if (f.rank == rank_) my_faults_.push_back(f);
+      continue;
+    }
+    const int t = fp8_index(f.tensor);
+    if (t >= 0 && fp8[size_t(t)].format == Fp8::E5M2) {
+      if (f.rank == rank_) my_fp8_faults_.emplace_back(f, t);
+      continue;
+    }
+    throw Error(ErrorKind::Config,
+                strcat("config error: faults.inject_nonfinite: ",
+                       t >= 0 ? strcat("\"", f.tensor, "\" is an FP8 operand of the forward pass (e4m3); drills "
+                                                      "plant into gradients: a parameter tensor or an FP8 output "
+                                                      "gradient (NAME.grad_output)")
+                              : strcat("no parameter tensor \"", f.tensor, "\" (the model has ", layout.names(),
+                                       fp8.empty() ? "" : ", and FP8 output gradients NAME.grad_output", ")",
+                                       fp8.empty() && f.tensor.find(".grad_output") != std::string::npos
+                                           ? "; FP8 output gradients exist with precision.compute fp8 only"
+                                           : "")));
   }
 }
+
+namespace {
+
+// The planted value (faults value inf|nan) into the first element at data, in dtype.
+void plant(const FaultSpec& f, DeviceMemory& mem, void* data, DType dtype) {
+  const float v = f.value == "nan" ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  char bits[4];
+  convert(&v, DType::F32, bits, dtype, 1);
+  mem.upload(data, bits, dtype_size(dtype));
+}
+
+}  // namespace
 
 void Drills::plant_gradient(int64_t step, int tensor, DeviceMemory& mem, void* grads, DType dtype) const {
   for (const FaultSpec& f : my_faults_) {
     if (f.step != step) continue;
     const int target = f.tensor.empty() ? 0 : layout_->index_of(f.tensor);
     if (target != tensor) continue;
-    const float v = f.value == "nan" ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-    char bits[4];
-    convert(&v, DType::F32, bits, dtype, 1);
-    mem.upload(static_cast<char*>(grads) + layout_->tensors[size_t(tensor)].span.offset * dtype_size(dtype), bits,
-               dtype_size(dtype));
+    plant(f, mem, static_cast<char*>(grads) + layout_->tensors[size_t(tensor)].span.offset * dtype_size(dtype), dtype);
   }
+}
+
+void Drills::plant_fp8_gradient(int64_t step, int fp8_tensor, DeviceMemory& mem, void* data, DType dtype) const {
+  for (const auto& [f, t] : my_fp8_faults_)
+    if (f.step == step && t == fp8_tensor) plant(f, mem, data, dtype);
 }
 
 void Drills::raise_signal(int64_t step) const {

@@ -8,6 +8,7 @@
 
 #include "backend/memory.h"
 #include "config/config.h"
+#include "amp/fp8_scaling.h"
 #include "model/param_layout.h"
 
 namespace amp {
@@ -22,11 +23,17 @@ class Drills {
   // Every drill must aim at a rank of this run: a drill for rank 3 of a 2-rank run never fires
   // (the run would pass without drilling anything). Throws Error(Config) naming the drill.
   void check_ranks(int world) const;
-  void bind(const ParamLayout& layout, int world);
+  // A drill's tensor is a parameter tensor (its gradient) or, with FP8 compute, an FP8 output
+  // gradient (NAME.grad_output of fp8: the model's FP8 tensors); anything else is a Config error.
+  void bind(const ParamLayout& layout, int world, const std::vector<Fp8Tensor>& fp8 = {});
   bool plants_gradients() const { return !my_faults_.empty(); }
+  bool plants_fp8_gradients() const { return !my_fp8_faults_.empty(); }
   // faults.inject_nonfinite: writes inf/nan into tensor's first gradient element at that step
   // (called as backward completes the tensor, before its bucket is checked and reduced).
   void plant_gradient(int64_t step, int tensor, DeviceMemory& mem, void* grads, DType dtype) const;
+  // ... into the first element of an FP8 output gradient (fp8_tensor: its index in the model's FP8
+  // tensors) before the step casts it to E5M2: data holds it, in dtype.
+  void plant_fp8_gradient(int64_t step, int fp8_tensor, DeviceMemory& mem, void* data, DType dtype) const;
   // faults.raise_signal: delivers the stop signal to this process after that step.
   void raise_signal(int64_t step) const;
   // faults.corrupt_params: this rank's copy of the first weight drifts after that step (desync
@@ -39,6 +46,7 @@ class Drills {
   int rank_;
   const ParamLayout* layout_ = nullptr;
   std::vector<FaultSpec> my_faults_;
+  std::vector<std::pair<FaultSpec, int>> my_fp8_faults_;  // with the FP8 tensor's index
 };
 
 }  // namespace amp

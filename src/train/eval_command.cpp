@@ -42,12 +42,23 @@ int run_eval(const Config& cfg, Communicator& world) {
   });
   const ParamLayout& L = model->layout();
   std::vector<float> w;
+  InitialFp8 fp8{model->fp8_tensors(), {}, {}};
   run_agreed(world, [&] {
-    if (rank == 0) w = read_initial_weights(cfg, L, size_t(data.train.vocab));
+    if (rank == 0) w = read_initial_weights(cfg, L, size_t(data.train.vocab), &fp8);
   });
   w.resize(L.total);
   world.broadcast(view_of(w.data(), w.size()), 0);
   const WorkingWeights weights(*be, w.data(), w.size(), cfg.precision.compute);
+  // FP8 compute: the scales the checkpoint's run ended with, on every rank; without them, bf16.
+  int32_t n_scales = int32_t(fp8.scales.size());
+  world.broadcast(view_of(&n_scales, 1), 0);
+  fp8.scales.resize(size_t(n_scales));
+  if (n_scales > 0) world.broadcast(view_of(fp8.scales.data(), fp8.scales.size()), 0);
+  const std::unique_ptr<FixedFp8Scales> scales =
+      n_scales > 0 ? std::make_unique<FixedFp8Scales>(*be, *model, fp8.scales, cfg.precision.fp8_params.native_gemm)
+                   : nullptr;
+  if (rank == 0 && !fp8.tensors.empty() && !scales)
+    std::fprintf(stderr, "note: precision.compute fp8: %s; evaluating in bf16\n", fp8.why.c_str());
   const EvalResult r = evaluate(*model, be->memory(), weights.params(), data.eval, eval_batch, world, size_t(cfg.run.eval_iters));
   if (rank == 0) {
     const size_t per = model->loss_terms_per_sample();
@@ -57,7 +68,8 @@ int run_eval(const Config& cfg, Communicator& world) {
                                  : strcat(model->classification() ? strcat("accuracy ", r.accuracy, " | ") : std::string(),
                                           r.samples, " samples");
     std::printf("eval loss %.6f | %s of %s | weights %s | %s compute | %d rank(s)\n", r.loss, what.c_str(),
-                data.eval.source.c_str(), cfg.model.init_from.c_str(), precision_name(cfg.precision.compute), nranks);
+                data.eval.source.c_str(), cfg.model.init_from.c_str(),
+                scales ? "fp8" : precision_name(cfg.precision.compute), nranks);
     std::fflush(stdout);
   }
   return 0;

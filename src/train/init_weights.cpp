@@ -8,13 +8,14 @@
 
 namespace amp {
 
-std::vector<float> read_initial_weights(const Config& cfg, const ParamLayout& L, size_t vocab) {
+std::vector<float> read_initial_weights(const Config& cfg, const ParamLayout& L, size_t vocab, InitialFp8* fp8) {
   const std::string& path = cfg.model.init_from;
   const std::string key = strcat("model.init_from (", cfg.origin.at("model.init_from"), ")");
   if (looks_like_gpt_weights(path)) {
     if (cfg.model.type != ModelType::Gpt)
       throw Error(ErrorKind::Config, strcat("config error: ", cfg.origin.at("model.init_from"), ": model.init_from: ", path,
                                             " holds GPT weights (safetensors or llm.c); this config builds an mlp"));
+    if (fp8) fp8->why = strcat(path, " holds weights only (safetensors or llm.c), no FP8 scales");
     return read_gpt_weights(path, gpt_options(cfg, vocab), L, key);
   }
   // An amp_ddp checkpoint: its masters, when its layout is this model's.
@@ -28,6 +29,11 @@ std::vector<float> read_initial_weights(const Config& cfg, const ParamLayout& L,
                                               "a readable amp_ddp checkpoint: ", why));
   }
   const float* master = checkpoint_masters(ck, L, key + ": ");
+  if (fp8) {
+    std::string why;
+    fp8->scales = checkpoint_fp8_scales(ck, fp8->tensors, &why, key + ": ");
+    if (fp8->scales.empty()) fp8->why = strcat(path, " ", why);
+  }
   return std::vector<float>(master, master + L.total);
 }
 

@@ -6,13 +6,24 @@
 #include <string>
 #include <vector>
 
+#include "amp/fp8_scaling.h"
 #include "config/config.h"
 #include "model/param_layout.h"
 
 namespace amp {
 
+// With FP8 compute, the scales the weights' run ended with (for the eval command): from an
+// amp_ddp checkpoint of a run with the model's FP8 tensors (checkpoint_fp8_scales), else none.
+struct InitialFp8 {
+  std::vector<Fp8Tensor> tensors;  // in: the model's FP8 tensors
+  std::vector<float> scales;       // out: one per tensor; empty: none
+  std::string why;                 // out: why there are none ("WEIGHTS has ...")
+};
+
 // The masters for layout L (vocab: the GPT's vocabulary, unused for an MLP). Errors name
-// model.init_from, the file and what does not match (a Checkpoint error).
-std::vector<float> read_initial_weights(const Config& cfg, const ParamLayout& L, size_t vocab);
+// model.init_from, the file and what does not match (a Checkpoint error). fp8 (optional): the
+// FP8 scales too.
+std::vector<float> read_initial_weights(const Config& cfg, const ParamLayout& L, size_t vocab,
+                                        InitialFp8* fp8 = nullptr);
 
 }  // namespace amp

@@ -44,6 +44,16 @@ void run_sample(const SampleRequest& r) {
 
   const WorkingWeights weights(*be, master, L.total, compute);
   const void* params = weights.params();
+  // FP8 compute: the linear layers cast with the scales the run ended with (bf16 without them).
+  std::unique_ptr<FixedFp8Scales> fp8;
+  if (const std::vector<Fp8Tensor> tensors = model->fp8_tensors(); !tensors.empty()) {
+    std::string why;
+    const std::vector<float> scales = checkpoint_fp8_scales(ck, tensors, &why);
+    if (scales.empty())
+      std::fprintf(stderr, "note: precision.compute fp8: %s %s; sampling in bf16\n", r.checkpoint.c_str(), why.c_str());
+    else
+      fp8 = std::make_unique<FixedFp8Scales>(*be, *model, scales, cfg.precision.fp8_params.native_gemm);
+  }
 
   const std::string prompt_text = r.prompt ? *r.prompt : cfg.sample.prompt;
   const std::vector<int32_t> prompt = encode_prompt(shape.tokenizer, prompt_text, shape.vocab,

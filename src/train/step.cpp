@@ -65,9 +65,9 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   // buffer: the step's one all-reduce carries them).
   if (std::vector<Fp8Tensor> fp8 = model_.fp8_tensors(); !fp8.empty()) {
     amp_->enable_fp8(cfg_.precision.fp8_params, std::move(fp8));
-    Fp8Binding b = amp_->fp8_binding();
-    b.native_gemm = cfg_.precision.fp8_params.native_gemm && ops_.native_fp8_gemm();
-    model_.bind_fp8(b);
+    fp8_binding_ = amp_->fp8_binding();
+    fp8_binding_.native_gemm = cfg_.precision.fp8_params.native_gemm && ops_.native_fp8_gemm();
+    model_.bind_fp8(fp8_binding_);
   }
   runs_ = optimizer_runs();
   // The backward seed's 1/N: the mean over the global batch of one micro-batch (batch x world), so
@@ -78,6 +78,14 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
 }
 
 TrainStep::~TrainStep() { be_.capture().release_capture(); }
+
+void TrainStep::set_fp8_gradient_hook(std::function<void(int64_t, int, void*, DType)> hook) {
+  AMP_CHECK(amp_->fp8(), "set_fp8_gradient_hook: FP8 compute is off");
+  fp8_binding_.before_grad_cast = [this, hook = std::move(hook)](int t, void* data, DType dtype) {
+    hook(step_now_, t, data, dtype);
+  };
+  model_.bind_fp8(fp8_binding_);
+}
 
 void TrainStep::connect(Communicator& world_comm, std::unique_ptr<Communicator> device_comm, bool overlap) {
   world_comm_ = &world_comm;
@@ -218,6 +226,7 @@ void TrainStep::run(int64_t step, int64_t first_step, const Dataset& train, cons
 // the device, so with one micro-batch the whole function can be captured into a CUDA graph.
 void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* idx) {
   MixedPrecision& amp = *amp_;
+  step_now_ = step;
   amp.begin_step();  // flags cleared
   const void* params = working_params();
   // Micro-batch 0 was staged by run(); with gradient accumulation the ones before the last have

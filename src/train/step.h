@@ -57,6 +57,9 @@ class TrainStep {
   // Called with (step, tensor) as backward completes each tensor, before its bucket may launch
   // (fault drills plant non-finite gradients here); set before the first step.
   void set_gradient_hook(std::function<void(int64_t step, int tensor)> hook) { hook_ = std::move(hook); }
+  // With FP8 compute: called with (step, FP8 tensor, data, dtype) before each cast of an output
+  // gradient (fault drills plant non-finite values into one); set before the first step.
+  void set_fp8_gradient_hook(std::function<void(int64_t step, int fp8_tensor, void* data, DType dtype)> hook);
   // false: never capture (faults planted from the host in the middle of a step). Steps of several
   // micro-batches stage each from the host mid-step and are never captured either.
   void allow_capture(bool allow) { use_graph_ = allow && accum_ == 1; }
@@ -151,6 +154,8 @@ class TrainStep {
   Communicator* world_comm_ = nullptr;
   Communicator* grad_comm_ = nullptr;
   std::function<void(int64_t, int)> hook_;
+  Fp8Binding fp8_binding_;  // what the model's FP8 casts use (FP8 compute)
+  int64_t step_now_ = 0;    // the step under way (for the FP8 gradient hook)
 
   // Destroyed bottom up, after ~TrainStep() dropped the graph: the reducer (its pending requests),
   // the device communicator (an abort must not wait behind buffer frees, which synchronize the

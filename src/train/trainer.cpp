@@ -191,7 +191,7 @@ nlohmann::json Trainer::fp8_report(const Fp8State& f) const {
     const Fp8Tensor& ft = f.tensors()[size_t(t)];
     const Fp8Counts& c = counts[size_t(t)];
     nlohmann::json e = {{"name", ft.name},
-                        {"format", ft.format == Fp8::E4M3 ? "e4m3" : "e5m2"},
+                        {"format", fp8_name(ft.format)},
                         {"scale", h.scales[size_t(t)]}};
     if (h.meta.recorded > 0) e["amax"] = f.newest_amax(h, t);
     if (c.elements > 0) {

@@ -147,7 +147,7 @@ void Trainer::setup_local() {
   model_ = make_model(cfg_, data_.train, be_->memory(), be_->ops(), compute_, max_rows, nranks_,
                       be_->memory().memory_available(world_.local_size()));
   const ParamLayout& L = model_->layout();
-  drills_.bind(L, nranks_);  // tensor names are checked here, ranks at start-up
+  drills_.bind(L, nranks_, model_->fp8_tensors());  // tensor names are checked here, ranks at start-up
   guards_ = std::make_unique<Guards>(cfg_, world_, *be_);
   guards_->bind(L);
 
@@ -157,6 +157,10 @@ void Trainer::setup_local() {
   if (drills_.plants_gradients())
     step_->set_gradient_hook([this](int64_t step, int tensor) {
       drills_.plant_gradient(step, tensor, be_->memory(), const_cast<void*>(step_->gradients()), compute_);
+    });
+  if (drills_.plants_fp8_gradients())
+    step_->set_fp8_gradient_hook([this](int64_t step, int tensor, void* data, DType dtype) {
+      drills_.plant_fp8_gradient(step, tensor, be_->memory(), data, dtype);
     });
 
   schedule_.kind = cfg_.optimizer.schedule;

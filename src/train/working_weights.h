@@ -1,12 +1,15 @@
 // FP32 weights as a forward pass reads them: in backend memory, cast to the compute precision
-// (round to nearest even, as the optimizer casts the masters into its working copy). For the
-// commands that run a model without training it (sample, eval).
+// (round to nearest even, as the optimizer casts the masters into its working copy); with FP8
+// compute, the scales the linear layers cast with. For the commands that run a model without
+// training it (sample, eval).
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/dtype.h"
+#include "model/model.h"
 
 namespace amp {
 
@@ -18,6 +21,18 @@ class WorkingWeights {
  private:
   DType compute_;
   Buffer master_, working_;
+};
+
+// precision.compute fp8 outside training: the model's FP8 casts bound to fixed scales (one per
+// FP8 tensor: those a checkpoint's run ended with, checkpoint_fp8_scales; what that run's own
+// evaluations used), in backend memory for as long as this lives; nothing recorded. native_gemm:
+// FP8 GEMMs where the ops have them (precision.fp8.gemm auto), as in training.
+class FixedFp8Scales {
+ public:
+  FixedFp8Scales(Backend& be, Model& model, const std::vector<float>& scales, bool native_gemm);
+
+ private:
+  Buffer scales_;  // scales | their inverses
 };
 
 }  // namespace amp

@@ -25,9 +25,9 @@ def source(*parts):
     return os.path.join(args().source, *parts)
 
 
-def run(config, sets=(), np=None, timeout=600, extra=(), env=None):
-    """Runs amp_ddp; returns (exit code, stdout, stderr)."""
-    cmd = [args().binary, config] + [a for s in sets for a in ("--set", s)] + list(extra)
+def run(config, sets=(), np=None, timeout=600, extra=(), env=None, command=None):
+    """Runs amp_ddp (or `amp_ddp COMMAND`, e.g. eval); returns (exit code, stdout, stderr)."""
+    cmd = [args().binary] + ([command] if command else []) + [config] + [a for s in sets for a in ("--set", s)] + list(extra)
     if np is not None:
         cmd = [source("scripts", "mpirun.sh"), "-np", str(np)] + cmd
     e = dict(os.environ)

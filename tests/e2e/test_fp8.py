@@ -5,12 +5,16 @@
      summary.json reports every FP8 tensor with a power-of-two scale, and its histories saw every step;
   2. a resumed FP8 run continues bit for bit (its scales and amax histories are in the checkpoint);
   3. on 2 ranks with different data, the ranks' FP8 scales and histories agree after every step
-     (distributed.hash_interval 1), an overflow planted on rank 1 is skipped on every rank, named,
-     and leaves the histories alone; recomputation gives the same bits; the run resumes on 1 rank
-     (elastic) with its histories;
+     (distributed.hash_interval 1); an infinity planted into an E5M2 output gradient on rank 1 (before
+     its cast) and a NaN into a weight gradient on rank 0 are skipped on every rank, the first named
+     by its FP8 operand, and leave the histories alone; recomputation gives the same bits; the run
+     resumes on 1 rank (elastic) with its histories; `amp_ddp eval` of its final checkpoint computes
+     in FP8 with the scales the run ended with: the run's final evaluation loss;
   4. the MLP trains in FP8 too (within 15% of BF16's mse on the seed's regression at its noise
      floor), its three layers' tensors reported."""
+import glob
 import os
+import re
 from e2e_util import check, done, losses, records, run, source, summary, tmpdir, tiny_gpt_config
 
 base = tmpdir()
@@ -63,29 +67,51 @@ if rc1 == rc2 == rc3 == 0:
           "and with the same FP8 scales")
     check(losses(whole) == losses(half), "every logged training loss is the same")
 
-# 3. Two ranks: the scales agree every step; a planted overflow is skipped everywhere and named.
+# 3. Two ranks: the scales agree every step; planted overflows are skipped everywhere and named.
+planted = ("faults.inject_nonfinite=[{step: 9, rank: 1, tensor: h.1.mlp.fc.grad_output, value: inf}, "
+           "{step: 13, rank: 0, tensor: h.1.mlp.fc.weight, value: nan}]")
 out = {}
 for mode in ("none", "block"):
     d = os.path.join(base, "np2_" + mode)
     rc, o, e = run(cfg, fp8 + ["distributed.hash_interval=1", f"model.recompute={mode}", f"run.out_dir={d}",
-                               "checkpoint.final=true",
-                               "faults.inject_nonfinite=[{step: 9, rank: 1, tensor: h.1.mlp.fc.weight, value: inf}]"], np=2)
+                               "checkpoint.final=true", planted], np=2)
     out[mode] = (rc, d, o + e)
-    check(rc == 0 and "step 9: non-finite gradients in h.1.mlp.fc.weight on rank 1 | step skipped on every rank" in o + e,
-          f"2 ranks, recompute {mode}: the scales agree after every step and the planted overflow is skipped and named "
-          f"({rc}: {(o + e).strip()[-400:]})")
+    log = o + e
+    # Backward carries the infinity from h.1's fc on to every layer before it: the skip line names
+    # the FP8 operand where it began (the first non-finite cast of the step).
+    check(rc == 0 and "step 9: non-finite gradients in " in log and " on rank 1 | FP8 operand h.1.mlp.fc.grad_output "
+          "(e5m2) not finite" in log and "step 13: non-finite gradients in h.1.mlp.fc.weight on rank 0 | step skipped "
+          "on every rank" in log,
+          f"2 ranks, recompute {mode}: the scales agree after every step and the planted overflows (E5M2 gradient, "
+          f"weight gradient) are skipped and named ({rc}: {log.strip()[-600:]})")
 if all(v[0] == 0 for v in out.values()):
     sn, sb = summary(out["none"][1]), summary(out["block"][1])
-    check(sn["skipped_steps"] == 1 and sn["fp8"]["steps_recorded"] == 29,
-          f"the skipped step's amaxes are not recorded ({sn['fp8']['steps_recorded']} of 30 steps)")
+    check(sn["skipped_steps"] == 2 and sn["fp8"]["steps_recorded"] == 28,
+          f"the skipped steps' amaxes are not recorded ({sn['fp8']['steps_recorded']} of 30 steps)")
     check(sn["params_hash"] == sb["params_hash"] and records(out["none"][1]) == records(out["block"][1]),
           "recomputation gives the same bits in FP8")
+    # The eval command on the final checkpoint: FP8 with the run's last scales is the run's own
+    # final evaluation (2 ranks: the same partial sums); bf16 compute of the same weights is not.
+    ckpt = sorted(glob.glob(os.path.join(out["none"][1], "checkpoints", "ckpt_step*.bin")))[-1]
+    ev = {}
+    for prec in ("fp8", "bf16"):
+        rc, o, e = run(cfg, [f"model.init_from={ckpt}", f"precision.compute={prec}"], np=2, command="eval")
+        m = re.search(r"^eval loss (\S+) .* \| (\w+) compute \|", o, re.M)
+        ev[prec] = (float(m.group(1)), m.group(2)) if rc == 0 and m else (None, f"{rc}: {(o + e).strip()[-300:]}")
+    check(ev["fp8"][0] is not None and ev["fp8"][1] == "fp8" and abs(ev["fp8"][0] - sn["eval_loss"]) < 5e-6 and
+          ev["bf16"][0] is not None and abs(ev["bf16"][0] - sn["eval_loss"]) > 5e-6,
+          f"amp_ddp eval of the FP8 checkpoint computes in FP8 with its scales: the run's final eval loss "
+          f"{sn['eval_loss']:.6f} (fp8 {ev['fp8']}, bf16 {ev['bf16']})")
     # Elastic: the 2-rank run continues on 1 rank with its FP8 histories (every rank held the same).
     rc, o, e = run(cfg, fp8 + ["run.steps=40", "checkpoint.resume=auto", f"run.out_dir={out['none'][1]}"])
     se = summary(out["none"][1]) if rc == 0 else {}
-    check(rc == 0 and "elastic resume" in o + e and se.get("fp8", {}).get("steps_recorded") == 39,
-          f"the 2-rank FP8 run resumes on 1 rank with its histories (29 + 10 steps recorded: "
+    check(rc == 0 and "elastic resume" in o + e and se.get("fp8", {}).get("steps_recorded") == 38,
+          f"the 2-rank FP8 run resumes on 1 rank with its histories (28 + 10 steps recorded: "
           f"{se.get('fp8', {}).get('steps_recorded')}; {rc}: {(o + e).strip()[-300:]})")
+
+# The shipped FP8 config (the held-out text of docs/benchmarks.md) plans without error.
+rc, o, e = run(source("configs", "gpt_licenses_fp8.yaml"), extra=["--dry-run"])
+check(rc == 0 and "834.3k" in o + e, f"configs/gpt_licenses_fp8.yaml plans ({rc}: {(o + e).strip()[-300:]})")
 
 # 4. The MLP.
 mlp = {}

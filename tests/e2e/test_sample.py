@@ -1,6 +1,7 @@
 """`amp_ddp sample CHECKPOINT`: text from a checkpoint without the training data. The sample of a
 run's final checkpoint with the run's sample.* settings is the run's final sample, byte for byte (in
-FP32 and in FP16 compute: the masters are cast as the optimizer casts them); options override them,
+FP32 and in FP16 compute: the masters are cast as the optimizer casts them; in FP8 compute: the
+linear layers cast with the scales the run ended with); options override them,
 the same seed gives the same text, and a checkpoint of an MLP, a missing file, a prompt the
 vocabulary cannot hold and bad options are clear errors with their exit codes."""
 import glob
@@ -25,7 +26,7 @@ def final_sample(out):
 
 
 runs = {}
-for prec in ("fp32", "fp16"):
+for prec in ("fp32", "fp16", "fp8"):
     out = os.path.join(base, prec)
     rc, o, e = run(cfg, [f"run.out_dir={out}", "checkpoint.final=true", f"precision.compute={prec}",
                          "run.sample_interval=0", "run.threads=1"])

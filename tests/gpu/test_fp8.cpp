@@ -58,7 +58,8 @@ TEST_CASE("fp8_quantize: values, amax and counts as the CPU, both formats, bit f
   }
 }
 
-TEST_CASE("fp8_update: the device's scales and histories follow the host's, skipped steps recording nothing",
+TEST_CASE("fp8_update: the device's scales and histories follow the host's, skipped steps recording nothing "
+          "but their amax words",
           "[.cuda][amp]") {
   auto gpu = make_device();
   const int n = 4, world = 2;
@@ -71,6 +72,9 @@ TEST_CASE("fp8_update: the device's scales and histories follow the host's, skip
   const size_t floats = size_t(n * (2 + p.history));
   Buffer st = gpu->memory().alloc(floats * sizeof(float) + sizeof(Fp8Meta));
   Buffer fl = gpu->memory().alloc((OverflowFlags::count(world) + n) * sizeof(int32_t));
+  Buffer sk = gpu->memory().alloc(n * sizeof(int32_t));  // a skipped step's amax words
+  gpu->memory().zero(sk.data(), sk.bytes());
+  std::vector<int32_t> skipped(n, 0);
   std::vector<float> init(floats, 0.0f);
   std::copy(scales.begin(), scales.end(), init.begin());
   std::copy(fmax.begin(), fmax.end(), init.begin() + n);
@@ -82,12 +86,14 @@ TEST_CASE("fp8_update: the device's scales and histories follow the host's, skip
     flags[OverflowFlags::kAny] = step % 7 == 3;
     for (int t = 0; t < n; ++t)
       flags[OverflowFlags::count(world) + size_t(t)] = amax_bits(std::ldexp(float(r.uniform()) + 0.1f, int(r.below(30)) - 20));
+    if (step % 7 == 3) flags[OverflowFlags::count(world) + size_t(step % n)] = amax_bits(INFINITY);
     gpu->memory().upload(fl.data(), flags.data(), flags.size() * sizeof(int32_t));
     float* s = st.as<float>();
     gpu->amp_kernels().fp8_update(s, s + n, s + 2 * n, reinterpret_cast<Fp8Meta*>(s + floats),
-                                  fl.as<int32_t>() + OverflowFlags::count(world), n, p, fl.as<int32_t>(), nullptr);
+                                  fl.as<int32_t>() + OverflowFlags::count(world), n, p, fl.as<int32_t>(), nullptr,
+                                  sk.as<int32_t>());
     fp8_update(scales.data(), fmax.data(), history.data(), &meta, flags.data() + OverflowFlags::count(world), n, p,
-               flags[OverflowFlags::kAny] != 0);
+               flags[OverflowFlags::kAny] != 0, nullptr, skipped.data());
     std::vector<float> dev(floats);
     gpu->memory().download(dev.data(), st.data(), floats * sizeof(float));
     INFO("step " << step);
@@ -96,6 +102,9 @@ TEST_CASE("fp8_update: the device's scales and histories follow the host's, skip
     const Fp8Meta dm = read_one<Fp8Meta>(*gpu, st.as<float>() + floats);
     REQUIRE(dm.newest == meta.newest);
     REQUIRE(dm.recorded == meta.recorded);
+    std::vector<int32_t> dsk(n);
+    gpu->memory().download(dsk.data(), sk.data(), n * sizeof(int32_t));
+    REQUIRE(dsk == skipped);
   }
   CHECK(meta.recorded == 40 - 6);  // steps 3, 10, 17, 24, 31, 38 skipped
 }

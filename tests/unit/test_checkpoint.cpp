@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +20,7 @@
 #include "core/hash.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_model.h"
 
 using amp::Checkpoint;
 using nlohmann::json;
@@ -438,4 +441,34 @@ TEST_CASE("checkpoint: unusual but valid headers load", "[checkpoint]") {
   CHECK(ck.sections.at("").empty());
   h["step"] = INT64_MAX;
   CHECK(amp::parse_checkpoint(amp_test::checkpoint_bytes(h.dump(), kPayload), "p").step() == INT64_MAX);
+}
+
+TEST_CASE("checkpoint: the FP8 scales the eval and sample commands take, checked", "[checkpoint][fp8]") {
+  const std::vector<amp::Fp8Tensor> tensors = {{"fc1.input", amp::Fp8::E4M3}, {"fc1.weight", amp::Fp8::E4M3},
+                                          {"fc1.grad_output", amp::Fp8::E5M2}};
+  amp::Checkpoint ck;
+  ck.path = "run/ckpt.bin";
+  std::string why;
+  CHECK(amp::checkpoint_fp8_scales(ck, tensors, &why).empty());
+  CHECK(why == "has no FP8 state (written without precision.compute fp8)");
+  ck.header["fp8"] = {{"tensors", {"fc1.input", "fc1.weight", "fc2.grad_output"}}, {"amax_history", 16}};
+  CHECK(amp::checkpoint_fp8_scales(ck, tensors, &why).empty());
+  CHECK(why == "has other FP8 tensors than this model's");
+  ck.header["fp8"]["tensors"] = {"fc1.input", "fc1.weight", "fc1.grad_output"};
+  const auto put = [&](std::vector<float> s) {
+    ck.sections["fp8_scales"].assign(reinterpret_cast<const char*>(s.data()),
+                                     reinterpret_cast<const char*>(s.data() + s.size()));
+  };
+  put({0.5f, 64.0f, 0x1p-20f});
+  CHECK(amp::checkpoint_fp8_scales(ck, tensors, &why) == std::vector<float>{0.5f, 64.0f, 0x1p-20f});
+  put({0.5f, 64.0f});
+  CHECK_THROWS_WITH(amp::checkpoint_fp8_scales(ck, tensors, &why),
+                    "checkpoint error: run/ckpt.bin: its fp8_scales section does not hold the scales of its 3 FP8 tensors");
+  for (float bad : {48.0f, 0.0f, -2.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    put({0.5f, 64.0f, bad});
+    INFO(bad);
+    CHECK_THROWS_WITH(amp::checkpoint_fp8_scales(ck, tensors, &why),
+                      Catch::Contains("the FP8 scale of fc1.grad_output is") &&
+                          Catch::Contains("not a power of two in [2^-126, 2^126]"));
+  }
 }

@@ -194,8 +194,10 @@ TEST_CASE("fp8: the step's update follows the delayed-scaling rule per tensor, s
           }
           const bool skip = rng.below(10) == 0;
           const std::vector<float> before = scales;
-          fp8_update(scales.data(), fmax, history.data(), &meta, words, n, p, skip);
+          int32_t kept[n] = {-1, -1, -1};  // a skipped step's words, for the skip report
+          fp8_update(scales.data(), fmax, history.data(), &meta, words, n, p, skip, nullptr, kept);
           skipped += skip;
+          for (int t = 0; t < n; ++t) wrong += kept[t] != (skip ? words[t] : -1);
           for (int t = 0; t < n; ++t) {
             if (!skip) ref[t].record(amax[t], size_t(len), algo == AmaxAlgo::MostRecent, fmax[t], margin);
             wrong += scales[size_t(t)] != ref[t].scale;
@@ -270,7 +272,7 @@ TEST_CASE("fp8: the linear layers' FP8 seam is the compute-dtype op on quantized
   lin.forward(0, T(x, B, in), T(w, out, in), T(b, 1, out), T(y_lin, B, out), true);
   CHECK(y_lin == y_plain);
 
-  lin.bind(Fp8Binding{scales.data(), inv.data(), amax.data(), counts.data()});
+  lin.bind(Fp8Binding{scales.data(), inv.data(), amax.data(), counts.data(), false, {}});
   REQUIRE(lin.fp8());
   auto xq = spec_quantized(x, scales[0], Fp8::E4M3), wq = spec_quantized(w, scales[1], Fp8::E4M3);
   auto dyq = spec_quantized(dy, scales[2], Fp8::E5M2);
@@ -395,7 +397,7 @@ TEST_CASE("fp8: the linear layers' native FP8 path (codes, transposes, FP8 GEMMs
     lin.add("fc1");
     std::vector<uint16_t> qx(B * in), qw(out * in), qdy(B * out);
     lin.set_scratch(qx.data(), qw.data(), qdy.data());
-    Fp8Binding bind{scales.data(), inv.data(), o.amax.data(), o.counts.data()};
+    Fp8Binding bind{scales.data(), inv.data(), o.amax.data(), o.counts.data(), false, {}};
     bind.native_gemm = native;
     lin.bind(bind);
     REQUIRE(lin.native(B, in, out) == native);

@@ -117,8 +117,10 @@ void CpuBackend::update_scale(ScalerState* state, const ScalerParams& params, co
 }
 
 void CpuBackend::fp8_update(float* scales, const float* fmax, float* history, Fp8Meta* meta, const int32_t* amax_words,
-                            int n, const Fp8Params& p, const int32_t* flags, float* inv_scales) {
-  amp::fp8_update(scales, fmax, history, meta, amax_words, n, p, flags[OverflowFlags::kAny] != 0, inv_scales);
+                            int n, const Fp8Params& p, const int32_t* flags, float* inv_scales,
+                            int32_t* skipped_amax) {
+  amp::fp8_update(scales, fmax, history, meta, amax_words, n, p, flags[OverflowFlags::kAny] != 0, inv_scales,
+                  skipped_amax);
 }
 
 }  // namespace amp
