@@ -57,29 +57,66 @@ __global__ void __launch_bounds__(kThreads) fp8_quantize_kernel(const S* src, D*
   record_block(m, flushed, saturated, n, amax, counts, sh);
 }
 
-// The codes (and their transpose) of a rows x cols operand, one element per thread and step.
+// One element's code (the specification's: saturating when finite, non-finite values kept), its
+// amax word and whether it flushed or saturated, into the thread's running totals.
+__device__ uint8_t cast_one(float x, float scale, float fmax, Fp8 f, int32_t* m, long long* flushed,
+                            long long* saturated) {
+  *m = max(*m, amax_bits(x));
+  const bool finite = x - x == 0.0f;
+  const uint8_t code = finite ? float_to_fp8(x * scale, f, true) : float_to_fp8(x, f, false);
+  if (finite) {
+    *flushed += (code & 0x7fu) == 0 && x != 0.0f;
+    *saturated += fabsf(x * scale) > fmax;
+  }
+  return code;
+}
+
+// The codes of a rows x cols operand, one element per thread and step.
 template <typename S>
-__global__ void __launch_bounds__(kThreads) fp8_cast_kernel(const S* src, int64_t rows, int64_t cols, Fp8 f,
-                                                            const float* scale_p, uint8_t* codes, uint8_t* codes_t,
-                                                            int32_t* amax, unsigned long long* counts) {
+__global__ void __launch_bounds__(kThreads) fp8_cast_kernel(const S* src, int64_t n, Fp8 f, const float* scale_p,
+                                                            uint8_t* codes, int32_t* amax, unsigned long long* counts) {
   __shared__ long long sh[kThreads];
   const float scale = *scale_p, fmax = fp8_max(f);
   int32_t m = 0;
   long long flushed = 0, saturated = 0;
-  const int64_t n = rows * cols, stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
-    const float x = to_f32(src[e]);
-    m = max(m, amax_bits(x));
-    const bool finite = x - x == 0.0f;
-    const uint8_t code = finite ? float_to_fp8(x * scale, f, true) : float_to_fp8(x, f, false);
-    if (finite) {
-      flushed += (code & 0x7fu) == 0 && x != 0.0f;
-      saturated += fabsf(x * scale) > fmax;
-    }
-    if (codes) codes[e] = code;
-    if (codes_t) codes_t[(e % cols) * rows + e / cols] = code;  // uncoalesced writes: not tuned
-  }
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride)
+    codes[e] = cast_one(to_f32(src[e]), scale, fmax, f, &m, &flushed, &saturated);
   record_block(m, flushed, saturated, n, amax, counts, sh);
+}
+
+// With the transpose: 32 x 32 tiles, read and written row by row by a warp each (the transposed
+// writes go through shared memory, so both sides are coalesced); a block walks tiles.
+constexpr int kTile = 32, kTileStep = int(kThreads) / kTile;
+template <typename S>
+__global__ void __launch_bounds__(kThreads) fp8_cast_t_kernel(const S* src, int64_t rows, int64_t cols, Fp8 f,
+                                                              const float* scale_p, uint8_t* codes, uint8_t* codes_t,
+                                                              int32_t* amax, unsigned long long* counts) {
+  __shared__ long long sh[kThreads];
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  const float scale = *scale_p, fmax = fp8_max(f);
+  int32_t m = 0;
+  long long flushed = 0, saturated = 0;
+  const int tx = int(threadIdx.x) % kTile, ty = int(threadIdx.x) / kTile;
+  const int64_t tiles_c = (cols + kTile - 1) / kTile, tiles = (rows + kTile - 1) / kTile * tiles_c;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t r0 = t / tiles_c * kTile, c0 = t % tiles_c * kTile;
+    for (int i = ty; i < kTile; i += kTileStep) {
+      const int64_t r = r0 + i, c = c0 + tx;
+      if (r < rows && c < cols) {
+        const uint8_t code = cast_one(to_f32(src[r * cols + c]), scale, fmax, f, &m, &flushed, &saturated);
+        if (codes) codes[r * cols + c] = code;
+        tile[i][tx] = code;
+      }
+    }
+    __syncthreads();
+    for (int i = ty; i < kTile; i += kTileStep) {  // codes_t[c][r] = the code at (r, c) = tile[r - r0][c - c0]
+      const int64_t c = c0 + i, r = r0 + tx;
+      if (r < rows && c < cols) codes_t[c * rows + r] = tile[tx][i];
+    }
+    __syncthreads();
+  }
+  record_block(m, flushed, saturated, rows * cols, amax, counts, sh);
 }
 
 __global__ void fp8_update_kernel(float* scales, const float* fmax, float* history, Fp8Meta* meta,
@@ -112,11 +149,18 @@ void fp8_cast(const Launch& l, const Fp8CastArgs& a) {
   if (a.rows * a.cols == 0) return;
   dispatch_float(a.src_type, "fp8_cast", [&](auto s_tag) {
     using S = decltype(s_tag);
-    const unsigned blocks = blocks_for(size_t(a.rows * a.cols), kThreads, l);
-    fp8_cast_kernel<S><<<blocks, kThreads, 0, l.stream>>>(static_cast<const S*>(a.src), a.rows, a.cols, a.format,
-                                                          a.scale, a.codes, a.codes_t, a.amax,
-                                                          reinterpret_cast<unsigned long long*>(a.counts));
-    AMP_CHECK_LAUNCH("fp8_cast_kernel");
+    auto* counts = reinterpret_cast<unsigned long long*>(a.counts);
+    if (!a.codes_t) {
+      const unsigned blocks = blocks_for(size_t(a.rows * a.cols), kThreads, l);
+      fp8_cast_kernel<S><<<blocks, kThreads, 0, l.stream>>>(static_cast<const S*>(a.src), a.rows * a.cols, a.format,
+                                                            a.scale, a.codes, a.amax, counts);
+      AMP_CHECK_LAUNCH("fp8_cast_kernel");
+      return;
+    }
+    const size_t tiles = size_t((a.rows + kTile - 1) / kTile) * size_t((a.cols + kTile - 1) / kTile);
+    fp8_cast_t_kernel<S><<<blocks_for(tiles, 1, l), kThreads, 0, l.stream>>>(
+        static_cast<const S*>(a.src), a.rows, a.cols, a.format, a.scale, a.codes, a.codes_t, a.amax, counts);
+    AMP_CHECK_LAUNCH("fp8_cast_t_kernel");
   });
 }
 
