@@ -5,7 +5,10 @@
 #include <cmath>
 #include <vector>
 
+#include <omp.h>
+
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernels.h"
 #include "core/convert.h"
 #include "core/half.h"
 #include "core/rng.h"
@@ -395,4 +398,31 @@ TEST_CASE("softmax cross-entropy with padded rows: the dense results, padding ne
     a.ld_logits = int64_t(C - 1);
     CHECK_THROWS_AS(be.ops().softmax_xent(a), Error);
   }
+}
+
+TEST_CASE("bias gradient: each column summed over the rows in row order, bit for bit at 1, 2 and 3 threads",
+          "[ops]") {
+  const int saved = omp_get_max_threads();
+  Rng rng(77);
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (const auto& [rows, cols] : std::vector<std::pair<size_t, size_t>>{{1, 1}, {37, 70}, {300, 384}, {64, 1100}, {96, 1536}}) {
+      std::vector<float> x(rows * cols);
+      for (float& v : x) v = float(rng.normal()) * 3.0f;
+      std::vector<char> dy(x.size() * dtype_size(dt)), db(cols * dtype_size(dt));
+      convert(x.data(), DType::F32, dy.data(), dt, x.size());
+      convert(dy.data(), dt, x.data(), DType::F32, x.size());  // the values as stored
+      std::vector<float> want(cols, 0.0f);
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < cols; ++c) want[c] += x[r * cols + c];
+      std::vector<char> want_db(db.size());
+      convert(want.data(), DType::F32, want_db.data(), dt, cols);
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        std::fill(db.begin(), db.end(), char(0x55));
+        cpu::bias_grad(Tensor{dy.data(), dt, rows, cols}, Tensor{db.data(), dt, 1, cols});
+        INFO(dtype_name(dt) << " " << rows << " x " << cols << ", " << threads << " thread(s)");
+        CHECK(db == want_db);
+      }
+    }
+  omp_set_num_threads(saved);
 }

@@ -1,6 +1,7 @@
 #include "backend/cpu/kernels.h"
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -153,15 +154,18 @@ void activation_backward(Activation a, const Tensor& z, const Tensor& dy, const 
 void bias_grad(const Tensor& dy, const Tensor& db) {
   const size_t rows = dy.rows, cols = dy.cols;
   AMP_CHECK(db.numel() == cols, "bias_grad: size mismatch");
-  // Each column summed over all rows in row order; parallel over column strips narrow enough that
-  // even a few hundred columns keep every thread busy (the order, and so the bits, do not depend on
-  // the strips). FP32 rows are read in place.
-  constexpr size_t kStrip = 64;
-  const size_t nb = (cols + kStrip - 1) / kStrip;
+  // Each column summed over all rows in row order; parallel over column strips, one per thread
+  // where that keeps them between kMinStrip and kStrip columns wide (the order, and so the bits, do
+  // not depend on the strips; wide strips convert a row's part in one call). FP32 rows are read in
+  // place.
+  constexpr size_t kStrip = 1024, kMinStrip = 64;
+  const size_t per_thread = (cols + size_t(omp_get_max_threads()) - 1) / size_t(omp_get_max_threads());
+  const size_t strip = std::clamp((per_thread + 15) / 16 * 16, kMinStrip, kStrip);
+  const size_t nb = (cols + strip - 1) / strip;
 #pragma omp parallel for schedule(static) if (rows * cols >= 4 * kBlock && nb > 1)
   for (size_t blk = 0; blk < nb; ++blk) {
     alignas(64) float acc[kStrip], v[kStrip];
-    const size_t c0 = blk * kStrip, len = std::min(kStrip, cols - c0);
+    const size_t c0 = blk * strip, len = std::min(strip, cols - c0);
     std::fill(acc, acc + len, 0.0f);
     for (size_t r = 0; r < rows; ++r) {
       const float* x = v;
