@@ -122,6 +122,56 @@ void GradReducer::gather_shards(void* buf, DType dtype) {
   last_.exposed_seconds += s;
 }
 
+GradReducer::~GradReducer() {
+  try {
+    settle_gathers();
+  } catch (...) {  // an error path already under way: it reports the collective's failure
+  }
+}
+
+void GradReducer::launch_gathers(void* buf, DType dtype) {
+  AMP_CHECK(shards_, "launch_gathers without a shard layout");
+  if (!active()) return;
+  settle_gathers();
+  gathers_.resize(buckets_.size());
+  size_t bytes = 0;
+  for (size_t b = buckets_.size(); b-- > 0;) {
+    const Bucket& bk = buckets_[b];
+    const BufView all{static_cast<char*>(buf) + bk.begin * dtype_size(dtype), bk.end - bk.begin, dtype};
+    gathers_[b] = comm_.iallgather_in_place(all);
+    ++gathers_pending_;
+    bytes += all.bytes();
+  }
+  last_.gathered_bytes = bytes;
+}
+
+void GradReducer::wait_gathered(int first_tensor, int last_tensor) {
+  if (gathers_pending_ == 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int t = first_tensor; t <= last_tensor; ++t)
+    for (size_t b : of_tensor_[size_t(t)]) {
+      if (!gathers_[b]) continue;
+      gathers_[b]->wait();
+      gather_seconds_ += gathers_[b]->seconds();
+      gathers_[b].reset();
+      --gathers_pending_;
+    }
+  gather_waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void GradReducer::settle_gathers() {
+  if (gathers_pending_ == 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t b = gathers_.size(); b-- > 0;) {  // in issue order
+    if (!gathers_[b]) continue;
+    gathers_[b]->wait();
+    gather_seconds_ += gathers_[b]->seconds();
+    gathers_[b].reset();
+  }
+  gathers_pending_ = 0;
+  gather_waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void GradReducer::begin_step() {
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].last_tensor - buckets_[b].first_tensor + 1;
   requests_.clear();
@@ -219,12 +269,14 @@ void GradReducer::finish() {
   last_.bytes = step_bytes_;
   if (clock_) {  // the device's times arrive later, through last_step()
     clock_->clock_wait_ends();
+    gather_waited_ = gather_seconds_ = 0;  // host waits on enqueued work: not the device's times
     return;
   }
   // Without overlap the blocking reductions are the time, all of it exposed (stage 2 ran them
   // during backward).
-  last_.exposed_seconds = overlap_ ? waited + blocking_seconds_ : blocking_seconds_;
-  last_.comm_seconds = overlap_ ? comm_seconds : blocking_seconds_;
+  last_.exposed_seconds = (overlap_ ? waited + blocking_seconds_ : blocking_seconds_) + gather_waited_;
+  last_.comm_seconds = (overlap_ ? comm_seconds : blocking_seconds_) + gather_seconds_;
+  gather_waited_ = gather_seconds_ = 0;
   ++last_.measured;
 }
 

@@ -65,6 +65,7 @@ class GradReducer {
   // grads: flat buffer of `dtype` in the communicator's memory.
   GradReducer(Communicator& comm, std::vector<TensorSpan> spans, size_t total, DType dtype, void* grads,
               size_t first_bucket_bytes, size_t bucket_bytes, BeforeReduce before_reduce);
+  ~GradReducer();  // waits for launched all-gathers (they write the caller's buffer)
 
   // overlap = false: buckets are reduced one after the other, blocking, in finish() (no
   // communication thread competing with backward for the cores).
@@ -87,6 +88,15 @@ class GradReducer {
   // Sharded, after the update: the blocks of every bucket of buf (layout.padded() elements of
   // dtype, this rank's blocks updated) all-gathered in place, in bucket order.
   void gather_shards(void* buf, DType dtype);
+  // The same, non-blocking, overlapped with what follows (the next step's forward): the buckets'
+  // all-gathers are issued from the last bucket to the first (the buffer's start first, where the
+  // forward pass begins); wait_gathered(first, last) waits for the buckets that hold tensors
+  // [first, last] (the model calls it before a layer reads its weights), settle_gathers() for all
+  // of them (before anything else reads or writes buf). Each bucket's bytes are the blocking
+  // form's: the same bits. The waits' time is counted as exposed in the next finish().
+  void launch_gathers(void* buf, DType dtype);
+  void wait_gathered(int first_tensor, int last_tensor);
+  void settle_gathers();
   bool overlap() const { return overlap_; }
 
   void begin_step();
@@ -125,6 +135,9 @@ class GradReducer {
   Release release_;
   size_t granularity_ = 0;
   double blocking_seconds_ = 0;  // this step's blocking reductions (stage 2: and waits in backward)
+  std::vector<std::unique_ptr<Request>> gathers_;  // per bucket: the launched all-gather (null: done)
+  size_t gathers_pending_ = 0;
+  double gather_waited_ = 0, gather_seconds_ = 0;  // since the last finish(): waits, and the gathers' own time
   size_t released_ = 0;  // stage 2: buckets returned this step (in bucket order)
   ReducerStats last_;
 };

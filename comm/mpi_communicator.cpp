@@ -229,13 +229,19 @@ std::unique_ptr<Request> MpiCommunicator::ireduce_scatter(const void* send, BufV
   return enqueue([this, send, recv, op] { run_reduce_scatter(worker_comm_, send, recv, op); });
 }
 
-void MpiCommunicator::allgather_in_place(BufView all) {
+void MpiCommunicator::run_allgather_in_place(void* comm_handle, BufView all) {
   if (all.count == 0 || size_ == 1) return;
   AMP_CHECK(all.count % size_t(size_) == 0, "all-gather of ", all.count, " elements over ", size_, " ranks");
   const size_t block = all.bytes() / size_t(size_);
   AMP_CHECK(block <= size_t(INT_MAX), "all-gather blocks of more than 2 GiB");
   Watchdog::Wait wait(watchdog_.get(), "all-gather", detail_of(all, nullptr));
-  ring_allgather(as_comm(world_), rank_, size_, static_cast<char*>(all.data), block);
+  ring_allgather(as_comm(comm_handle), rank_, size_, static_cast<char*>(all.data), block);
+}
+
+void MpiCommunicator::allgather_in_place(BufView all) { run_allgather_in_place(world_, all); }
+
+std::unique_ptr<Request> MpiCommunicator::iallgather_in_place(BufView all) {
+  return enqueue([this, all] { run_allgather_in_place(worker_comm_, all); });
 }
 
 void MpiCommunicator::raw_allreduce(BufView buf, ReduceOp op) {

@@ -33,6 +33,7 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const void* send, BufView recv, ReduceOp op) override;
   std::unique_ptr<Request> ireduce_scatter(const void* send, BufView recv, ReduceOp op) override;
   void allgather_in_place(BufView all) override;
+  std::unique_ptr<Request> iallgather_in_place(BufView all) override;
   void broadcast(BufView buf, int root) override;
   void allgather(const void* send, void* recv, size_t bytes) override;
   void barrier() override;
@@ -52,6 +53,7 @@ class MpiCommunicator final : public Communicator {
   void worker_loop();
   void run_allreduce(void* comm_handle, BufView buf, ReduceOp op);
   void run_reduce_scatter(void* comm_handle, const void* send, BufView recv, ReduceOp op);
+  void run_allgather_in_place(void* comm_handle, BufView all);
   // Runs task on the worker thread after the collectives issued before it.
   std::unique_ptr<Request> enqueue(std::function<void()> task);
 

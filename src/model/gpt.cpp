@@ -275,8 +275,13 @@ void Gpt::forward(const void* params, size_t rows, bool record) {
   emb.B = int64_t(rows), emb.T = int64_t(T), emb.C = int64_t(C), emb.vocab = int64_t(V);
   emb.max_positions = int64_t(T), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
   emb.wte = param(params, kWte).data, emb.wpe = param(params, kWpe).data, emb.x = res_in_[0].data();
+  before_weights(kWte, kWpe);
   ops_.embedding_forward(emb);
-  for (size_t l = 0; l < L; ++l) forward_block(params, l, rows, record);
+  for (size_t l = 0; l < L; ++l) {
+    before_weights(layer_param(l, 0), layer_param(l, kPerLayer - 1));
+    forward_block(params, l, rows, record);
+  }
+  before_weights(lnf_w(), lnf_w() + 1);  // ln_f; the LM head is the embedding's (waited for above)
   layernorm(res_out_.data(), params, lnf_w(), lnf_.data(), meanf_, rstdf_, N);
   // The LM head, tied to the token embedding: logits = lnf wte^T, rows Vp apart.
   ops_.gemm(gemm_of(GemmShape(N, V, C), GemmIn(lnf_.data(), C), GemmIn(param(params, kWte).data, C).t(),

@@ -173,6 +173,7 @@ Tensor Mlp::forward(const Tensor& x, const void* params, size_t batch, bool reco
   Tensor in = x.row_slice(0, batch);
   for (size_t l = 1; l <= L; ++l) {
     const Tensor z = z_[l].row_slice(0, batch);
+    before_weights(int(2 * (l - 1)), int(2 * (l - 1) + 1));
     lin_.forward(int(l - 1), in, param(params, int(2 * (l - 1))), param(params, int(2 * (l - 1) + 1)), z, record);
     if (l < L) ops_.activation_forward(opt_.activation, z, a_[l].row_slice(0, batch));
     in = a_[l].row_slice(0, batch);

@@ -80,8 +80,16 @@ class Model {
   virtual std::vector<Fp8Tensor> fp8_tensors() const { return {}; }
   virtual void bind_fp8(const Fp8Binding& /*binding*/) {}
 
+  // Called by every forward pass (training, evaluation, sampling) before a layer reads its weights,
+  // tensors [first, last] of the layout, in forward order: the training step waits there for those
+  // weights' all-gather when it overlaps the next forward pass (distributed.zero with overlap).
+  void set_weights_hook(std::function<void(int first, int last)> hook) { weights_hook_ = std::move(hook); }
+
  protected:
   explicit Model(size_t max_rows) : buffer_rows_(max_rows) {}
+  void before_weights(int first, int last) const {
+    if (weights_hook_) weights_hook_(first, last);
+  }
   // Every buffer of a model comes from here, so buffer_bytes() is what it holds.
   Buffer alloc_buffer(DeviceMemory& mem, size_t bytes) {
     buffer_bytes_ += bytes;
@@ -90,6 +98,7 @@ class Model {
 
  private:
   size_t buffer_bytes_ = 0, buffer_rows_ = 0;
+  std::function<void(int, int)> weights_hook_;
 };
 
 }  // namespace amp

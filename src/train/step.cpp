@@ -77,7 +77,10 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   inv_count_ = float(cfg_.model.loss_weight / double(batch_ * size_t(world_) * model_.loss_terms_per_sample()));
 }
 
-TrainStep::~TrainStep() { be_.capture().release_capture(); }
+TrainStep::~TrainStep() {
+  model_.set_weights_hook(nullptr);
+  be_.capture().release_capture();
+}
 
 void TrainStep::set_fp8_gradient_hook(std::function<void(int64_t, int, void*, DType)> hook) {
   AMP_CHECK(amp_->fp8(), "set_fp8_gradient_hook: FP8 compute is off");
@@ -99,6 +102,10 @@ void TrainStep::connect(Communicator& world_comm, std::unique_ptr<Communicator> 
       [this](size_t begin, size_t end) { amp_->check_bucket(grads_.data(), begin, end); });
   reducer_->set_overlap(overlap);
   if (shards_) reducer_->shard(*shards_, gshard_.data());
+  // Sharded with overlap, the update's all-gather runs while the next forward pass starts: each
+  // layer waits for its own weights' buckets (GradReducer::launch_gathers).
+  if (shards_ && overlap)
+    model_.set_weights_hook([this](int first, int last) { reducer_->wait_gathered(first, last); });
   if (release_)
     reducer_->release_reduced([this](void* p, size_t bytes) { mem_.release(p, bytes); }, mem_.release_granularity());
 }
@@ -228,7 +235,7 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
   MixedPrecision& amp = *amp_;
   step_now_ = step;
   amp.begin_step();  // flags cleared
-  const void* params = working_params();
+  const void* params = working_copy();  // the forward waits for each layer's all-gather (overlap)
   // Micro-batch 0 was staged by run(); with gradient accumulation the ones before the last have
   // their scaled 16-bit gradients summed into acc32 (FP32), and the last one's join them tensor by
   // tensor as its backward completes them.
@@ -243,7 +250,9 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
     }
   }
   // The last backward; each bucket is checked into this rank's flag slot, then summed while
-  // backward goes on.
+  // backward goes on. (The forward passes have waited for every layer's all-gather; the padding's
+  // are settled here.)
+  settle_gathers();
   if (reducer_) reducer_->begin_step();
   // Stage 2's window is measured in the process's first steps only (every step writes the buffer
   // in the same order; mincore walks the whole buffer once per tensor).
@@ -393,7 +402,11 @@ void TrainStep::optimizer_update() {
     const ShardPiece p = shards_->piece(b, rank_);
     optimizer_range(p.flat_begin, p.count, p.shard_begin, verdict);
   }
-  reducer_->gather_shards(compute_ == DType::F32 ? master_.data() : lp_.data(), compute_);
+  void* working = compute_ == DType::F32 ? master_.data() : lp_.data();
+  if (reducer_->overlap())
+    reducer_->launch_gathers(working, compute_);  // completed by the next forward, or settle_gathers()
+  else
+    reducer_->gather_shards(working, compute_);
 }
 
 // The reducer's timing of the latest measured step (device backends measure with events and report

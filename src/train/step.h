@@ -90,7 +90,17 @@ class TrainStep {
   // measured), and the count.
   size_t gradient_resident_peak() const { return resident_peak_; }
   size_t gradient_window_bytes() const { return release_ ? bytes_window_ : 0; }
-  const void* working_params() const { return compute_ == DType::F32 ? master_.data() : lp_.data(); }
+  // The working weights as the model reads them, whole (sharded with overlap: once the update's
+  // all-gather, overlapped with the next forward, has completed: settle_gathers()).
+  const void* working_params() const {
+    settle_gathers();
+    return working_copy();
+  }
+  // Sharded with overlap: waits for the all-gather of the updated working weights launched by the
+  // last step (the next step's forward waits for each layer's own as it reaches it).
+  void settle_gathers() const {
+    if (reducer_) reducer_->settle_gathers();
+  }
   const void* gradients() const { return grads_.data(); }
 
   // One step: the host part (batch, learning rate), then the device part, captured into a graph
@@ -119,6 +129,7 @@ class TrainStep {
   // Everything after the uploads: capturable when there is one micro-batch (train and idx stage
   // micro-batches 1, 2, ... otherwise).
   void device_step(int64_t step, const Dataset& train, const uint32_t* idx);
+  const void* working_copy() const { return compute_ == DType::F32 ? master_.data() : lp_.data(); }
   void accumulate(int tensor, bool first);  // a micro-batch before the last: acc32[t] (+)= its gradient
   void fold_accumulated(int tensor);
   void measure_resident();

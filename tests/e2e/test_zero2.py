@@ -4,7 +4,10 @@ it is reduced. The arithmetic is stage 1's, so every bit must be zero 0's.
 - 2 ranks, the MLP with clipping and a planted overflow on rank 1: every logged loss, scale, skip and
   grad_norm, the params_hash and the optimizer-state hash equal zero 0's, in FP16 (overlap off and
   on, and with 2 accumulated micro-batches), BF16 and FP32; the overflow skipped on every rank, named.
-- The GPT (tied embedding, clipping), overlap off and on: zero 2 == zero 0 bit for bit.
+- The GPT (tied embedding, clipping), overlap off and on: zero 2 == zero 0 bit for bit; with overlap
+  the update's all-gather runs into the next forward pass (each layer waits for its own weights):
+  with evaluations every 4 steps and the ranks' weights compared after every step (both read the
+  weights between steps), still zero 0's bits and evaluation losses.
 - Stop (SIGTERM drill) and resume with zero 2: the uninterrupted run's bits; the same checkpoint
   resumed with zero 1 too (stage 1 and 2 compute alike).
 - Memory: a GPT whose 16-bit gradients are 85.5 MB, buckets of 2 MiB: the program counts the
@@ -70,6 +73,11 @@ g0, _ = train(gpt, "gpt_z0", gsets + ["distributed.zero=0"])
 for ov in ("off", "on"):
     g2, _ = train(gpt, f"gpt_z2_{ov}", gsets + ["distributed.zero=2", f"distributed.overlap={ov}"])
     same(g0, g2, f"gpt overlap {ov}: zero 2 against zero 0")
+reads = ["run.eval_interval=4", "distributed.hash_interval=1"]
+g0e, _ = train(gpt, "gpt_z0_reads", gsets + reads + ["distributed.zero=0"])
+g2e, _ = train(gpt, "gpt_z2_on_reads", gsets + reads + ["distributed.zero=2", "distributed.overlap=on"])
+same(g0e, g2e, "gpt overlap on, evaluations every 4 steps, weights compared every step: zero 2 against zero 0")
+check(sum(1 for r in records(g2e) if "eval_loss" in r) == 3, "the overlapped run evaluated at steps 4, 8 and 12")
 
 # ---- stop and resume ----------------------------------------------------------------------------
 ref = os.path.join(base, "fp16_z2_off")
