@@ -40,6 +40,8 @@ class NcclCommunicator final : public Communicator, public StepClock {
   void reduce_scatter(const void* send, BufView recv, ReduceOp op) override;
   std::unique_ptr<Request> ireduce_scatter(const void* send, BufView recv, ReduceOp op) override;
   void allgather_in_place(BufView all) override;
+  // On the communication stream; the request's wait makes the compute stream wait for it.
+  std::unique_ptr<Request> iallgather_in_place(BufView all) override;
   void broadcast(BufView buf, int root) override;
   void allgather(const void* send, void* recv, size_t bytes) override;
   void barrier() override;

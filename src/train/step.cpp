@@ -277,6 +277,10 @@ void TrainStep::device_step(int64_t step, const Dataset& train, const uint32_t* 
   optimizer_update();
   // The one shared scale moves (identically on every rank: same flags, same state).
   amp.update();
+  // Steps captured into a CUDA graph end with their all-gather joined: a capture must rejoin its
+  // streams, and a replay's forward could not wait for the previous replay's events. (Eager steps
+  // before the capture do the same, so that none leaves a gather the capture would wait for.)
+  if (use_graph_) settle_gathers();
 }
 
 // Stage 2, a micro-batch before the last: the gradient buffer goes back from its end down as

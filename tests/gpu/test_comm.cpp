@@ -133,6 +133,31 @@ TEST_CASE("device comm: reduce-scatter of FP16 blocks and the in-place all-gathe
     for (size_t i = 0; i < block; ++i) CHECK(all[size_t(q) * block + i] == int32_t(1000 * q + int(i)));
 }
 
+TEST_CASE("device comm: the non-blocking in-place all-gather, waited for by the compute stream, and compute "
+          "enqueued before it read first", "[.cuda][comm]") {
+  auto be = make_device(world().local_rank());
+  DeviceComm dc(*be);
+  Communicator& comm = dc.get();
+  const int n = comm.size(), r = comm.rank();
+  const size_t block = 4096;
+  std::vector<float> all(size_t(n) * block, -1.0f), mine(block);
+  for (size_t i = 0; i < block; ++i) mine[i] = float(1000 * r + int(i % 1000));
+  Buffer a = be->memory().alloc(all.size() * 4), src = be->memory().alloc(block * 4),
+         copy = be->memory().alloc(all.size() * 4);
+  be->memory().upload(a.data(), all.data(), all.size() * 4);
+  be->memory().upload(src.data(), mine.data(), block * 4);
+  // This rank's block written by compute enqueued just before: the all-gather must send it.
+  be->ops().cast(src.data(), DType::F32, static_cast<float*>(a.data()) + size_t(r) * block, DType::F32, block);
+  auto req = comm.iallgather_in_place(BufView{a.data(), all.size(), DType::F32});
+  req->wait();  // the compute stream waits; what follows reads the gathered buffer
+  be->ops().cast(a.data(), DType::F32, copy.data(), DType::F32, all.size());
+  be->memory().download(all.data(), copy.data(), all.size() * 4);
+  size_t wrong = 0;
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < block; ++i) wrong += all[size_t(q) * block + i] != float(1000 * q + int(i % 1000));
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("device comm: an all-reduce inside a captured step replays", "[.cuda][comm]") {
   auto be = make_device(world().local_rank());
   const size_t count = 4096;
