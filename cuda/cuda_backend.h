@@ -73,6 +73,7 @@ class CudaBackend final : public Backend,
   void optimizer_step(const OptimizerStepArgs& a) override;
 
   // ---- StepCapture
+  bool can_capture() const override { return true; }
   bool begin_capture() override;
   void end_capture() override;
   void replay() override;

@@ -9,6 +9,8 @@ namespace amp {
 class StepCapture {
  public:
   virtual ~StepCapture() = default;
+  // Whether this backend captures steps at all (begin_capture() may still refuse one).
+  virtual bool can_capture() const { return false; }
   virtual bool begin_capture() { return false; }
   virtual void end_capture() {}
   virtual void replay() {}

@@ -62,7 +62,7 @@ class TrainStep {
   void set_fp8_gradient_hook(std::function<void(int64_t step, int fp8_tensor, void* data, DType dtype)> hook);
   // false: never capture (faults planted from the host in the middle of a step). Steps of several
   // micro-batches stage each from the host mid-step and are never captured either.
-  void allow_capture(bool allow) { use_graph_ = allow && accum_ == 1; }
+  void allow_capture(bool allow) { use_graph_ = allow && accum_ == 1 && be_.capture().can_capture(); }
 
   // FP32 masters from the host (every rank the same, whole tensors: this rank keeps its shard), and
   // the working copy cast from them.
