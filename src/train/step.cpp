@@ -111,6 +111,7 @@ void TrainStep::connect(Communicator& world_comm, std::unique_ptr<Communicator> 
 }
 
 void TrainStep::load_masters(const float* host) {
+  settle_gathers();  // nothing may still write the working copy
   const size_t n = model_.layout().total;
   if (compute_ == DType::F32 || !shards_) {
     mem_.upload(master_.data(), host, n * sizeof(float));
@@ -152,6 +153,7 @@ std::vector<float> TrainStep::gather(const Buffer& shard) const {
 }
 
 std::vector<float> TrainStep::masters() const {
+  settle_gathers();  // FP32 compute, sharded: master_ is the flat working copy the all-gather writes
   if (shards_ && compute_ != DType::F32) return gather(master_);
   std::vector<float> w(model_.layout().total);
   mem_.download(w.data(), master_.data(), w.size() * sizeof(float));

@@ -73,7 +73,10 @@ class TrainStep {
   std::vector<float> state(int which) const;  // 1 or 2; empty when not held
   bool has_state(int which) const { return (which == 1 ? state1_ : state2_).data() != nullptr; }
   // The FP32 masters this rank holds (sharded 16-bit compute: its shard) and the tensors' ranges in them.
-  float* master_data() { return master_.as<float>(); }
+  float* master_data() {  // FP32 compute, sharded: the masters are the gathered working weights
+    settle_gathers();
+    return master_.as<float>();
+  }
   const std::vector<TensorSpan>& master_spans() const { return master_spans_; }
   size_t master_count() const { return master_count_; }
   // What must agree across ranks after a step: the masters (replicated), or the all-gathered
