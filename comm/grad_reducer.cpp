@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 
 #include "comm/shard_layout.h"
 #include "core/error.h"
@@ -122,10 +123,17 @@ void GradReducer::gather_shards(void* buf, DType dtype) {
   last_.exposed_seconds += s;
 }
 
+// Launched all-gathers write the caller's buffer: they are waited for (a bounded poll, so that an
+// error path, whose peers may never join, ends anyway: the job is being aborted then).
 GradReducer::~GradReducer() {
-  try {
-    settle_gathers();
-  } catch (...) {  // an error path already under way: it reports the collective's failure
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (auto& g : gathers_) {
+    try {
+      while (g && !g->test() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (g && g->test()) g->wait();  // a device request orders the stream; rethrows a failure
+    } catch (...) {  // an error path already under way reports the collective's failure
+    }
   }
 }
 

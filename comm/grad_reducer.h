@@ -65,7 +65,7 @@ class GradReducer {
   // grads: flat buffer of `dtype` in the communicator's memory.
   GradReducer(Communicator& comm, std::vector<TensorSpan> spans, size_t total, DType dtype, void* grads,
               size_t first_bucket_bytes, size_t bucket_bytes, BeforeReduce before_reduce);
-  ~GradReducer();  // waits for launched all-gathers (they write the caller's buffer)
+  ~GradReducer();  // waits (bounded) for launched all-gathers: they write the caller's buffer
 
   // overlap = false: buckets are reduced one after the other, blocking, in finish() (no
   // communication thread competing with backward for the cores).
