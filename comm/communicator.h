@@ -60,8 +60,8 @@ class Communicator {
   // rank's; afterwards every block holds its rank's.
   virtual void allgather_in_place(BufView all);
   // Non-blocking form, completing in issue order with the other non-blocking collectives. The
-  // default runs the blocking one and returns a completed request (communicators whose collectives
-  // are already asynchronous to the host, as NCCL's on its stream, or test doubles).
+  // default runs the blocking one at once and returns a completed request (test doubles; a
+  // communicator with non-blocking collectives pending must override it).
   virtual std::unique_ptr<Request> iallgather_in_place(BufView all);
   virtual void broadcast(BufView buf, int root) = 0;
   // Gathers `bytes` from every rank into recv (size() * bytes), in rank order.

@@ -126,7 +126,7 @@ void GradReducer::gather_shards(void* buf, DType dtype) {
 // Launched all-gathers write the caller's buffer: they are waited for (a bounded poll, so that an
 // error path, whose peers may never join, ends anyway: the job is being aborted then).
 GradReducer::~GradReducer() {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   for (auto& g : gathers_) {
     try {
       while (g && !g->test() && std::chrono::steady_clock::now() < deadline)
@@ -163,6 +163,7 @@ void GradReducer::wait_gathered(int first_tensor, int last_tensor) {
       gather_seconds_ += gathers_[b]->seconds();
       gathers_[b].reset();
       --gathers_pending_;
+      ++last_.gathers_awaited_by_forward;
     }
   gather_waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -175,6 +176,7 @@ void GradReducer::settle_gathers() {
     gathers_[b]->wait();
     gather_seconds_ += gathers_[b]->seconds();
     gathers_[b].reset();
+    ++last_.gathers_settled;
   }
   gathers_pending_ = 0;
   gather_waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -39,6 +39,9 @@ struct ReducerStats {
                                // (and, sharded on the host, for the weights' all-gather)
   size_t bytes = 0;            // gradient bytes all-reduced (or reduce-scattered) per step
   size_t gathered_bytes = 0;   // sharded: weight bytes all-gathered per step
+  // Overlapped all-gathers so far (launch_gathers): buckets the forward pass waited for
+  // (wait_gathered), and buckets settled before that by another reader of the weights.
+  int64_t gathers_awaited_by_forward = 0, gathers_settled = 0;
   int64_t measured = 0;        // steps measured so far: the times above are new when this changed
 };
 

@@ -164,17 +164,20 @@ void CheckpointIO::validate_fp8(const Checkpoint& ck, const std::string& path, R
   std::vector<std::string> names;
   for (const Fp8Tensor& t : f->tensors()) names.push_back(t.name);
   const size_t n = names.size(), len = size_t(f->params().history);
+  // Another history length: the state does not carry over (a note, before any value is checked).
+  if (const auto fh = ck.header.find("fp8"); fh != ck.header.end() && fh->is_object()) {
+    const auto ah = fh->find("amax_history");
+    if (ah == fh->end() || !ah->is_number_integer() || ah->get<int64_t>() != int64_t(len)) {
+      r.fp8_note = "the checkpoint's precision.fp8.amax_history differs from this run's: the FP8 scales start at 1";
+      return;
+    }
+  }
   std::string why;
-  std::vector<float> scales = checkpoint_fp8_scales(ck, f->tensors(), &why);
-  if (scales.empty()) {
+  r.fp8.scales = checkpoint_fp8_scales(ck, f->tensors(), &why);
+  if (r.fp8.scales.empty()) {
     r.fp8_note = strcat("the checkpoint ", why, ": the FP8 scales start at 1");
     return;
   }
-  if (ck.header["fp8"].value("amax_history", int64_t(-1)) != int64_t(len)) {
-    r.fp8_note = "the checkpoint's precision.fp8.amax_history differs from this run's: the FP8 scales start at 1";
-    return;
-  }
-  r.fp8.scales = std::move(scales);
   r.fp8.history = floats(section(ck, bad, "fp8_history", n * len * sizeof(float)));
   std::memcpy(&r.fp8.meta, section(ck, bad, "fp8_meta", sizeof r.fp8.meta).data(), sizeof r.fp8.meta);
   for (size_t i = 0; i < r.fp8.history.size(); ++i)

@@ -96,6 +96,12 @@ void Drills::raise_signal(int64_t step) const {
     if (f.step == step && f.rank == rank_) raise_stop_signal(f.value == "USR1" ? SIGUSR1 : SIGTERM);
 }
 
+bool Drills::corrupts_at(int64_t step) const {
+  for (const FaultSpec& f : cfg_.faults.corrupt_params)
+    if (f.step == step && f.rank == rank_) return true;
+  return false;
+}
+
 void Drills::corrupt_params(int64_t step, DeviceMemory& mem, void* weights, DType dtype) const {
   for (const FaultSpec& f : cfg_.faults.corrupt_params) {
     if (f.step != step || f.rank != rank_) continue;

@@ -40,6 +40,9 @@ class Drills {
   // drill). weights: what every rank holds a replica of (TrainStep::replica_data: the FP32
   // masters, or the working copy when the optimizer state is sharded), of type dtype.
   void corrupt_params(int64_t step, DeviceMemory& mem, void* weights, DType dtype) const;
+  // Whether corrupt_params has a drill for this rank at this step (the caller asks for the
+  // weights only then: reading them settles the overlapped all-gather).
+  bool corrupts_at(int64_t step) const;
 
  private:
   const Config& cfg_;

@@ -422,6 +422,8 @@ void TrainStep::take_comm_stats() {
   const ReducerStats& rs = reducer_->last_step();
   comm_.bytes_per_step = rs.bytes;
   comm_.gathered_bytes_per_step = rs.gathered_bytes;
+  comm_.gathers_awaited_by_forward = rs.gathers_awaited_by_forward;
+  comm_.gathers_settled = rs.gathers_settled;
   if (rs.measured == comm_measured_) return;
   comm_measured_ = rs.measured;
   comm_.seconds += rs.comm_seconds;

@@ -73,8 +73,8 @@ class TrainStep {
   std::vector<float> state(int which) const;  // 1 or 2; empty when not held
   bool has_state(int which) const { return (which == 1 ? state1_ : state2_).data() != nullptr; }
   // The FP32 masters this rank holds (sharded 16-bit compute: its shard) and the tensors' ranges in them.
-  float* master_data() {  // FP32 compute, sharded: the masters are the gathered working weights
-    settle_gathers();
+  float* master_data() {
+    if (compute_ == DType::F32) settle_gathers();  // FP32 sharded: the masters are the gathered working weights
     return master_.as<float>();
   }
   const std::vector<TensorSpan>& master_spans() const { return master_spans_; }
@@ -122,6 +122,7 @@ class TrainStep {
     double seconds = 0, exposed_seconds = 0;
     size_t bytes_per_step = 0;           // gradients all-reduced (or reduce-scattered)
     size_t gathered_bytes_per_step = 0;  // sharded: working weights all-gathered
+    int64_t gathers_awaited_by_forward = 0, gathers_settled = 0;  // overlapped all-gathers (buckets)
     int64_t steps = 0;
   };
   void take_comm_stats();  // polls the reducer; call when the device has caught up for the last step

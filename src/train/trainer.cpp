@@ -271,6 +271,9 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
     const double exposed = c.exposed_seconds / double(c.steps);
     j[step_->sharded() ? "reduce_scatter_bytes_per_step" : "allreduce_bytes_per_step"] = c.bytes_per_step;
     if (step_->sharded()) j["allgather_bytes_per_step"] = c.gathered_bytes_per_step;
+    if (c.gathers_awaited_by_forward + c.gathers_settled > 0)  // overlapped all-gathers ran
+      j["allgather_buckets_overlapped"] = {{"awaited_by_forward", c.gathers_awaited_by_forward},
+                                           {"settled_by_other_readers", c.gathers_settled}};
     j["comm_seconds_per_step"] = per_step;
     j["comm_exposed_seconds_per_step"] = exposed;
     j["comm_hidden_share"] = per_step > 0 ? std::max(0.0, 1.0 - exposed / per_step) : 0.0;
@@ -287,7 +290,8 @@ int Trainer::run() {
     step_->run(step, start_step_, data_.train, sampler_->batch(step - 1), float(schedule_.at(step)));
     ++record_.interval_steps;
     if (step == 1) record_first_loss();
-    drills_.corrupt_params(step, be_->memory(), step_->replica_data(), step_->replica_dtype());
+    if (drills_.corrupts_at(step))  // (asking for the weights waits for their all-gather)
+      drills_.corrupt_params(step, be_->memory(), step_->replica_data(), step_->replica_dtype());
     if (observer_) {
       const AmpScalars a = step_->amp().read();
       const StepSums sums = step_->read_sums();

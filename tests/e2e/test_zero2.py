@@ -73,11 +73,21 @@ g0, _ = train(gpt, "gpt_z0", gsets + ["distributed.zero=0"])
 for ov in ("off", "on"):
     g2, _ = train(gpt, f"gpt_z2_{ov}", gsets + ["distributed.zero=2", f"distributed.overlap={ov}"])
     same(g0, g2, f"gpt overlap {ov}: zero 2 against zero 0")
+    ob = summary(g2).get("allgather_buckets_overlapped")
+    if ov == "off":
+        check(ob is None, f"gpt overlap off: no overlapped all-gather reported ({ob})")
+    else:  # nothing reads the weights between steps here but the last step's evaluation and hash:
+        # the next forward waits for the buckets of 11 steps' all-gathers, the last step's are settled
+        check(ob is not None and ob["awaited_by_forward"] > 0 and
+              ob["awaited_by_forward"] == 11 * ob["settled_by_other_readers"],
+              f"gpt overlap on: the forward passes waited for the all-gathers' buckets themselves ({ob})")
 reads = ["run.eval_interval=4", "distributed.hash_interval=1"]
 g0e, _ = train(gpt, "gpt_z0_reads", gsets + reads + ["distributed.zero=0"])
 g2e, _ = train(gpt, "gpt_z2_on_reads", gsets + reads + ["distributed.zero=2", "distributed.overlap=on"])
 same(g0e, g2e, "gpt overlap on, evaluations every 4 steps, weights compared every step: zero 2 against zero 0")
 check(sum(1 for r in records(g2e) if "eval_loss" in r) == 3, "the overlapped run evaluated at steps 4, 8 and 12")
+ob = summary(g2e).get("allgather_buckets_overlapped", {})
+check(ob.get("settled_by_other_readers", 0) > 0, f"there, the per-step hash settled the all-gathers first ({ob})")
 
 # ---- stop and resume ----------------------------------------------------------------------------
 ref = os.path.join(base, "fp16_z2_off")
