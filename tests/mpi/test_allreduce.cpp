@@ -271,6 +271,10 @@ std::vector<float> reduce_step(GradReducer& red, bool overlap, size_t tensors, c
   return mine;
 }
 
+// The sharded reducer tests' tensors: padded gaps between them, a small one among large ones.
+const std::vector<TensorSpan> kShardSpans = {{0, 1000}, {1024, 64}, {1088, 5000}, {6112, 10}};
+constexpr size_t kShardTotal = 6122;
+
 }  // namespace
 
 TEST_CASE("sharded reducer: each rank's shard holds the sum of its blocks, the all-gather rebuilds the buffer",
@@ -278,8 +282,8 @@ TEST_CASE("sharded reducer: each rank's shard holds the sum of its blocks, the a
   Communicator& c = world();
   const int n = c.size();
   if (n < 2) return;  // the reducer is inactive on one rank
-  const std::vector<TensorSpan> spans = {{0, 1000}, {1024, 64}, {1088, 5000}, {6112, 10}};
-  const size_t total = 6122;
+  const std::vector<TensorSpan>& spans = kShardSpans;
+  const size_t total = kShardTotal;
   CpuBackend be(1);
   for (DType t : {DType::F16, DType::BF16, DType::F32}) {
     INFO(dtype_name(t));
@@ -320,8 +324,8 @@ TEST_CASE("sharded reducer: the overlapped all-gather gives each tensor its rank
   Communicator& c = world();
   const int n = c.size();
   if (n < 2) return;  // the reducer is inactive on one rank
-  const std::vector<TensorSpan> spans = {{0, 1000}, {1024, 64}, {1088, 5000}, {6112, 10}};
-  const size_t total = 6122;
+  const std::vector<TensorSpan>& spans = kShardSpans;
+  const size_t total = kShardTotal;
   CpuBackend be(1);
   for (DType t : {DType::F16, DType::F32}) {
     INFO(dtype_name(t));
