@@ -153,32 +153,28 @@ void GradReducer::launch_gathers(void* buf, DType dtype) {
   last_.gathered_bytes = bytes;
 }
 
+// Waits for bucket b's all-gather if it is still pending; true when it was.
+bool GradReducer::complete_gather(size_t b) {
+  if (!gathers_[b]) return false;
+  gathers_[b]->wait();
+  gather_seconds_ += gathers_[b]->seconds();
+  gathers_[b].reset();
+  --gathers_pending_;
+  return true;
+}
+
 void GradReducer::wait_gathered(int first_tensor, int last_tensor) {
   if (gathers_pending_ == 0) return;
   const auto t0 = std::chrono::steady_clock::now();
   for (int t = first_tensor; t <= last_tensor; ++t)
-    for (size_t b : of_tensor_[size_t(t)]) {
-      if (!gathers_[b]) continue;
-      gathers_[b]->wait();
-      gather_seconds_ += gathers_[b]->seconds();
-      gathers_[b].reset();
-      --gathers_pending_;
-      ++last_.gathers_awaited_by_forward;
-    }
+    for (size_t b : of_tensor_[size_t(t)]) last_.gathers_awaited_by_forward += complete_gather(b);
   gather_waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void GradReducer::settle_gathers() {
   if (gathers_pending_ == 0) return;
   const auto t0 = std::chrono::steady_clock::now();
-  for (size_t b = gathers_.size(); b-- > 0;) {  // in issue order
-    if (!gathers_[b]) continue;
-    gathers_[b]->wait();
-    gather_seconds_ += gathers_[b]->seconds();
-    gathers_[b].reset();
-    ++last_.gathers_settled;
-  }
-  gathers_pending_ = 0;
+  for (size_t b = gathers_.size(); b-- > 0;) last_.gathers_settled += complete_gather(b);  // in issue order
   gather_waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -116,6 +116,7 @@ class GradReducer {
 
   void reduce_blocking(size_t b);
   void release_done(bool wait);  // stage 2: return the reduced buckets (all of them with wait)
+  bool complete_gather(size_t b);
   void rebuild_index();
   BufView bucket_view(size_t b) const;
   BufView shard_view(size_t b) const;  // this rank's block of bucket b in shard_grads_

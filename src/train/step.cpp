@@ -408,7 +408,7 @@ void TrainStep::optimizer_update() {
     const ShardPiece p = shards_->piece(b, rank_);
     optimizer_range(p.flat_begin, p.count, p.shard_begin, verdict);
   }
-  void* working = compute_ == DType::F32 ? master_.data() : lp_.data();
+  void* working = const_cast<void*>(working_copy());
   if (reducer_->overlap())
     reducer_->launch_gathers(working, compute_);  // completed by the next forward, or settle_gathers()
   else
