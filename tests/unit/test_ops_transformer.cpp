@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/gelu_kernels.h"
 #include "core/error.h"
 #include "core/rng.h"
 // GCC 12 reports a false -Wstringop-overflow inside Raw::set_bits when fill_bits is inlined here.
@@ -780,8 +781,18 @@ TEST_CASE("tops gelu_tanh: large, tiny and special arguments", "[tops]") {
   }
 }
 
-TEST_CASE("tops gelu_tanh: the kernels' vector path gives the scalar functions' bits (the CUDA twin's)", "[tops]") {
-  cpu::CpuOps ops;
+TEST_CASE("tops gelu_tanh: every kernel of this CPU gives the scalar functions' bits (the CUDA twin's)", "[tops]") {
+  const auto& ks = cpu::available_gelu_kernels();
+  REQUIRE(std::string(ks.front().isa) == "scalar");
+  std::string ran;
+  for (const auto& k : ks) ran += std::string(ran.empty() ? "" : ", ") + k.isa;
+  WARN("GELU kernels checked against the scalar functions: " << ran << " (active: " << cpu::active_gelu_kernels().isa
+                                                            << ")");
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  CHECK((ks.size() >= 2) == bool(__builtin_cpu_supports("avx2")));
+  CHECK((ks.size() == 3) == (ks.size() >= 2 && __builtin_cpu_supports("avx512f")));
+#endif
   std::vector<float> x;
   const float specials[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-41f, 3.0f, -3.0f, 10.0f, -10.0f, -12.0f, 30.0f, -30.0f,
                             1e4f, -1e4f, 3e38f, -3e38f, INFINITY, -INFINITY, NAN, 4.6f, -4.6f, 88.0f, -52.0f};
@@ -791,24 +802,33 @@ TEST_CASE("tops gelu_tanh: the kernels' vector path gives the scalar functions' 
     const double mag = std::ldexp(1.0, int(rng.below(40)) - 30);  // 2^-30 .. 2^9
     x.push_back(float(rng.normal() * mag));
   }
-  const int64_t n = int64_t(x.size());
-  std::vector<float> y(x.size()), dy(x.size(), 1.0f), dx(x.size());
-  ops.gelu_tanh_forward(GeluArgs{x.data(), y.data(), DType::F32, n});
-  ops.gelu_tanh_backward(GeluBackwardArgs{x.data(), dy.data(), dx.data(), DType::F32, n});
-  size_t wrong_y = 0, wrong_dx = 0;
-  std::ostringstream first;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float ry = tmath::gelu_tanh(x[i]), rg = tmath::gelu_tanh_grad(x[i]);
-    const bool bad_y = !(std::isnan(ry) && std::isnan(y[i])) && f32_bits(ry) != f32_bits(y[i]);
-    const bool bad_g = !(std::isnan(rg) && std::isnan(dx[i])) && f32_bits(rg) != f32_bits(dx[i]);
-    if ((bad_y || bad_g) && wrong_y + wrong_dx == 0)
-      first << "x " << x[i] << " gelu " << y[i] << " vs " << ry << ", gelu' " << dx[i] << " vs " << rg;
-    wrong_y += bad_y;
-    wrong_dx += bad_g;
-  }
-  INFO(first.str());
-  CHECK(wrong_y == 0);
-  CHECK(wrong_dx == 0);
+  Rng rdy(78);
+  std::vector<float> dy(x.size());
+  for (float& v : dy) v = float(rdy.normal());
+  auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || f32_bits(a) == f32_bits(b); };
+  // Every kernel on the whole array and on short lengths (the vector kernels' partial last vector).
+  for (const cpu::GeluKernels& k : ks)
+    for (const int64_t n : {int64_t(x.size()), int64_t(1), int64_t(7), int64_t(15), int64_t(17), int64_t(31)}) {
+      std::vector<float> y(size_t(n), -7.0f), dx(size_t(n), -7.0f), in_place(x.begin(), x.begin() + n);
+      k.forward(x.data(), y.data(), n);
+      k.backward(x.data(), dy.data(), dx.data(), n);
+      k.forward(in_place.data(), in_place.data(), n);  // y may be x
+      size_t wrong_y = 0, wrong_dx = 0, wrong_in_place = 0;
+      std::ostringstream first;
+      for (size_t i = 0; i < size_t(n); ++i) {
+        const float ry = tmath::gelu_tanh(x[i]), rdx = dy[i] * tmath::gelu_tanh_grad(x[i]);
+        const bool bad_y = !same(ry, y[i]), bad_dx = !same(rdx, dx[i]);
+        if ((bad_y || bad_dx) && wrong_y + wrong_dx == 0)
+          first << "x " << x[i] << " gelu " << y[i] << " vs " << ry << ", dy * gelu' " << dx[i] << " vs " << rdx;
+        wrong_y += bad_y;
+        wrong_dx += bad_dx;
+        wrong_in_place += !same(ry, in_place[i]);
+      }
+      INFO(k.isa << ", " << n << " elements: " << first.str());
+      CHECK(wrong_y == 0);
+      CHECK(wrong_dx == 0);
+      CHECK(wrong_in_place == 0);
+    }
 }
 
 // The causal softmax of one row as transformer_args.h specifies it, scalar: lanes of kRowLanes in

@@ -34,8 +34,8 @@ void CpuOps::causal_softmax_forward(const CausalSoftmaxArgs& a) {
       const float m = row_max(v, n);
       j = 0;
 #if defined(__AVX2__)
-      const __m256 vm = _mm256_set1_ps(m);
-      for (; j + 8 <= n; j += 8) _mm256_storeu_ps(v + j, exp_f32_8(_mm256_sub_ps(_mm256_loadu_ps(v + j), vm)));
+      const __m256 vm = _mm256_set1_ps(m);  // v - m <= 0 (m is the row's maximum) or NaN
+      for (; j + 8 <= n; j += 8) _mm256_storeu_ps(v + j, exp_f32_8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(v + j), vm)));
 #endif
       for (; j < n; ++j) v[j] = tmath::exp_f32(v[j] - m);
       const float sum = lanes_sum(v, n);

@@ -29,12 +29,9 @@ constexpr int64_t kParallelMin = 4 * kBlock;  // fork threads only for at least 
 // The scalar functions of transformer_args.h (tmath::exp_f32, gelu_tanh, gelu_tanh_grad) on 8
 // lanes, operation for operation (no contraction, the same constants, branches as blends), so the
 // vector path gives the scalar path's bits: the CUDA twin and every thread count agree with it.
-inline __m256 exp_f32_8(__m256 x) {
-  const __m256 zero = _mm256_setzero_ps();
-  const __m256 kf = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
-  const __m256 half = _mm256_blendv_ps(_mm256_set1_ps(-0.5f), _mm256_set1_ps(0.5f), _mm256_cmp_ps(kf, zero, _CMP_GE_OQ));
-  // Lanes outside [-104, 88.8] or NaN are replaced below; keep their k in range meanwhile.
-  const __m256 kin = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(kf, half), _mm256_set1_ps(-200.0f)), _mm256_set1_ps(200.0f));
+// exp_f32's reduction, polynomial and scaling by 2^k for lanes whose rounded x / ln 2 (kin, before
+// truncation) lies in [-200, 200]; the callers replace the lanes exp_f32 treats apart.
+inline __m256 exp_poly8(__m256 x, __m256 kin) {
   const __m256i k = _mm256_cvttps_epi32(kin);
   const __m256 fk = _mm256_cvtepi32_ps(k);
   __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(fk, _mm256_set1_ps(0.693359375f)));
@@ -53,11 +50,32 @@ inline __m256 exp_f32_8(__m256 x) {
   const __m256i bias = _mm256_set1_epi32(127);
   const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
   const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
-  __m256 y = _mm256_mul_ps(_mm256_mul_ps(e, p1), p2);
-  y = _mm256_blendv_ps(y, zero, _mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OQ));
-  y = _mm256_blendv_ps(y, _mm256_set1_ps(std::numeric_limits<float>::infinity()),
-                       _mm256_cmp_ps(x, _mm256_set1_ps(88.8f), _CMP_GT_OQ));
-  return _mm256_blendv_ps(y, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN
+  return _mm256_mul_ps(_mm256_mul_ps(e, p1), p2);
+}
+
+// Lanes below -104 give 0, NaN lanes x + x.
+inline __m256 exp_low_nan8(__m256 x, __m256 y) {
+  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OQ));
+  return _mm256_blendv_ps(y, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+inline __m256 exp_f32_8(__m256 x) {
+  const __m256 kf = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
+  const __m256 half = _mm256_blendv_ps(_mm256_set1_ps(-0.5f), _mm256_set1_ps(0.5f),
+                                       _mm256_cmp_ps(kf, _mm256_setzero_ps(), _CMP_GE_OQ));
+  // Lanes outside [-104, 88.8] or NaN are replaced below; keep their k in range meanwhile.
+  const __m256 kin = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(kf, half), _mm256_set1_ps(-200.0f)), _mm256_set1_ps(200.0f));
+  const __m256 y = _mm256_blendv_ps(exp_poly8(x, kin), _mm256_set1_ps(std::numeric_limits<float>::infinity()),
+                                    _mm256_cmp_ps(x, _mm256_set1_ps(88.8f), _CMP_GT_OQ));
+  return exp_low_nan8(x, y);
+}
+
+// exp_f32_8 where every lane is <= 0 or NaN (GELU's exp(-2|u|)): no lane overflows, and rounding
+// kf - 0.5 toward zero gives exp_f32's k also at kf = +-0 (both 0). The same bits, fewer operations.
+inline __m256 exp_f32_8_nonpositive(__m256 x) {
+  const __m256 kf = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
+  const __m256 kin = _mm256_max_ps(_mm256_add_ps(kf, _mm256_set1_ps(-0.5f)), _mm256_set1_ps(-200.0f));
+  return exp_low_nan8(x, exp_poly8(x, kin));
 }
 
 inline __m256 gelu_u8(__m256 x) {
@@ -66,20 +84,20 @@ inline __m256 gelu_u8(__m256 x) {
                        _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(tmath::kGeluCubic), cube)));
 }
 
-// t = exp(-2|u|), and the sign test of u.
+// t = exp(-2|u|), and the sign test of u. -2|u| is computed as (-|u|) * 2 (the sign bit set, one
+// exact product): the specification's -2 * |u| bit for bit, except the sign of a NaN.
 inline __m256 gelu_t8(__m256 u, __m256* u_ge0) {
-  const __m256 neg = _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_LT_OQ);
-  const __m256 absu = _mm256_blendv_ps(u, _mm256_sub_ps(_mm256_setzero_ps(), u), neg);  // u < 0 ? -u : u
   *u_ge0 = _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GE_OQ);
-  return exp_f32_8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), absu));
+  const __m256 neg_abs = _mm256_or_ps(u, _mm256_set1_ps(-0.0f));
+  return exp_f32_8_nonpositive(_mm256_mul_ps(neg_abs, _mm256_set1_ps(2.0f)));
 }
 
+// s = (u >= 0 ? 1 : t) / (1 + t): one division for the specification's two branches.
 inline __m256 gelu_tanh8(__m256 x) {
   __m256 ge0;
   const __m256 t = gelu_t8(gelu_u8(x), &ge0);
-  const __m256 one = _mm256_set1_ps(1.0f), den = _mm256_add_ps(one, t);
-  const __m256 s = _mm256_blendv_ps(_mm256_div_ps(t, den), _mm256_div_ps(one, den), ge0);
-  return _mm256_mul_ps(x, s);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_mul_ps(x, _mm256_div_ps(_mm256_blendv_ps(t, one, ge0), _mm256_add_ps(one, t)));
 }
 
 inline __m256 gelu_tanh_grad8(__m256 x) {
