@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
-#include "backend/cpu/gelu_kernels.h"
+#include "backend/cpu/row_kernels.h"
 #include "core/error.h"
 #include "core/rng.h"
 // GCC 12 reports a false -Wstringop-overflow inside Raw::set_bits when fill_bits is inlined here.
@@ -782,11 +782,11 @@ TEST_CASE("tops gelu_tanh: large, tiny and special arguments", "[tops]") {
 }
 
 TEST_CASE("tops gelu_tanh: every kernel of this CPU gives the scalar functions' bits (the CUDA twin's)", "[tops]") {
-  const auto& ks = cpu::available_gelu_kernels();
+  const auto& ks = cpu::available_row_kernels();
   REQUIRE(std::string(ks.front().isa) == "scalar");
   std::string ran;
   for (const auto& k : ks) ran += std::string(ran.empty() ? "" : ", ") + k.isa;
-  WARN("GELU kernels checked against the scalar functions: " << ran << " (active: " << cpu::active_gelu_kernels().isa
+  WARN("GELU kernels checked against the scalar functions: " << ran << " (active: " << cpu::active_row_kernels().isa
                                                             << ")");
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -807,12 +807,12 @@ TEST_CASE("tops gelu_tanh: every kernel of this CPU gives the scalar functions' 
   for (float& v : dy) v = float(rdy.normal());
   auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || f32_bits(a) == f32_bits(b); };
   // Every kernel on the whole array and on short lengths (the vector kernels' partial last vector).
-  for (const cpu::GeluKernels& k : ks)
+  for (const cpu::RowKernels& k : ks)
     for (const int64_t n : {int64_t(x.size()), int64_t(1), int64_t(7), int64_t(15), int64_t(17), int64_t(31)}) {
       std::vector<float> y(size_t(n), -7.0f), dx(size_t(n), -7.0f), in_place(x.begin(), x.begin() + n);
-      k.forward(x.data(), y.data(), n);
-      k.backward(x.data(), dy.data(), dx.data(), n);
-      k.forward(in_place.data(), in_place.data(), n);  // y may be x
+      k.gelu_forward(x.data(), y.data(), n);
+      k.gelu_backward(x.data(), dy.data(), dx.data(), n);
+      k.gelu_forward(in_place.data(), in_place.data(), n);  // y may be x
       size_t wrong_y = 0, wrong_dx = 0, wrong_in_place = 0;
       std::ostringstream first;
       for (size_t i = 0; i < size_t(n); ++i) {
@@ -847,45 +847,75 @@ float spec_lane(const std::vector<float>& v, int64_t n, float init, bool max) {
 }
 }  // namespace
 
-TEST_CASE("tops causal_softmax: the kernels' vector path gives the scalar specification's bits", "[tops]") {
+TEST_CASE("tops causal_softmax: the op and every kernel of this CPU give the scalar specification's bits", "[tops]") {
   cpu::CpuOps ops;
+  const auto& ks = cpu::available_row_kernels();
+  std::string ran;
+  for (const auto& k : ks) ran += std::string(ran.empty() ? "" : ", ") + k.isa;
+  WARN("softmax row kernels checked against the scalar specification: " << ran);
+  // Bits equal, any NaN equal to any NaN (a NaN's payload is not specified).
+  auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || f32_bits(a) == f32_bits(b); };
   Rng rng(91);
-  for (int64_t T : {1, 7, 8, 9, 31, 32, 33, 45, 64, 71, 100}) {
+  for (int64_t T : {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 45, 48, 64, 71, 100}) {
     const int64_t batch = 3, rows = batch * T;
     std::vector<float> s(size_t(rows * T)), dp(size_t(rows * T));
     for (auto& x : s) x = float(rng.normal() * 4.0);
     for (auto& x : dp) x = float(rng.normal());
     if (T > 5) s[size_t(2 * T + 1)] = -INFINITY, s[size_t(3 * T + 2)] = 1e30f, s[size_t(4 * T)] = -0.0f;
+    if (T > 8) s[size_t(6 * T + 3)] = NAN;  // row 6: a NaN row
     const float scale = 0.125f;
     std::vector<float> p(s.size()), ds(s.size());
     ops.causal_softmax_forward(CausalSoftmaxArgs{batch, T, scale, s.data(), DType::F32, p.data(), DType::F32});
     ops.causal_softmax_backward(
         CausalSoftmaxBackwardArgs{batch, T, scale, p.data(), DType::F32, dp.data(), DType::F32, ds.data(), DType::F32});
     size_t wrong = 0;
+    std::vector<size_t> wrong_kernel(ks.size(), 0);
     std::ostringstream first;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t n = r % T + 1;
+      const float* srow = s.data() + r * T;
+      const float* prow = p.data() + r * T;
+      const float* dprow = dp.data() + r * T;
       std::vector<float> v(static_cast<size_t>(n)), prod(static_cast<size_t>(n));
-      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = scale * s[size_t(r * T + j)];
+      for (int64_t j = 0; j < n; ++j) v[size_t(j)] = scale * srow[j];
       const float m = spec_lane(v, n, -INFINITY, true);
       for (int64_t j = 0; j < n; ++j) v[size_t(j)] = tmath::exp_f32(v[size_t(j)] - m);
       const float sum = spec_lane(v, n, 0.0f, false);
       for (int64_t j = 0; j < n; ++j) v[size_t(j)] = v[size_t(j)] / sum;
-      for (int64_t j = 0; j < n; ++j) prod[size_t(j)] = dp[size_t(r * T + j)] * p[size_t(r * T + j)];
+      for (int64_t j = 0; j < n; ++j) prod[size_t(j)] = dprow[j] * prow[j];
       const float dot = spec_lane(prod, n, 0.0f, false);
-      for (int64_t j = 0; j < T; ++j) {
-        const float want_p = j < n ? v[size_t(j)] : 0.0f;
-        const float want_ds = j < n ? tmath::softmax_ds(scale, p[size_t(r * T + j)], dp[size_t(r * T + j)], dot) : 0.0f;
-        const bool bad = f32_bits(want_p) != f32_bits(p[size_t(r * T + j)]) ||
-                         f32_bits(want_ds) != f32_bits(ds[size_t(r * T + j)]);
+      std::vector<float> want_ds(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) want_ds[size_t(j)] = tmath::softmax_ds(scale, prow[j], dprow[j], dot);
+      for (int64_t j = 0; j < T; ++j) {  // the op, zeros above the diagonal included
+        const float want_p = j < n ? v[size_t(j)] : 0.0f, want_d = j < n ? want_ds[size_t(j)] : 0.0f;
+        const bool bad = !same(want_p, prow[j]) || !same(want_d, ds[size_t(r * T + j)]);
         if (bad && wrong == 0)
-          first << "T " << T << " row " << r << " col " << j << ": p " << p[size_t(r * T + j)] << " vs " << want_p
-                << ", ds " << ds[size_t(r * T + j)] << " vs " << want_ds;
+          first << "T " << T << " row " << r << " col " << j << ": p " << prow[j] << " vs " << want_p << ", ds "
+                << ds[size_t(r * T + j)] << " vs " << want_d;
         wrong += bad;
+      }
+      for (size_t k = 0; k < ks.size(); ++k) {  // each kernel set on the row, and in place
+        std::vector<float> pk(size_t(n), -7.0f), dsk(size_t(n), -7.0f), in_place(srow, srow + n), dp_in_place(dprow, dprow + n);
+        ks[k].softmax_forward(srow, scale, pk.data(), n);
+        ks[k].softmax_forward(in_place.data(), scale, in_place.data(), n);
+        ks[k].softmax_backward(prow, dprow, scale, dsk.data(), n);
+        ks[k].softmax_backward(prow, dp_in_place.data(), scale, dp_in_place.data(), n);
+        for (int64_t j = 0; j < n; ++j) {
+          const bool bad = !same(v[size_t(j)], pk[size_t(j)]) || !same(v[size_t(j)], in_place[size_t(j)]) ||
+                           !same(want_ds[size_t(j)], dsk[size_t(j)]) || !same(want_ds[size_t(j)], dp_in_place[size_t(j)]);
+          if (bad && wrong_kernel[k] == 0)
+            first << " | " << ks[k].isa << ": T " << T << " row " << r << " col " << j << ": p " << pk[size_t(j)]
+                  << " vs " << v[size_t(j)] << ", ds " << dsk[size_t(j)] << " vs " << want_ds[size_t(j)];
+          wrong_kernel[k] += bad;
+        }
       }
     }
     INFO(first.str());
     CHECK(wrong == 0);
+    for (size_t k = 0; k < ks.size(); ++k) {
+      INFO(ks[k].isa);
+      CHECK(wrong_kernel[k] == 0);
+    }
   }
 }
 

@@ -1,0 +1,37 @@
+// The elementwise and per-row kernels of the CPU transformer ops on FP32 arrays, as one set per
+// instruction set: the scalar specification (the tmath functions and row reductions of
+// transformer_args.h), its AVX2 form (row_kernels.cpp) and its AVX-512F form
+// (row_kernels_avx512.cpp), chosen at run time. Every set gives the specification's bits;
+// tests/unit/test_ops_transformer.cpp runs each one the CPU has against the scalar one. The ops
+// (ops_gelu.cpp, ops_softmax.cpp) convert 16-bit rows to FP32 around them and split the work
+// between threads.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace amp::cpu {
+
+struct RowKernels {
+  const char* isa;  // "scalar", "avx2", "avx512"
+  // y = gelu(x) (tmath::gelu_tanh); y may be x.
+  void (*gelu_forward)(const float* x, float* y, int64_t n);
+  // dx = dy * gelu'(x) (tmath::gelu_tanh_grad); dx may be dy or x.
+  void (*gelu_backward)(const float* x, const float* dy, float* dx, int64_t n);
+  // One causal-softmax row of n elements: v = softmax(scale * s) (causal_softmax_forward's
+  // maximum, exp_f32 and sum in the 32 lanes, then one division each); v may be s.
+  void (*softmax_forward)(const float* s, float scale, float* v, int64_t n);
+  // One row of causal_softmax_backward: ds = (scale * p) * (dp - dot), dot the 32-lane sum of
+  // dp * p; ds may be dp.
+  void (*softmax_backward)(const float* p, const float* dp, float scale, float* ds, int64_t n);
+};
+
+// The kernel sets this CPU can run, the scalar specification first, the widest last.
+const std::vector<RowKernels>& available_row_kernels();
+// The widest of them (what CpuOps uses).
+const RowKernels& active_row_kernels();
+
+// The AVX-512F set (row_kernels_avx512.cpp); only called where the CPU has AVX-512F.
+const RowKernels& row_kernels_avx512();
+
+}  // namespace amp::cpu

@@ -1,0 +1,173 @@
+// The AVX-512F set of row_kernels.h: row_kernels.cpp's AVX2 forms on 16 lanes, operation for
+// operation (masks for their blends), the 32 lanes of a row reduction as two registers, the last
+// partial vector through masked loads and stores instead of scalar tails. Called only where the
+// CPU has AVX-512F (row_kernels.cpp checks).
+#include "backend/cpu/no_fp_contract.h"  // first: no FMA contraction in this file
+
+#include "backend/cpu/row_kernels.h"
+
+#if defined(__AVX2__)
+
+// GCC 12's AVX-512 headers and -Wmaybe-uninitialized: see attention_avx512.cpp.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include "backend/cpu/transformer_rows.h"
+#include "backend/transformer_args.h"
+
+// Only what follows is AVX-512 code, in an anonymous namespace (see attention_avx512.cpp).
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+
+namespace amp::cpu {
+
+namespace {
+
+#include "backend/cpu/exp_avx512.h"
+
+inline __m512 gelu_u16(__m512 x) {
+  const __m512 cube = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+  return _mm512_mul_ps(_mm512_set1_ps(tmath::kSqrt2OverPi),
+                       _mm512_add_ps(x, _mm512_mul_ps(_mm512_set1_ps(tmath::kGeluCubic), cube)));
+}
+
+// t = exp(-2|u|) as gelu_t8 computes it, and the lanes where u >= 0.
+inline __m512 gelu_t16(__m512 u, __mmask16* u_ge0) {
+  *u_ge0 = _mm512_cmp_ps_mask(u, _mm512_setzero_ps(), _CMP_GE_OQ);
+  const __m512 neg_abs = _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_castps_si512(u), _mm512_set1_epi32(int32_t(0x80000000u))));
+  return exp_f32_16_nonpositive(_mm512_mul_ps(neg_abs, _mm512_set1_ps(2.0f)));
+}
+
+inline __m512 gelu16(__m512 x) {
+  __mmask16 ge0;
+  const __m512 t = gelu_t16(gelu_u16(x), &ge0);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  return _mm512_mul_ps(x, _mm512_div_ps(_mm512_mask_blend_ps(ge0, t, one), _mm512_add_ps(one, t)));
+}
+
+inline __m512 gelu_grad16(__m512 x) {
+  __mmask16 ge0;
+  const __m512 t = gelu_t16(gelu_u16(x), &ge0);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 inv = _mm512_div_ps(one, _mm512_add_ps(one, t));
+  const __m512 tinv = _mm512_mul_ps(t, inv);
+  const __m512 s = _mm512_mask_blend_ps(ge0, tinv, inv);
+  const __m512 oms = _mm512_mask_blend_ps(ge0, inv, tinv);
+  const __m512 ss = _mm512_mul_ps(s, oms);
+  const __m512 du = _mm512_mul_ps(_mm512_set1_ps(tmath::kSqrt2OverPi),
+                                  _mm512_add_ps(one, _mm512_mul_ps(_mm512_set1_ps(3.0f * tmath::kGeluCubic),
+                                                                   _mm512_mul_ps(x, x))));
+  const __m512 g = _mm512_add_ps(s, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), x), ss), du));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ss, _mm512_setzero_ps(), _CMP_EQ_OQ), g, s);
+}
+
+__mmask16 tail_mask(int64_t left) { return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u); }
+
+void gelu_forward(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, gelu16(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, gelu16(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dx + i, _mm512_mul_ps(_mm512_loadu_ps(dy + i), gelu_grad16(_mm512_loadu_ps(x + i))));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 g = gelu_grad16(_mm512_maskz_loadu_ps(m, x + i));
+    _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i), g));
+  }
+}
+
+// A 32-lane row reduction (transformer_args.h): lanes 0-15 in lo, 16-31 in hi; f(j, mask) gives
+// the 16 values at element j (masked lanes may hold anything), op(acc, mask, x) combines the lanes
+// of the mask. Full chunks of 32, then the partial one, then the butterfly tree.
+template <typename F, typename Op, typename ScalarOp>
+float reduce32(int64_t n, float init, F&& f, Op&& op, ScalarOp sop) {
+  __m512 lo = _mm512_set1_ps(init), hi = lo;
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    lo = op(lo, __mmask16(0xffff), f(j, __mmask16(0xffff)));
+    hi = op(hi, __mmask16(0xffff), f(j + 16, __mmask16(0xffff)));
+  }
+  if (j < n) {
+    const __mmask16 mlo = tail_mask(n - j);
+    lo = op(lo, mlo, f(j, mlo));
+    if (n - j > 16) {
+      const __mmask16 mhi = tail_mask(n - j - 16);
+      hi = op(hi, mhi, f(j + 16, mhi));
+    }
+  }
+  alignas(64) float lanes[kRowLanes];
+  _mm512_store_ps(lanes, lo);
+  _mm512_store_ps(lanes + 16, hi);
+  return tmath::lane_tree(lanes, sop);
+}
+
+// fmax(acc, x) in the mask's lanes as trows::fmax8: a NaN x keeps acc; max_ps(acc, x) gives x on ties.
+__m512 fmax16(__m512 acc, __mmask16 m, __m512 x) {
+  return _mm512_mask_max_ps(acc, m & _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), acc, x);
+}
+__m512 add16(__m512 acc, __mmask16 m, __m512 x) { return _mm512_mask_add_ps(acc, m, acc, x); }
+
+// Every element of the row, 16 at a time: f(j, mask) -> the values to store at j.
+template <typename F>
+void each16(float* out, int64_t n, F&& f) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(out + j, f(j, __mmask16(0xffff)));
+  if (j < n) {
+    const __mmask16 m = tail_mask(n - j);
+    _mm512_mask_storeu_ps(out + j, m, f(j, m));
+  }
+}
+
+// The maximum of scale * s, then v = exp(scale * s - m) (the same product recomputed, so v may be
+// s), the sum of v, then v / sum.
+void softmax_forward(const float* s, float scale, float* v, int64_t n) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  auto scaled = [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(m, s + j)); };
+  const __m512 vm = _mm512_set1_ps(reduce32(n, -__builtin_inff(), scaled, fmax16, trows::max_op));
+  // scale * s - m <= 0 (m is the maximum) or NaN
+  each16(v, n, [&](int64_t j, __mmask16 m) { return exp_f32_16_nonpositive(_mm512_sub_ps(scaled(j, m), vm)); });
+  const __m512 vs = _mm512_set1_ps(
+      reduce32(n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, v + j); }, add16, trows::add_op));
+  each16(v, n, [&](int64_t j, __mmask16 m) { return _mm512_div_ps(_mm512_maskz_loadu_ps(m, v + j), vs); });
+}
+
+void softmax_backward(const float* p, const float* dp, float scale, float* ds, int64_t n) {
+  const __m512 vdot = _mm512_set1_ps(reduce32(
+      n, 0.0f,
+      [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dp + j), _mm512_maskz_loadu_ps(m, p + j)); },
+      add16, trows::add_op));
+  const __m512 vscale = _mm512_set1_ps(scale);
+  each16(ds, n, [&](int64_t j, __mmask16 m) {  // tmath::softmax_ds: scale * p * (dp - dot)
+    return _mm512_mul_ps(_mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(m, p + j)),
+                         _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dp + j), vdot));
+  });
+}
+
+}  // namespace
+
+const RowKernels& row_kernels_avx512() {
+  static const RowKernels k{"avx512", gelu_forward, gelu_backward, softmax_forward, softmax_backward};
+  return k;
+}
+
+}  // namespace amp::cpu
+
+#pragma GCC pop_options
+
+#else
+
+namespace amp::cpu {
+const RowKernels& row_kernels_avx512() { return available_row_kernels().front(); }  // never called
+}  // namespace amp::cpu
+
+#endif
