@@ -1,4 +1,4 @@
-// tmath::exp_f32 on 16 lanes, for the AVX-512 files only (attention_avx512.cpp, gelu_avx512.cpp):
+// tmath::exp_f32 on 16 lanes, for the AVX-512 files only (attention_avx512.cpp, row_kernels_avx512.cpp):
 // included after their `#pragma GCC target("avx512f")`, inside their anonymous namespace, so that
 // nothing compiled for AVX-512 can stand in for another file's function. transformer_rows.h's
 // exp_poly8, exp_f32_8 and exp_f32_8_nonpositive operation for operation (the same constants, the

@@ -2,6 +2,8 @@
 
 #include "backend/cpu/cpu_ops.h"
 
+#include <omp.h>
+
 #include "backend/cpu/transformer_rows.h"
 #include "core/error.h"
 
@@ -10,7 +12,8 @@ namespace amp::cpu {
 using namespace trows;
 
 // LayerNorm forward and backward (transformer_args.h): rows in parallel, row sums in the 32
-// lanes; the backward's dgamma/dbeta by row lanes in row_sum's order, in the same pass as dx.
+// lanes; the backward's dgamma/dbeta by row lanes in row_sum's order, in the same pass as dx
+// where the lanes share the threads evenly.
 
 void CpuOps::layernorm_forward(const LayerNormArgs& a) {
   check_args(a);
@@ -47,55 +50,112 @@ void CpuOps::layernorm_forward(const LayerNormArgs& a) {
   }
 }
 
+namespace {
+
+// One thread's rows of the layer norm backward: dx of row r (transformer_args.h), leaving the
+// row's normalized values n and dy as floats for the dgamma/dbeta partials. As the forward:
+// vectorizing elementwise loops, row_sum's lanes; FP32 dx in place.
+class LnBackwardRows {
+ public:
+  LnBackwardRows(const LayerNormBackwardArgs& a, const float* gamma)
+      : a_(a), g_(gamma), c_(size_t(a.C)), xin_(c_), dyin_(c_), n_(c_), dn_(c_), prod_(c_), out_(c_),
+        old_(a.accumulate_dx ? c_ : 0) {}
+
+  void dx(int64_t r) {
+    const int64_t C = a_.C;
+    const float c_den = float(C);
+    const float* x = row_in(a_.x, a_.type, r * C, C, xin_.data());
+    dy_ = row_in(a_.dy, a_.type, r * C, C, dyin_.data());
+    const float mean = a_.mean[r], rstd = a_.rstd[r];
+    float* n = n_.data();
+    float* dn = dn_.data();
+    float* p = prod_.data();
+    for (int64_t j = 0; j < C; ++j) {
+      n[j] = tmath::ln_norm(x[j], mean, rstd);
+      dn[j] = g_[j] * dy_[j];
+      p[j] = dn[j] * n[j];
+    }
+    const float ma = lanes_sum(dn, C) / c_den;
+    const float mb = lanes_sum(p, C) / c_den;
+    const float* old = a_.accumulate_dx ? row_in(a_.dx, a_.type, r * C, C, old_.data()) : nullptr;
+    float* dx = row_out(a_.dx, a_.type, r * C, out_.data());  // FP32: old[j] is read before dx[j] is written
+    if (old) {
+      for (int64_t j = 0; j < C; ++j) dx[j] = old[j] + tmath::ln_dx(dn[j], ma, n[j], mb, rstd);
+    } else {
+      for (int64_t j = 0; j < C; ++j) dx[j] = tmath::ln_dx(dn[j], ma, n[j], mb, rstd);
+    }
+    row_store(out_.data(), a_.dx, a_.type, r * C, C);
+  }
+
+  // The last row's terms of dgamma and dbeta added to a lane's partials: ag += n * dy, ab += dy.
+  void add_param_terms(float* ag, float* ab) const {
+    const float* n = n_.data();
+    for (int64_t j = 0; j < a_.C; ++j) {
+      ag[j] += n[j] * dy_[j];
+      ab[j] += dy_[j];
+    }
+  }
+
+ private:
+  const LayerNormBackwardArgs& a_;
+  const float* g_;
+  size_t c_;
+  std::vector<float> xin_, dyin_, n_, dn_, prod_, out_, old_;
+  const float* dy_ = nullptr;
+};
+
+}  // namespace
+
 void CpuOps::layernorm_backward(const LayerNormBackwardArgs& a) {
   check_args(a);
   if (a.C == 0) return;
   const int64_t C = a.C, rows = a.rows;
-  const float c_den = float(C);
   const std::vector<float> gamma = rows > 0 ? to_floats(a.gamma, a.type, C) : std::vector<float>();
-  // One pass over x and dy: dx row by row, and dgamma, dbeta as kRowSumLanes lane partials per
-  // column, lane l adding rows l, l + L, ... in increasing order (row_sum's order). The work items
-  // are the lanes, so each lane's partials have one thread, whatever the thread count.
+  // dgamma, dbeta: kRowSumLanes lane partials per column, lane l adding rows l, l + L, ... in
+  // increasing order (row_sum's order), each lane's partials by one thread.
   constexpr int64_t L = kRowSumLanes;
   std::vector<float> pg(size_t(L * C), 0.0f), pb(size_t(L * C), 0.0f);
-  const int64_t lanes = std::min(L, rows);
-#pragma omp parallel if (rows * C >= kParallelMin && lanes > 1)
-  {
-    // As the forward: vectorizing elementwise loops, row_sum's lanes; FP32 dx in place.
-    const size_t c = static_cast<size_t>(C);
-    std::vector<float> xin(c), dyin(c), nrm(c), dnv(c), prod(c), out(c), oldin(a.accumulate_dx ? c : 0);
-    const float* g = gamma.data();
+  const bool parallel = rows * C >= kParallelMin && rows > 1;
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  if (rows >= L && L % threads == 0) {
+    // One pass over x and dy: the work items are the lanes, each computing its rows' dx too (the
+    // threads share the lanes evenly).
+#pragma omp parallel if (parallel)
+    {
+      LnBackwardRows rb(a, gamma.data());
 #pragma omp for schedule(static)
-    for (int64_t lane = 0; lane < lanes; ++lane) {
-      float* ag = pg.data() + lane * C;
-      float* ab = pb.data() + lane * C;
+      for (int64_t lane = 0; lane < L; ++lane)
+        for (int64_t r = lane; r < rows; r += L) {
+          rb.dx(r);
+          rb.add_param_terms(pg.data() + lane * C, pb.data() + lane * C);
+        }
+    }
+  } else if (rows > 0) {
+    // Two passes where the lanes would not share the threads evenly: the partials by (column
+    // tile, lane) pairs, then dx by rows. The same sums in the same order.
+    const int64_t tiles = (C + kTile - 1) / kTile, items = tiles * L;
+#pragma omp parallel for schedule(static) if (parallel && items > 1)
+    for (int64_t w = 0; w < items; ++w) {
+      const int64_t tile = w / L, lane = w % L;
+      const int64_t c0 = tile * kTile, len = std::min(kTile, C - c0);
+      float* ag = pg.data() + lane * C + c0;
+      float* ab = pb.data() + lane * C + c0;
+      alignas(64) float xb[kTile], db[kTile];
       for (int64_t r = lane; r < rows; r += L) {
-        const float* x = row_in(a.x, a.type, r * C, C, xin.data());
-        const float* dy = row_in(a.dy, a.type, r * C, C, dyin.data());
+        const float* xv = row_in(a.x, a.type, r * C + c0, len, xb);
+        const float* dv = row_in(a.dy, a.type, r * C + c0, len, db);
         const float mean = a.mean[r], rstd = a.rstd[r];
-        float* n = nrm.data();
-        float* dn = dnv.data();
-        float* p = prod.data();
-        for (int64_t j = 0; j < C; ++j) {
-          n[j] = tmath::ln_norm(x[j], mean, rstd);
-          dn[j] = g[j] * dy[j];
-          p[j] = dn[j] * n[j];
+        for (int64_t j = 0; j < len; ++j) {
+          ag[j] += tmath::ln_norm(xv[j], mean, rstd) * dv[j];
+          ab[j] += dv[j];
         }
-        for (int64_t j = 0; j < C; ++j) {
-          ag[j] += n[j] * dy[j];
-          ab[j] += dy[j];
-        }
-        const float ma = lanes_sum(dn, C) / c_den;
-        const float mb = lanes_sum(p, C) / c_den;
-        const float* old = a.accumulate_dx ? row_in(a.dx, a.type, r * C, C, oldin.data()) : nullptr;
-        float* dx = row_out(a.dx, a.type, r * C, out.data());  // FP32: old[j] is read before dx[j] is written
-        if (old) {
-          for (int64_t j = 0; j < C; ++j) dx[j] = old[j] + tmath::ln_dx(dn[j], ma, n[j], mb, rstd);
-        } else {
-          for (int64_t j = 0; j < C; ++j) dx[j] = tmath::ln_dx(dn[j], ma, n[j], mb, rstd);
-        }
-        row_store(out.data(), a.dx, a.type, r * C, C);
       }
+    }
+#pragma omp parallel if (parallel)
+    {
+      LnBackwardRows rb(a, gamma.data());
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) rb.dx(r);
     }
   }
   std::vector<float> sg(static_cast<size_t>(C)), sb(static_cast<size_t>(C));

@@ -134,7 +134,7 @@ void softmax_forward(const float* s, float scale, float* v, int64_t n) {
   const __m512 vscale = _mm512_set1_ps(scale);
   auto scaled = [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(m, s + j)); };
   const __m512 vm = _mm512_set1_ps(reduce32(n, -__builtin_inff(), scaled, fmax16, trows::max_op));
-  // scale * s - m <= 0 (m is the maximum) or NaN
+  // scale * s - m <= 0 (m is the maximum) or NaN in the row's lanes (masked-off lanes are not stored)
   each16(v, n, [&](int64_t j, __mmask16 m) { return exp_f32_16_nonpositive(_mm512_sub_ps(scaled(j, m), vm)); });
   const __m512 vs = _mm512_set1_ps(
       reduce32(n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, v + j); }, add16, trows::add_op));

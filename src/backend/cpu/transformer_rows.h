@@ -70,8 +70,9 @@ inline __m256 exp_f32_8(__m256 x) {
   return exp_low_nan8(x, y);
 }
 
-// exp_f32_8 where every lane is <= 0 or NaN (GELU's exp(-2|u|)): no lane overflows, and rounding
-// kf - 0.5 toward zero gives exp_f32's k also at kf = +-0 (both 0). The same bits, fewer operations.
+// exp_f32_8 where every lane is <= 0 or NaN (GELU's exp(-2|u|), the softmax's exp(v - max)): no
+// lane overflows, and rounding kf - 0.5 toward zero gives exp_f32's k also at kf = +-0 (both 0).
+// The same bits, fewer operations.
 inline __m256 exp_f32_8_nonpositive(__m256 x) {
   const __m256 kf = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
   const __m256 kin = _mm256_max_ps(_mm256_add_ps(kf, _mm256_set1_ps(-0.5f)), _mm256_set1_ps(-200.0f));
@@ -85,7 +86,8 @@ inline __m256 gelu_u8(__m256 x) {
 }
 
 // t = exp(-2|u|), and the sign test of u. -2|u| is computed as (-|u|) * 2 (the sign bit set, one
-// exact product): the specification's -2 * |u| bit for bit, except the sign of a NaN.
+// exact product): the specification's -2 * |u| bit for bit, except the sign of a NaN and of a zero
+// (exp gives 1 for either zero).
 inline __m256 gelu_t8(__m256 u, __m256* u_ge0) {
   *u_ge0 = _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GE_OQ);
   const __m256 neg_abs = _mm256_or_ps(u, _mm256_set1_ps(-0.0f));
