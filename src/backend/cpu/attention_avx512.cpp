@@ -29,17 +29,12 @@ namespace {
 
 #include "backend/cpu/exp_avx512.h"
 
-struct V16 {
-  using Vec = __m512;
+// exp_avx512.h's 16-lane type, with what the tiles add: loads, stores, FMA, exp.
+struct AttnV16 : V16 {
   static constexpr int W = 16;
   static Vec zero() { return _mm512_setzero_ps(); }
   static Vec load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
-  static Vec set1(float x) { return _mm512_set1_ps(x); }
-  static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
-  static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
-  static Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
-  static Vec div(Vec a, Vec b) { return _mm512_div_ps(a, b); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
   static Vec exp(Vec x) { return exp_f32_16(x); }
 };
@@ -48,8 +43,8 @@ struct V16 {
 
 }  // namespace
 
-void attention_forward_avx512(const AttnHead& h) { AttnTiles<V16>::forward(h); }
-void attention_backward_avx512(const AttnHead& h) { AttnTiles<V16>::backward(h); }
+void attention_forward_avx512(const AttnHead& h) { AttnTiles<AttnV16>::forward(h); }
+void attention_backward_avx512(const AttnHead& h) { AttnTiles<AttnV16>::backward(h); }
 
 }  // namespace amp::cpu
 

@@ -95,25 +95,20 @@ void backward_scalar(const AttnHead& h) {
 // ---------------------------------------------------------------- AVX2 + FMA tiles
 
 #if defined(__AVX2__) && defined(__FMA__)
-struct V8 {
-  using Vec = __m256;
+// vec_math.h's 8-lane type, with what the tiles add: loads, stores, FMA, exp.
+struct AttnV8 : trows::V8 {
   static constexpr int W = 8;
   static Vec zero() { return _mm256_setzero_ps(); }
   static Vec load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
-  static Vec set1(float x) { return _mm256_set1_ps(x); }
-  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
-  static Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
-  static Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
-  static Vec div(Vec a, Vec b) { return _mm256_div_ps(a, b); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
   static Vec exp(Vec x) { return exp_f32_8(x); }
 };
 
 #include "backend/cpu/attention_tiles.h"
 
-void forward_avx2(const AttnHead& h) { AttnTiles<V8>::forward(h); }
-void backward_avx2(const AttnHead& h) { AttnTiles<V8>::backward(h); }
+void forward_avx2(const AttnHead& h) { AttnTiles<AttnV8>::forward(h); }
+void backward_avx2(const AttnHead& h) { AttnTiles<AttnV8>::backward(h); }
 #endif
 
 }  // namespace

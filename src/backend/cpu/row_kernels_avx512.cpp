@@ -27,42 +27,8 @@ namespace {
 
 #include "backend/cpu/exp_avx512.h"
 
-inline __m512 gelu_u16(__m512 x) {
-  const __m512 cube = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-  return _mm512_mul_ps(_mm512_set1_ps(tmath::kSqrt2OverPi),
-                       _mm512_add_ps(x, _mm512_mul_ps(_mm512_set1_ps(tmath::kGeluCubic), cube)));
-}
-
-// t = exp(-2|u|) as gelu_t8 computes it, and the lanes where u >= 0.
-inline __m512 gelu_t16(__m512 u, __mmask16* u_ge0) {
-  *u_ge0 = _mm512_cmp_ps_mask(u, _mm512_setzero_ps(), _CMP_GE_OQ);
-  const __m512 neg_abs = _mm512_castsi512_ps(
-      _mm512_or_si512(_mm512_castps_si512(u), _mm512_set1_epi32(int32_t(0x80000000u))));
-  return exp_f32_16_nonpositive(_mm512_mul_ps(neg_abs, _mm512_set1_ps(2.0f)));
-}
-
-inline __m512 gelu16(__m512 x) {
-  __mmask16 ge0;
-  const __m512 t = gelu_t16(gelu_u16(x), &ge0);
-  const __m512 one = _mm512_set1_ps(1.0f);
-  return _mm512_mul_ps(x, _mm512_div_ps(_mm512_mask_blend_ps(ge0, t, one), _mm512_add_ps(one, t)));
-}
-
-inline __m512 gelu_grad16(__m512 x) {
-  __mmask16 ge0;
-  const __m512 t = gelu_t16(gelu_u16(x), &ge0);
-  const __m512 one = _mm512_set1_ps(1.0f);
-  const __m512 inv = _mm512_div_ps(one, _mm512_add_ps(one, t));
-  const __m512 tinv = _mm512_mul_ps(t, inv);
-  const __m512 s = _mm512_mask_blend_ps(ge0, tinv, inv);
-  const __m512 oms = _mm512_mask_blend_ps(ge0, inv, tinv);
-  const __m512 ss = _mm512_mul_ps(s, oms);
-  const __m512 du = _mm512_mul_ps(_mm512_set1_ps(tmath::kSqrt2OverPi),
-                                  _mm512_add_ps(one, _mm512_mul_ps(_mm512_set1_ps(3.0f * tmath::kGeluCubic),
-                                                                   _mm512_mul_ps(x, x))));
-  const __m512 g = _mm512_add_ps(s, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), x), ss), du));
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ss, _mm512_setzero_ps(), _CMP_EQ_OQ), g, s);
-}
+inline __m512 gelu16(__m512 x) { return gelu_tanh_v<V16>(x); }
+inline __m512 gelu_grad16(__m512 x) { return gelu_tanh_grad_v<V16>(x); }
 
 __mmask16 tail_mask(int64_t left) { return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u); }
 

@@ -1,7 +1,7 @@
 // Row helpers of the CPU transformer ops (ops_layernorm.cpp, ops_softmax.cpp, ops_gelu.cpp,
 // ops_embedding.cpp): loads and stores through FP32, the 32-lane row reductions of
 // transformer_args.h (with AVX2: four 8-wide registers, the same operands in the same order), and
-// the AVX2 forms of tmath's exp and GELU, operation for operation. Those files include
+// the AVX2 forms of tmath's exp and GELU (vec_math.h on 8 lanes), operation for operation. Those files include
 // no_fp_contract.h before anything else (the CUDA twin is compiled with --fmad=false), so these inline
 // functions round every product and sum as the scalar specification does.
 #pragma once
@@ -26,97 +26,43 @@ constexpr int64_t kBlock = 2048;              // elements per GELU work block
 constexpr int64_t kParallelMin = 4 * kBlock;  // fork threads only for at least this many elements
 
 #if defined(__AVX2__)
+// The vector type of vec_math.h for AVX2: 8 lanes, masks as all-ones lanes.
+struct V8 {
+  using Vec = __m256;
+  using IVec = __m256i;
+  using Mask = __m256;
+  static Vec set1(float x) { return _mm256_set1_ps(x); }
+  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  static Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+  static Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+  static Vec div(Vec a, Vec b) { return _mm256_div_ps(a, b); }
+  static Vec max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+  static Vec min(Vec a, Vec b) { return _mm256_min_ps(a, b); }
+  static IVec cvtt(Vec a) { return _mm256_cvttps_epi32(a); }
+  static Vec cvt(IVec a) { return _mm256_cvtepi32_ps(a); }
+  static IVec iset1(int32_t x) { return _mm256_set1_epi32(x); }
+  static IVec iadd(IVec a, IVec b) { return _mm256_add_epi32(a, b); }
+  static IVec isub(IVec a, IVec b) { return _mm256_sub_epi32(a, b); }
+  static IVec srai(IVec a, int n) { return _mm256_srai_epi32(a, n); }
+  static IVec slli(IVec a, int n) { return _mm256_slli_epi32(a, n); }
+  static Vec as_float(IVec a) { return _mm256_castsi256_ps(a); }
+  static Mask ge(Vec a, Vec b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+  static Mask gt(Vec a, Vec b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static Mask lt(Vec a, Vec b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static Mask eq(Vec a, Vec b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+  static Mask unord(Vec a, Vec b) { return _mm256_cmp_ps(a, b, _CMP_UNORD_Q); }
+  static Vec blend(Mask m, Vec a, Vec b) { return _mm256_blendv_ps(a, b, m); }
+  static Vec neg_abs(Vec a) { return _mm256_or_ps(a, _mm256_set1_ps(-0.0f)); }
+};
+
+#include "backend/cpu/vec_math.h"
+
 // The scalar functions of transformer_args.h (tmath::exp_f32, gelu_tanh, gelu_tanh_grad) on 8
-// lanes, operation for operation (no contraction, the same constants, branches as blends), so the
-// vector path gives the scalar path's bits: the CUDA twin and every thread count agree with it.
-// exp_f32's reduction, polynomial and scaling by 2^k for lanes whose rounded x / ln 2 (kin, before
-// truncation) lies in [-200, 200]; the callers replace the lanes exp_f32 treats apart.
-inline __m256 exp_poly8(__m256 x, __m256 kin) {
-  const __m256i k = _mm256_cvttps_epi32(kin);
-  const __m256 fk = _mm256_cvtepi32_ps(k);
-  __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(fk, _mm256_set1_ps(0.693359375f)));
-  r = _mm256_sub_ps(r, _mm256_mul_ps(fk, _mm256_set1_ps(-2.12194440e-4f)));
-  const __m256 r2 = _mm256_mul_ps(r, r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 e = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, r2), r), _mm256_set1_ps(1.0f));
-  // k1 = k / 2 truncated toward zero, k2 = k - k1; 2^k1 and 2^k2 from their exponent bits.
-  const __m256i k1 = _mm256_srai_epi32(_mm256_sub_epi32(k, _mm256_srai_epi32(k, 31)), 1);
-  const __m256i k2 = _mm256_sub_epi32(k, k1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
-  const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(e, p1), p2);
-}
-
-// Lanes below -104 give 0, NaN lanes x + x.
-inline __m256 exp_low_nan8(__m256 x, __m256 y) {
-  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LT_OQ));
-  return _mm256_blendv_ps(y, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
-
-inline __m256 exp_f32_8(__m256 x) {
-  const __m256 kf = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
-  const __m256 half = _mm256_blendv_ps(_mm256_set1_ps(-0.5f), _mm256_set1_ps(0.5f),
-                                       _mm256_cmp_ps(kf, _mm256_setzero_ps(), _CMP_GE_OQ));
-  // Lanes outside [-104, 88.8] or NaN are replaced below; keep their k in range meanwhile.
-  const __m256 kin = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(kf, half), _mm256_set1_ps(-200.0f)), _mm256_set1_ps(200.0f));
-  const __m256 y = _mm256_blendv_ps(exp_poly8(x, kin), _mm256_set1_ps(std::numeric_limits<float>::infinity()),
-                                    _mm256_cmp_ps(x, _mm256_set1_ps(88.8f), _CMP_GT_OQ));
-  return exp_low_nan8(x, y);
-}
-
-// exp_f32_8 where every lane is <= 0 or NaN (GELU's exp(-2|u|), the softmax's exp(v - max)): no
-// lane overflows, and rounding kf - 0.5 toward zero gives exp_f32's k also at kf = +-0 (both 0).
-// The same bits, fewer operations.
-inline __m256 exp_f32_8_nonpositive(__m256 x) {
-  const __m256 kf = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
-  const __m256 kin = _mm256_max_ps(_mm256_add_ps(kf, _mm256_set1_ps(-0.5f)), _mm256_set1_ps(-200.0f));
-  return exp_low_nan8(x, exp_poly8(x, kin));
-}
-
-inline __m256 gelu_u8(__m256 x) {
-  const __m256 cube = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-  return _mm256_mul_ps(_mm256_set1_ps(tmath::kSqrt2OverPi),
-                       _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(tmath::kGeluCubic), cube)));
-}
-
-// t = exp(-2|u|), and the sign test of u. -2|u| is computed as (-|u|) * 2 (the sign bit set, one
-// exact product): the specification's -2 * |u| bit for bit, except the sign of a NaN and of a zero
-// (exp gives 1 for either zero).
-inline __m256 gelu_t8(__m256 u, __m256* u_ge0) {
-  *u_ge0 = _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GE_OQ);
-  const __m256 neg_abs = _mm256_or_ps(u, _mm256_set1_ps(-0.0f));
-  return exp_f32_8_nonpositive(_mm256_mul_ps(neg_abs, _mm256_set1_ps(2.0f)));
-}
-
-// s = (u >= 0 ? 1 : t) / (1 + t): one division for the specification's two branches.
-inline __m256 gelu_tanh8(__m256 x) {
-  __m256 ge0;
-  const __m256 t = gelu_t8(gelu_u8(x), &ge0);
-  const __m256 one = _mm256_set1_ps(1.0f);
-  return _mm256_mul_ps(x, _mm256_div_ps(_mm256_blendv_ps(t, one, ge0), _mm256_add_ps(one, t)));
-}
-
-inline __m256 gelu_tanh_grad8(__m256 x) {
-  __m256 ge0;
-  const __m256 t = gelu_t8(gelu_u8(x), &ge0);
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 inv = _mm256_div_ps(one, _mm256_add_ps(one, t));
-  const __m256 tinv = _mm256_mul_ps(t, inv);
-  const __m256 s = _mm256_blendv_ps(tinv, inv, ge0);
-  const __m256 oms = _mm256_blendv_ps(inv, tinv, ge0);
-  const __m256 ss = _mm256_mul_ps(s, oms);
-  const __m256 du = _mm256_mul_ps(_mm256_set1_ps(tmath::kSqrt2OverPi),
-                                  _mm256_add_ps(one, _mm256_mul_ps(_mm256_set1_ps(3.0f * tmath::kGeluCubic),
-                                                                   _mm256_mul_ps(x, x))));
-  const __m256 g = _mm256_add_ps(s, _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f), x), ss), du));
-  return _mm256_blendv_ps(g, s, _mm256_cmp_ps(ss, _mm256_setzero_ps(), _CMP_EQ_OQ));
-}
+// lanes: the vector type of every thread count, the CUDA twin and the scalar path give the same bits.
+inline __m256 exp_f32_8(__m256 x) { return exp_f32_v<V8>(x); }
+inline __m256 exp_f32_8_nonpositive(__m256 x) { return exp_nonpositive_v<V8>(x); }
+inline __m256 gelu_tanh8(__m256 x) { return gelu_tanh_v<V8>(x); }
+inline __m256 gelu_tanh_grad8(__m256 x) { return gelu_tanh_grad_v<V8>(x); }
 #endif
 
 constexpr int64_t kTile = 256;                // columns per column-tile work item
