@@ -29,14 +29,14 @@ namespace {
 
 #include "backend/cpu/exp_avx512.h"
 
-// exp_avx512.h's 16-lane type, with what the tiles add: loads, stores, FMA, exp.
+// exp_avx512.h's 16-lane type, with what the tiles add: loads, stores, FMA, exp of arguments <= 0.
 struct AttnV16 : V16 {
   static constexpr int W = 16;
   static Vec zero() { return _mm512_setzero_ps(); }
   static Vec load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-  static Vec exp(Vec x) { return exp_f32_16(x); }
+  static Vec exp_nonpositive(Vec x) { return exp_f32_16_nonpositive(x); }
 };
 
 #include "backend/cpu/attention_tiles.h"

@@ -10,7 +10,6 @@
 
 namespace amp::cpu {
 
-using trows::exp_f32_8;
 
 namespace {
 
@@ -95,14 +94,14 @@ void backward_scalar(const AttnHead& h) {
 // ---------------------------------------------------------------- AVX2 + FMA tiles
 
 #if defined(__AVX2__) && defined(__FMA__)
-// vec_math.h's 8-lane type, with what the tiles add: loads, stores, FMA, exp.
+// vec_math.h's 8-lane type, with what the tiles add: loads, stores, FMA, exp of arguments <= 0.
 struct AttnV8 : trows::V8 {
   static constexpr int W = 8;
   static Vec zero() { return _mm256_setzero_ps(); }
   static Vec load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-  static Vec exp(Vec x) { return exp_f32_8(x); }
+  static Vec exp_nonpositive(Vec x) { return trows::exp_f32_8_nonpositive(x); }
 };
 
 #include "backend/cpu/attention_tiles.h"

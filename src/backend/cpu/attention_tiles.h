@@ -1,6 +1,7 @@
 // The fused attention's tile kernels for one (sequence, head), written once over a vector type V
-// (W float lanes: load, store, set1, zero, add, sub, mul, div, fma, and exp: tmath::exp_f32 lane
-// for lane) and compiled per ISA:
+// (W float lanes: load, store, set1, zero, add, sub, mul, div, fma, and exp_nonpositive:
+// tmath::exp_f32 lane for lane for arguments <= 0 or NaN, every exp here being of a score minus a
+// maximum) and compiled per ISA:
 // attention_kernels.cpp instantiates them with AVX2 + FMA (8 lanes), attention_avx512.cpp with
 // AVX-512F (16 lanes). Each output element is the fixed FMA chain of backend/attention_args.h:
 // vectors run across independent outputs (keys of a score row, or the D columns of an
@@ -212,7 +213,8 @@ struct AttnTiles {
             const float mt = tile_max(s[r], mb[r]);
             corr[r] = tmath::exp_f32(mb[r] - mt);
             const Vec vm = V::set1(mt);
-            for (int c = 0; c < KT; c += W) V::store(&p[r][c], V::exp(V::sub(V::load(&s[r][c]), vm)));
+            // s - mt <= 0 or NaN: mt is the maximum of the tile's scores and the running maximum
+            for (int c = 0; c < KT; c += W) V::store(&p[r][c], V::exp_nonpositive(V::sub(V::load(&s[r][c]), vm)));
             for (int c = n[r]; c < KT; ++c) p[r][c] = 0.0f;
             lb[r] = lb[r] * corr[r] + tile_sum(p[r]);
             mb[r] = mt;
@@ -263,7 +265,10 @@ struct AttnTiles {
           const int64_t i = i0 + r;
           n[r] = int(i - j0 + 1 < nk ? i - j0 + 1 : nk);
           const Vec vm = V::set1(h.m[i]), vl = V::set1(h.l[i]);
-          for (int c = 0; c < KT; c += W) V::store(&p[r][c], V::div(V::exp(V::sub(V::load(&s[r][c]), vm)), vl));
+          // s - m <= 0 or NaN for the keys up to the query (the forward's maximum of the same
+          // scores' bits); the later columns are zeroed below.
+          for (int c = 0; c < KT; c += W)
+            V::store(&p[r][c], V::div(V::exp_nonpositive(V::sub(V::load(&s[r][c]), vm)), vl));
           const Vec vdelta = V::set1(h.delta[i]);
           for (int c = 0; c < KT; c += W)  // softmax_ds: (scale * P) * (dP - delta)
             V::store(&ds[r][c], V::mul(V::mul(vscale, V::load(&p[r][c])), V::sub(V::load(&dp[r][c]), vdelta)));
