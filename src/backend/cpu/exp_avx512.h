@@ -1,7 +1,7 @@
-// The vector type of vec_math.h for AVX-512F (16 lanes, mask registers) and tmath::exp_f32 on it,
-// for the AVX-512 files only (attention_avx512.cpp, row_kernels_avx512.cpp): included after their
-// `#pragma GCC target("avx512f")`, inside their anonymous namespace, so that nothing compiled for
-// AVX-512 can stand in for another file's function. The same operations as the AVX2 forms of
+// The vector type of vec_math.h for AVX-512F (16 lanes, mask registers) and tmath::exp_f32 on it
+// (arguments <= 0), for the AVX-512 files only (attention_avx512.cpp, row_kernels_avx512.cpp):
+// included after their `#pragma GCC target("avx512f")`, inside their anonymous namespace, so that
+// nothing compiled for AVX-512 can stand in for another file's function. The same operations as the AVX2 forms of
 // transformer_rows.h: the same bits.
 // No include guard: each including file's anonymous namespace gets its own copy.
 
@@ -15,7 +15,6 @@ struct V16 {
   static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
   static Vec div(Vec a, Vec b) { return _mm512_div_ps(a, b); }
   static Vec max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
-  static Vec min(Vec a, Vec b) { return _mm512_min_ps(a, b); }
   static IVec cvtt(Vec a) { return _mm512_cvttps_epi32(a); }
   static Vec cvt(IVec a) { return _mm512_cvtepi32_ps(a); }
   static IVec iset1(int32_t x) { return _mm512_set1_epi32(x); }
@@ -25,7 +24,6 @@ struct V16 {
   static IVec slli(IVec a, unsigned n) { return _mm512_slli_epi32(a, n); }
   static Vec as_float(IVec a) { return _mm512_castsi512_ps(a); }
   static Mask ge(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
-  static Mask gt(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
   static Mask lt(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
   static Mask eq(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   static Mask unord(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q); }
@@ -37,5 +35,4 @@ struct V16 {
 
 #include "backend/cpu/vec_math.h"
 
-inline __m512 exp_f32_16(__m512 x) { return exp_f32_v<V16>(x); }
 inline __m512 exp_f32_16_nonpositive(__m512 x) { return exp_nonpositive_v<V16>(x); }

@@ -1,9 +1,10 @@
 // Row helpers of the CPU transformer ops (ops_layernorm.cpp, ops_softmax.cpp, ops_gelu.cpp,
 // ops_embedding.cpp): loads and stores through FP32, the 32-lane row reductions of
 // transformer_args.h (with AVX2: four 8-wide registers, the same operands in the same order), and
-// the AVX2 forms of tmath's exp and GELU (vec_math.h on 8 lanes), operation for operation. Those files include
-// no_fp_contract.h before anything else (the CUDA twin is compiled with --fmad=false), so these inline
-// functions round every product and sum as the scalar specification does.
+// the AVX2 forms of tmath's exp and GELU (vec_math.h on 8 lanes), operation for operation. Those
+// files include no_fp_contract.h before anything else (the CUDA twin is compiled with
+// --fmad=false), so these inline functions round every product and sum as the scalar
+// specification does.
 #pragma once
 
 #if defined(__AVX2__)
@@ -37,7 +38,6 @@ struct V8 {
   static Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
   static Vec div(Vec a, Vec b) { return _mm256_div_ps(a, b); }
   static Vec max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
-  static Vec min(Vec a, Vec b) { return _mm256_min_ps(a, b); }
   static IVec cvtt(Vec a) { return _mm256_cvttps_epi32(a); }
   static Vec cvt(IVec a) { return _mm256_cvtepi32_ps(a); }
   static IVec iset1(int32_t x) { return _mm256_set1_epi32(x); }
@@ -47,7 +47,6 @@ struct V8 {
   static IVec slli(IVec a, int n) { return _mm256_slli_epi32(a, n); }
   static Vec as_float(IVec a) { return _mm256_castsi256_ps(a); }
   static Mask ge(Vec a, Vec b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
-  static Mask gt(Vec a, Vec b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
   static Mask lt(Vec a, Vec b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
   static Mask eq(Vec a, Vec b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
   static Mask unord(Vec a, Vec b) { return _mm256_cmp_ps(a, b, _CMP_UNORD_Q); }
@@ -57,9 +56,8 @@ struct V8 {
 
 #include "backend/cpu/vec_math.h"
 
-// The scalar functions of transformer_args.h (tmath::exp_f32, gelu_tanh, gelu_tanh_grad) on 8
-// lanes: the vector type of every thread count, the CUDA twin and the scalar path give the same bits.
-inline __m256 exp_f32_8(__m256 x) { return exp_f32_v<V8>(x); }
+// tmath::exp_f32 (arguments <= 0), gelu_tanh and gelu_tanh_grad on 8 lanes, with the scalar
+// functions' bits (and so the CUDA twin's, at every thread count).
 inline __m256 exp_f32_8_nonpositive(__m256 x) { return exp_nonpositive_v<V8>(x); }
 inline __m256 gelu_tanh8(__m256 x) { return gelu_tanh_v<V8>(x); }
 inline __m256 gelu_tanh_grad8(__m256 x) { return gelu_tanh_grad_v<V8>(x); }

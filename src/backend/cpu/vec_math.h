@@ -1,10 +1,11 @@
-// tmath's exp_f32, gelu_tanh and gelu_tanh_grad (transformer_args.h) on a vector of lanes, written
+// tmath's exp_f32 (for arguments <= 0), gelu_tanh and gelu_tanh_grad (transformer_args.h) on a
+// vector of lanes, written
 // once for the CPU kernels' vector types: V8 (AVX2, transformer_rows.h) and V16 (AVX-512F,
 // exp_avx512.h). Operation for operation the scalar functions (no contraction: the including
 // files turn it off; the same constants; branches as blends), so every vector type gives the
-// scalar bits. V provides Vec, IVec, Mask and: set1, add, sub, mul, div, max, min, cvtt (float to
-// int32, toward zero), cvt (int32 to float), iset1, iadd, isub, srai, slli, as_float (bits),
-// ge, gt, lt, eq, unord (-> Mask), blend(m, a, b) (m ? b : a), neg_abs (the sign bit set).
+// scalar bits. V provides Vec, IVec, Mask and: set1, add, sub, mul, div, max, cvtt (float to int32,
+// toward zero), cvt (int32 to float), iset1, iadd, isub, srai, slli, as_float (bits), ge, lt, eq,
+// unord (-> Mask), blend(m, a, b) (m ? b : a), neg_abs (the sign bit set).
 // No include guard: included inside each user's namespace, after the user's target pragma, so
 // the AVX-512 instances are compiled for AVX-512 and stay in that file.
 
@@ -42,20 +43,10 @@ inline typename V::Vec exp_low_nan(typename V::Vec x, typename V::Vec y) {
   return V::blend(V::unord(x, x), y, V::add(x, x));
 }
 
-template <typename V>
-inline typename V::Vec exp_f32_v(typename V::Vec x) {
-  using Vec = typename V::Vec;
-  const Vec kf = V::mul(x, V::set1(1.44269504088896341f));
-  const Vec half = V::blend(V::ge(kf, V::set1(0.0f)), V::set1(-0.5f), V::set1(0.5f));
-  // Lanes outside [-104, 88.8] or NaN are replaced below; keep their k in range meanwhile.
-  const Vec kin = V::min(V::max(V::add(kf, half), V::set1(-200.0f)), V::set1(200.0f));
-  const Vec y = V::blend(V::gt(x, V::set1(88.8f)), exp_poly<V>(x, kin), V::set1(__builtin_inff()));
-  return exp_low_nan<V>(x, y);
-}
-
-// exp_f32_v where every lane is <= 0 or NaN (GELU's exp(-2|u|), the softmax's exp(v - max)): no
-// lane overflows, and rounding kf - 0.5 toward zero gives exp_f32's k also at kf = +-0 (both 0).
-// The same bits, fewer operations.
+// tmath::exp_f32 where every lane is <= 0 or NaN (all the vector kernels need: GELU's exp(-2|u|),
+// the softmax's and attention's exp(score - max)): exp_f32's steps without its overflow branch,
+// which no such lane takes, and rounding kf - 0.5 toward zero gives exp_f32's k also at kf = +-0
+// (both 0). The same bits.
 template <typename V>
 inline typename V::Vec exp_nonpositive_v(typename V::Vec x) {
   const typename V::Vec kf = V::mul(x, V::set1(1.44269504088896341f));
