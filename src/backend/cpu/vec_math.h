@@ -1,7 +1,6 @@
 // tmath's exp_f32 (for arguments <= 0), gelu_tanh and gelu_tanh_grad (transformer_args.h) on a
-// vector of lanes, written
-// once for the CPU kernels' vector types: V8 (AVX2, transformer_rows.h) and V16 (AVX-512F,
-// exp_avx512.h). Operation for operation the scalar functions (no contraction: the including
+// vector of lanes, written once for the CPU kernels' vector types: V8 (AVX2, transformer_rows.h)
+// and V16 (AVX-512F, exp_avx512.h). Operation for operation the scalar functions (no contraction: the including
 // files turn it off; the same constants; branches as blends), so every vector type gives the
 // scalar bits. V provides Vec, IVec, Mask and: set1, add, sub, mul, div, max, cvtt (float to int32,
 // toward zero), cvt (int32 to float), iset1, iadd, isub, srai, slli, as_float (bits), ge, lt, eq,
