@@ -66,17 +66,10 @@ void softmax_forward_avx2(const float* s, float scale, float* v, int64_t n) {
 }
 
 void softmax_backward_avx2(const float* p, const float* dp, float scale, float* ds, int64_t n) {
-  // dot: lane l adds the products of elements l, l + 32, ... (four 8-wide registers), then the tree.
-  __m256 acc[4];
-  for (__m256& r : acc) r = _mm256_setzero_ps();
-  int64_t j0 = 0;
-  for (; j0 + kRowLanes <= n; j0 += kRowLanes)
-    for (int r = 0; r < 4; ++r)
-      acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_loadu_ps(dp + j0 + 8 * r), _mm256_loadu_ps(p + j0 + 8 * r)));
-  alignas(32) float lanes[kRowLanes];
-  for (int r = 0; r < 4; ++r) _mm256_store_ps(lanes + 8 * r, acc[r]);
-  for (int l = 0; j0 + l < n; ++l) lanes[l] = lanes[l] + dp[j0 + l] * p[j0 + l];
-  const float dot = tmath::lane_tree(lanes, add_op);
+  // dot: the lane sum of the products dp * p, each rounded (as lanes_sum of their array would add them)
+  const float dot = lane_reduce_rows(
+      n, 0.0f, [&](int64_t j) { return _mm256_mul_ps(_mm256_loadu_ps(dp + j), _mm256_loadu_ps(p + j)); },
+      [&](int64_t j) { return dp[j] * p[j]; }, add8, add_op);
   int64_t j = 0;
   const __m256 vscale = _mm256_set1_ps(scale), vdot = _mm256_set1_ps(dot);
   for (; j + 8 <= n; j += 8)  // tmath::softmax_ds: scale * p * (dp - dot)

@@ -112,17 +112,24 @@ inline __m256 fmax8(__m256 acc, __m256 x) {
 }
 inline __m256 add8(__m256 acc, __m256 x) { return _mm256_add_ps(acc, x); }
 
-template <typename VOp, typename Op>
-inline float lane_reduce_rows(const float* v, int64_t n, float init, VOp vop, Op op) {
+// The elements come from vals(j) (the 8 values at j) and val(j) (the one at j, for the tail).
+template <typename Vals, typename Val, typename VOp, typename Op>
+inline float lane_reduce_rows(int64_t n, float init, Vals&& vals, Val&& val, VOp vop, Op op) {
   __m256 acc[4];
   for (__m256& r : acc) r = _mm256_set1_ps(init);
   int64_t j0 = 0;
   for (; j0 + kRowLanes <= n; j0 += kRowLanes)
-    for (int r = 0; r < 4; ++r) acc[r] = vop(acc[r], _mm256_loadu_ps(v + j0 + 8 * r));
+    for (int r = 0; r < 4; ++r) acc[r] = vop(acc[r], vals(j0 + 8 * r));
   alignas(32) float p[kRowLanes];
   for (int r = 0; r < 4; ++r) _mm256_store_ps(p + 8 * r, acc[r]);
-  for (int l = 0; j0 + l < n; ++l) p[l] = op(p[l], v[j0 + l]);
+  for (int l = 0; j0 + l < n; ++l) p[l] = op(p[l], val(j0 + l));
   return tmath::lane_tree(p, op);
+}
+
+template <typename VOp, typename Op>
+inline float lane_reduce_rows(const float* v, int64_t n, float init, VOp vop, Op op) {
+  return lane_reduce_rows(
+      n, init, [&](int64_t j) { return _mm256_loadu_ps(v + j); }, [&](int64_t j) { return v[j]; }, vop, op);
 }
 #endif
 
