@@ -1,11 +1,12 @@
-// Losses in FP32/FP64 from low-precision predictions: softmax cross-entropy (one warp per row) and
-// squared error. Each block writes its partial sum; one more block adds the partials in a fixed
+// Losses in FP32/FP64 from low-precision predictions: softmax cross-entropy (one warp per row, the
+// CPU twin's lanes and FP32 arithmetic: the same gradient bits) and squared error. Each block writes its partial sum; one more block adds the partials in a fixed
 // order and adds the batch total to the accumulators once, as the CPU twin does (no atomics, so
 // eager runs and graph replays give the same bits).
 #include <algorithm>
 #include <cmath>
 
 #include "cuda/kernel_util.cuh"
+#include "cuda/row_kernels.cuh"
 
 namespace amp::cuda {
 
@@ -44,12 +45,6 @@ __device__ __forceinline__ Best warp_best(Best b) {
   return b;
 }
 
-// Butterfly sum: every lane ends with the same value (a + b == b + a exactly at each level).
-__device__ __forceinline__ double warp_sum(double v) {
-  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-  return v;
-}
-
 template <typename L, typename G>
 __global__ void __launch_bounds__(kThreads) softmax_xent_kernel(const L* logits,
                                                                 const int32_t* __restrict__ labels,
@@ -67,11 +62,16 @@ __global__ void __launch_bounds__(kThreads) softmax_xent_kernel(const L* logits,
     Best best{0.0f, -1};
     for (size_t j = lane; j < c; j += 32) best = better(best, Best{to_f32(row[j]), (long long)j});
     best = warp_best(best);
-    const float mx = best.v;
-    double se = 0.0;
-    for (size_t j = lane; j < c; j += 32) se += exp(double(to_f32(row[j]) - mx));
-    se = warp_sum(se);
-    const double lse = double(mx) + log(se);
+    // The specification's softmax (backend/ops_args.h): the 32-lane maximum (NaN ignored, as the
+    // CPU's max_op), the 32-lane sum of exp_f32(x - m), p = e / s, each lane taking the columns
+    // lane, lane + 32, ... in order: the CPU twin's bits.
+    float lane_max = -INFINITY;
+    for (size_t j = lane; j < c; j += 32) lane_max = fmaxf(lane_max, to_f32(row[j]));
+    const float m = rows::warp_max(lane_max);
+    float lane_sum = 0.0f;
+    for (size_t j = lane; j < c; j += 32) lane_sum = lane_sum + tmath::exp_f32(to_f32(row[j]) - m);
+    const float s = rows::warp_sum(lane_sum);
+    const double lse = double(m) + log(double(s));
     const int32_t y = labels[r];
     const bool valid = y >= 0 && size_t(y) < c;
     if (lane == 0) {
@@ -82,8 +82,8 @@ __global__ void __launch_bounds__(kThreads) softmax_xent_kernel(const L* logits,
     if (dlogits) {
       G* out = dlogits + r * ld_d;
       for (size_t j = lane; j < c; j += 32) {
-        const double p = exp(double(to_f32(row[j])) - lse);
-        out[j] = from_f32<G>(float((p - (valid && j == size_t(y) ? 1.0 : 0.0)) * gmul));
+        const float p = tmath::exp_f32(to_f32(row[j]) - m) / s;
+        out[j] = from_f32<G>((p - (valid && j == size_t(y) ? 1.0f : 0.0f)) * gmul);
       }
     }
   }

@@ -48,13 +48,17 @@
 //
 // softmax_xent  Softmax cross-entropy of rows of logits (row r at logits + r * ld_logits, its
 //        first `classes` elements; the elements up to the leading dimension are never read or
-//        written: a padded vocabulary's columns). Per row, in double from the logits widened
-//        exactly: lse = max + log(sum_j exp(x_j - max)); the row's loss lse - x[label]; a hit when
-//        the first maximum's column is the label. The batch's losses are summed in double and
-//        added to *loss_sum once (FP32), its hits to *correct. With dlogits:
-//        dlogits[r][j] = round((exp(x_j - lse) - [j == label]) * (*scale * inv_count)) in its
-//        dtype (row stride ld_dlogits): the loss-scaled gradient of the mean over 1/inv_count
-//        samples. dlogits may be logits itself (same dtype and leading dimension).
+//        written: a padded vocabulary's columns). Per row, from the logits widened exactly to
+//        FP32 x_j: the softmax of causal_softmax_forward (backend/transformer_args.h) over all
+//        `classes` columns with scale 1: m = the 32-lane maximum, e_j = tmath::exp_f32(x_j - m),
+//        s = the 32-lane sum of the e_j, p_j = e_j / s (FP32); then in double lse = m + log(s) and
+//        the row's loss lse - x[label]. A hit when the label is the first column of the maximum: the
+//        first j with x_j == m (x_0 when it is NaN: the sequential arg-max's column). The rows'
+//        losses are summed in double in row order and added to *loss_sum once (FP32), the hits to
+//        *correct. With dlogits: dlogits[r][j] = round((p_j - [j == label]) * (*scale *
+//        inv_count)) in its dtype (FP32 arithmetic, row stride ld_dlogits): the loss-scaled
+//        gradient of the mean over 1/inv_count samples. dlogits may be logits itself (same dtype
+//        and leading dimension). One exp per logit, in the same lanes as the CUDA twin's warp.
 //
 // row_sum out[j] = sum over i in [0, rows) of x[i * ldx + j] for j in [0, cols): FP32
 //        accumulation in a FIXED order, the same on both twins (bit-identical results, no

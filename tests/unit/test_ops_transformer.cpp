@@ -899,12 +899,14 @@ TEST_CASE("tops causal_softmax: the op and every kernel of this CPU give the sca
       }
       for (size_t k = 0; k < ks.size(); ++k) {  // each kernel set on the row, and in place
         std::vector<float> pk(size_t(n), -7.0f), dsk(size_t(n), -7.0f), in_place(srow, srow + n), dp_in_place(dprow, dprow + n);
-        ks[k].softmax_forward(srow, scale, pk.data(), n);
-        ks[k].softmax_forward(in_place.data(), scale, in_place.data(), n);
+        float stats[2] = {-7.0f, -7.0f};
+        ks[k].softmax_forward(srow, scale, pk.data(), n, stats);
+        ks[k].softmax_forward(in_place.data(), scale, in_place.data(), n, nullptr);
         ks[k].softmax_backward(prow, dprow, scale, dsk.data(), n);
         ks[k].softmax_backward(prow, dp_in_place.data(), scale, dp_in_place.data(), n);
         for (int64_t j = 0; j < n; ++j) {
           const bool bad = !same(v[size_t(j)], pk[size_t(j)]) || !same(v[size_t(j)], in_place[size_t(j)]) ||
+                           !same(m, stats[0]) || !same(sum, stats[1]) ||
                            !same(want_ds[size_t(j)], dsk[size_t(j)]) || !same(want_ds[size_t(j)], dp_in_place[size_t(j)]);
           if (bad && wrong_kernel[k] == 0)
             first << " | " << ks[k].isa << ": T " << T << " row " << r << " col " << j << ": p " << pk[size_t(j)]
@@ -918,6 +920,113 @@ TEST_CASE("tops causal_softmax: the op and every kernel of this CPU give the sca
     for (size_t k = 0; k < ks.size(); ++k) {
       INFO(ks[k].isa);
       CHECK(wrong_kernel[k] == 0);
+    }
+  }
+}
+
+// softmax_xent (backend/ops_args.h): the specification written out here from the scalar functions,
+// bit for bit at 1, 2 and 3 threads (the kernel set is the widest this CPU has), and a double
+// reference within FP32 rounding. Rows with a NaN in column 0 or elsewhere, a tied maximum, -0 and
+// +0 as the maximum, -inf; vocabularies from 1 column to GPT-2's 50257, padded rows.
+TEST_CASE("tops softmax_xent: the specification's bits at any thread count, within FP32 rounding of double",
+          "[tops]") {
+  cpu::CpuOps ops;
+  WARN("softmax_xent ran the " << cpu::active_row_kernels().isa << " softmax row kernel");
+  auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || f32_bits(a) == f32_bits(b); };
+  Rng rng(97);
+  for (int64_t c : {1, 2, 10, 31, 33, 65, 1000, 50257}) {
+    for (DType t : kTypes) {
+      INFO(dtype_name(t) << ", " << c << " classes");
+      const int64_t rows = c > 1000 ? 6 : 9, ld = c + 3;  // 3 padding columns, NaN, never read or written
+      Raw x(t, size_t(rows * ld));
+      for (size_t i = 0; i < x.size(); ++i) x.set(i, int64_t(i) % ld < c ? float(rng.normal() * 4.0) : NAN);
+      std::vector<int32_t> labels(static_cast<size_t>(rows));
+      for (auto& y : labels) y = int32_t(rng.below(uint64_t(c)));
+      auto el = [&](int64_t r, int64_t j) { return size_t(r * ld + j); };
+      if (c >= 10) {
+        x.set(el(1, 0), NAN), labels[1] = 0;                   // column 0 NaN: the hit is column 0
+        x.set(el(2, 4), NAN);                                  // a NaN elsewhere: ignored by the arg-max
+        x.set(el(3, 3), 50.0f), x.set(el(3, 7), 50.0f), labels[3] = 3;  // a tie: the first column
+        for (int64_t j = 0; j < c; ++j) x.set(el(4, j), -1.0f - float(j % 5));
+        x.set(el(4, 2), -0.0f), x.set(el(4, 5), 0.0f), labels[4] = 2;   // -0 before +0: column 2
+        x.set(el(5, 6), -INFINITY), labels[5] = int32_t(c - 1);
+      }
+      const float scale = 1024.0f, inv = 1.0f / float(rows), gmul = scale * inv;
+      // The specification.
+      std::vector<float> want(size_t(rows * ld), NAN);
+      double want_loss = 0.0;
+      int32_t want_hits = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> v(static_cast<size_t>(c)), e(static_cast<size_t>(c));
+        for (int64_t j = 0; j < c; ++j) v[size_t(j)] = x.get(el(r, j));
+        const float m = spec_lane(v, c, -INFINITY, true);
+        for (int64_t j = 0; j < c; ++j) e[size_t(j)] = tmath::exp_f32(v[size_t(j)] - m);
+        const float sum = spec_lane(e, c, 0.0f, false);
+        const int32_t y = labels[size_t(r)];
+        int64_t arg = 0;  // the sequential arg-max: v_j > max moves it
+        for (int64_t j = 1; j < c; ++j)
+          if (v[size_t(j)] > v[size_t(arg)]) arg = j;
+        want_hits += arg == y;
+        want_loss += (double(m) + std::log(double(sum))) - double(v[size_t(y)]);
+        Raw out(t, 1);
+        for (int64_t j = 0; j < c; ++j) {
+          out.set(0, ((e[size_t(j)] / sum) - (j == y ? 1.0f : 0.0f)) * gmul);  // one rounding to t
+          want[el(r, j)] = out.get(0);
+        }
+      }
+      if (c >= 10) {
+        CHECK(std::isnan(want_loss));  // the NaN rows
+      }
+      for (int threads : {1, 2, 3}) {
+        INFO(threads << " threads");
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        Raw d(t, size_t(rows * ld));
+        for (size_t i = 0; i < d.size(); ++i) d.set(i, NAN);
+        float loss = 0.5f;
+        int32_t hits = 2;
+        SoftmaxXentArgs a;
+        a.logits = x.data(), a.logits_type = t, a.rows = rows, a.classes = c, a.ld_logits = ld;
+        a.labels = labels.data(), a.scale = &scale, a.inv_count = inv;
+        a.dlogits = d.data(), a.dlogits_type = t, a.ld_dlogits = ld, a.loss_sum = &loss, a.correct = &hits;
+        ops.softmax_xent(a);
+        omp_set_num_threads(saved);
+        CHECK(same(loss, 0.5f + float(want_loss)));
+        CHECK(hits == 2 + want_hits);
+        size_t wrong = 0;
+        std::ostringstream first;
+        for (size_t i = 0; i < d.size(); ++i) {
+          const bool bad = !same(d.get(i), want[i]);
+          if (bad && wrong++ == 0) first << "dlogits[" << i / size_t(ld) << "][" << i % size_t(ld) << "] " << d.get(i) << " vs " << want[i];
+        }
+        INFO(first.str());
+        CHECK(wrong == 0);
+      }
+      // The double reference on the finite rows (rows 1, 2, 5 hold NaN or -inf where c >= 10).
+      for (int64_t r = 0; r < rows; ++r) {
+        if (c >= 10 && (r == 1 || r == 2)) continue;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < c; ++j) mx = std::max(mx, double(x.get(el(r, j))));
+        double se = 0.0;
+        for (int64_t j = 0; j < c; ++j) se += std::exp(double(x.get(el(r, j))) - mx);
+        const int32_t y = labels[size_t(r)];
+        for (int64_t j = 0; j < c; ++j) {
+          if (std::isinf(x.get(el(r, j)))) {  // -inf: probability 0 exactly
+            REQUIRE(want[el(r, j)] == 0.0f);
+            continue;
+          }
+          const double pref = std::exp(double(x.get(el(r, j))) - mx) / se;
+          const double ref = (pref - (j == y ? 1.0 : 0.0)) * gmul;
+          // p: x - m rounded (a relative error of |x - m| u in the exp), exp_f32 within 2 ulp (and
+          // its gradual underflow), the 32-lane sum's c / 32 + 5 roundings, the division; then the
+          // subtraction, the product and the output's rounding.
+          const double xm = std::fabs(double(x.get(el(r, j))) - mx);
+          const double err32 = ((xm + double(c) / 32 + 9) * kU * pref + 0x1p-148 + kU * std::fabs(ref / gmul)) * gmul;
+          const double tol = err32 + ops_ref::unit_roundoff(t) * (std::fabs(ref) + err32) + ops_ref::tiny_of(t);
+          INFO("row " << r << " col " << j << ": " << std::hexfloat << want[el(r, j)] << " vs " << ref << ", tol " << tol << std::defaultfloat);
+          REQUIRE(std::fabs(double(want[el(r, j)]) - ref) <= tol);
+        }
+      }
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/row_kernels.h"
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -181,32 +182,38 @@ void bias_grad(const Tensor& dy, const Tensor& db) {
 
 void softmax_xent(const SoftmaxXentArgs& a, double* loss_sum, int64_t* correct) {
   check_args(a);
-  const size_t rows = size_t(a.rows), c = size_t(a.classes);
+  const int64_t rows = a.rows, c = a.classes;
   const float gmul = *a.scale * a.inv_count;
-  double loss = 0.0;
-  int64_t hits = 0;
-#pragma omp parallel for schedule(static) reduction(+ : loss, hits) if (rows * c >= 4 * kBlock)
-  for (size_t r = 0; r < rows; ++r) {
-    std::vector<float> v(c);
-    load(a.logits, a.logits_type, r * size_t(a.ld_logits), c, v.data());
-    size_t arg = 0;
-    float mx = v[0];
-    for (size_t j = 1; j < c; ++j)
-      if (v[j] > mx) mx = v[j], arg = j;
-    double se = 0.0;
-    for (size_t j = 0; j < c; ++j) se += std::exp(double(v[j] - mx));
-    const double lse = double(mx) + std::log(se);
-    const int32_t y = a.labels[r];
-    loss += lse - double(v[size_t(y)]);
-    hits += (arg == size_t(y));
-    if (a.dlogits) {
-      for (size_t j = 0; j < c; ++j) {
-        const double p = std::exp(double(v[j]) - lse);
-        v[j] = float((p - (j == size_t(y) ? 1.0 : 0.0)) * gmul);
+  const RowKernels& kern = active_row_kernels();
+  // Each row's loss and hit, then their sums in row order: the same bits at any thread count.
+  std::vector<double> row_loss(static_cast<size_t>(rows));
+  std::vector<uint8_t> row_hit(static_cast<size_t>(rows));
+#pragma omp parallel if (rows * c >= 4 * int64_t(kBlock) && rows > 1)
+  {
+    std::vector<float> x(static_cast<size_t>(c)), p(static_cast<size_t>(c));  // the row in FP32, its softmax
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      load(a.logits, a.logits_type, size_t(r * a.ld_logits), size_t(c), x.data());
+      float stats[2];  // m, s
+      kern.softmax_forward(x.data(), 1.0f, p.data(), c, stats);
+      const float m = stats[0];
+      int64_t arg = 0;
+      if (!std::isnan(x[0]))
+        while (arg < c && !(x[size_t(arg)] == m)) ++arg;
+      const int32_t y = a.labels[r];
+      row_loss[size_t(r)] = (double(m) + std::log(double(stats[1]))) - double(x[size_t(y)]);
+      row_hit[size_t(r)] = arg == y;
+      if (a.dlogits) {
+        const float py = p[size_t(y)];
+        for (int64_t j = 0; j < c; ++j) p[size_t(j)] = p[size_t(j)] * gmul;  // p_j - 0 is p_j
+        p[size_t(y)] = (py - 1.0f) * gmul;
+        store(p.data(), a.dlogits, a.dlogits_type, size_t(r * a.ld_dlogits), size_t(c));
       }
-      store(v.data(), a.dlogits, a.dlogits_type, r * size_t(a.ld_dlogits), c);
     }
   }
+  double loss = 0.0;
+  int64_t hits = 0;
+  for (int64_t r = 0; r < rows; ++r) loss += row_loss[size_t(r)], hits += row_hit[size_t(r)];
   *loss_sum += loss;
   *correct += hits;
 }

@@ -28,7 +28,7 @@ void CpuOps::causal_softmax_forward(const CausalSoftmaxArgs& a) {
       const float* s = row_in(a.s, a.s_type, row * T, n, in.data());
       // An FP32 output row is written in place; another type goes through `out`.
       float* v = row_out(a.p, a.p_type, row * T, out.data());
-      kern.softmax_forward(s, a.scale, v, n);
+      kern.softmax_forward(s, a.scale, v, n, nullptr);
       std::fill(v + n, v + T, 0.0f);
       row_store(v, a.p, a.p_type, row * T, T);
     }

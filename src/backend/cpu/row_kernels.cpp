@@ -23,11 +23,12 @@ void gelu_backward_scalar(const float* x, const float* dy, float* dx, int64_t n)
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * tmath::gelu_tanh_grad(x[i]);
 }
 
-void softmax_forward_scalar(const float* s, float scale, float* v, int64_t n) {
+void softmax_forward_scalar(const float* s, float scale, float* v, int64_t n, float* stats) {
   for (int64_t j = 0; j < n; ++j) v[j] = scale * s[j];
   const float m = lane_reduce(n, -std::numeric_limits<float>::infinity(), [&](int64_t j) { return v[j]; }, max_op);
   for (int64_t j = 0; j < n; ++j) v[j] = tmath::exp_f32(v[j] - m);
   const float sum = lane_sum(n, [&](int64_t j) { return v[j]; });
+  if (stats) stats[0] = m, stats[1] = sum;
   for (int64_t j = 0; j < n; ++j) v[j] = v[j] / sum;
 }
 
@@ -50,7 +51,7 @@ void gelu_backward_avx2(const float* x, const float* dy, float* dx, int64_t n) {
   gelu_backward_scalar(x + i, dy + i, dx + i, n - i);
 }
 
-void softmax_forward_avx2(const float* s, float scale, float* v, int64_t n) {
+void softmax_forward_avx2(const float* s, float scale, float* v, int64_t n, float* stats) {
   int64_t j = 0;
   const __m256 vscale = _mm256_set1_ps(scale);
   for (; j + 8 <= n; j += 8) _mm256_storeu_ps(v + j, _mm256_mul_ps(vscale, _mm256_loadu_ps(s + j)));
@@ -60,6 +61,7 @@ void softmax_forward_avx2(const float* s, float scale, float* v, int64_t n) {
   for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(v + j, exp_f32_8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(v + j), vm)));
   for (; j < n; ++j) v[j] = tmath::exp_f32(v[j] - m);
   const float sum = lanes_sum(v, n);
+  if (stats) stats[0] = m, stats[1] = sum;
   const __m256 vs = _mm256_set1_ps(sum);
   for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(v + j, _mm256_div_ps(_mm256_loadu_ps(v + j), vs));
   for (; j < n; ++j) v[j] = v[j] / sum;

@@ -19,8 +19,10 @@ struct RowKernels {
   // dx = dy * gelu'(x) (tmath::gelu_tanh_grad); dx may be dy or x.
   void (*gelu_backward)(const float* x, const float* dy, float* dx, int64_t n);
   // One causal-softmax row of n elements: v = softmax(scale * s) (causal_softmax_forward's
-  // maximum, exp_f32 and sum in the 32 lanes, then one division each); v may be s.
-  void (*softmax_forward)(const float* s, float scale, float* v, int64_t n);
+  // maximum, exp_f32 and sum in the 32 lanes, then one division each); v may be s. A non-null
+  // stats receives the row's maximum and sum {m, sum_j exp_f32(scale * s_j - m)} (softmax_xent's
+  // log-sum-exp).
+  void (*softmax_forward)(const float* s, float scale, float* v, int64_t n, float* stats);
   // One row of causal_softmax_backward: ds = (scale * p) * (dp - dot), dot the 32-lane sum of
   // dp * p; ds may be dp.
   void (*softmax_backward)(const float* p, const float* dp, float scale, float* ds, int64_t n);

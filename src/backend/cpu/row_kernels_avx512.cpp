@@ -96,14 +96,17 @@ void each16(float* out, int64_t n, F&& f) {
 
 // The maximum of scale * s, then v = exp(scale * s - m) (the same product recomputed, so v may be
 // s), the sum of v, then v / sum.
-void softmax_forward(const float* s, float scale, float* v, int64_t n) {
+void softmax_forward(const float* s, float scale, float* v, int64_t n, float* stats) {
   const __m512 vscale = _mm512_set1_ps(scale);
   auto scaled = [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(m, s + j)); };
-  const __m512 vm = _mm512_set1_ps(reduce32(n, -__builtin_inff(), scaled, fmax16, trows::max_op));
+  const float mx = reduce32(n, -__builtin_inff(), scaled, fmax16, trows::max_op);
+  const __m512 vm = _mm512_set1_ps(mx);
   // scale * s - m <= 0 (m is the maximum) or NaN in the row's lanes (masked-off lanes are not stored)
   each16(v, n, [&](int64_t j, __mmask16 m) { return exp_f32_16_nonpositive(_mm512_sub_ps(scaled(j, m), vm)); });
-  const __m512 vs = _mm512_set1_ps(
-      reduce32(n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, v + j); }, add16, trows::add_op));
+  const float sum =
+      reduce32(n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, v + j); }, add16, trows::add_op);
+  if (stats) stats[0] = mx, stats[1] = sum;
+  const __m512 vs = _mm512_set1_ps(sum);
   each16(v, n, [&](int64_t j, __mmask16 m) { return _mm512_div_ps(_mm512_maskz_loadu_ps(m, v + j), vs); });
 }
 
