@@ -1,7 +1,7 @@
 // Losses in FP32/FP64 from low-precision predictions: softmax cross-entropy (one warp per row, the
-// CPU twin's lanes and FP32 arithmetic: the same gradient bits) and squared error. Each block writes its partial sum; one more block adds the partials in a fixed
-// order and adds the batch total to the accumulators once, as the CPU twin does (no atomics, so
-// eager runs and graph replays give the same bits).
+// CPU twin's lanes and FP32 arithmetic: the same gradient bits) and squared error. Each block
+// writes its partial sum; one more block adds the partials in a fixed order and adds the batch
+// total to the accumulators once (no atomics, so eager runs and graph replays give the same bits).
 #include <algorithm>
 #include <cmath>
 
