@@ -101,6 +101,9 @@ struct Close {
     REQUIRE((c).bad == 0);     \
   } while (0)
 
+// Bits equal, any NaN equal to any NaN (a NaN's payload is not specified).
+bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || f32_bits(a) == f32_bits(b); }
+
 std::string at_index(const char* name, int64_t a, int64_t b = -1, int64_t c = -1) {
   std::ostringstream os;
   os << name << "[" << a << "]";
@@ -805,7 +808,6 @@ TEST_CASE("tops gelu_tanh: every kernel of this CPU gives the scalar functions' 
   Rng rdy(78);
   std::vector<float> dy(x.size());
   for (float& v : dy) v = float(rdy.normal());
-  auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || f32_bits(a) == f32_bits(b); };
   // Every kernel on the whole array and on short lengths (the vector kernels' partial last vector).
   for (const cpu::RowKernels& k : ks)
     for (const int64_t n : {int64_t(x.size()), int64_t(1), int64_t(7), int64_t(15), int64_t(17), int64_t(31)}) {
@@ -856,8 +858,6 @@ TEST_CASE("tops causal_softmax: the op and every kernel of this CPU give the sca
   std::string ran;
   for (const auto& k : ks) ran += std::string(ran.empty() ? "" : ", ") + k.isa;
   WARN("softmax row kernels checked against the scalar specification: " << ran);
-  // Bits equal, any NaN equal to any NaN (a NaN's payload is not specified).
-  auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || f32_bits(a) == f32_bits(b); };
   Rng rng(91);
   for (int64_t T : {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 45, 48, 64, 71, 100}) {
     const int64_t batch = 3, rows = batch * T;
@@ -932,7 +932,6 @@ TEST_CASE("tops softmax_xent: the specification's bits at any thread count, with
           "[tops]") {
   cpu::CpuOps ops;
   WARN("softmax_xent ran the " << cpu::active_row_kernels().isa << " softmax row kernel");
-  auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || f32_bits(a) == f32_bits(b); };
   Rng rng(97);
   for (int64_t c : {1, 2, 10, 31, 33, 65, 1000, 50257}) {
     for (DType t : kTypes) {
