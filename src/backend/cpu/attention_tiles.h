@@ -51,30 +51,63 @@ struct AttnTiles {
     }
   }
 
-  // The 8-lane tile sum of the specification over KT values (zeros past the valid keys).
-  static float tile_sum(const float* p) {
-    __m256 lanes = _mm256_setzero_ps();
-    for (int c = 0; c < KT; c += 8) lanes = _mm256_add_ps(lanes, _mm256_loadu_ps(p + c));
-    alignas(32) float L[8];
-    _mm256_store_ps(L, lanes);
-    return ((L[0] + L[1]) + (L[2] + L[3])) + ((L[4] + L[5]) + (L[6] + L[7]));
-  }
-
-  // max(m, s_0 .. s_KT-1), NaN when any of them is NaN. Scores hold no -0 (the specification adds
-  // +0), so the maximum does not depend on the order of the comparisons.
-  static float tile_max(const float* s, float m) {
-    __m256 mx = _mm256_set1_ps(m), nan = _mm256_cmp_ps(mx, mx, _CMP_UNORD_Q);
-    for (int c = 0; c < KT; c += 8) {
-      const __m256 v = _mm256_loadu_ps(s + c);
-      mx = _mm256_max_ps(mx, v);
-      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  // The online softmax's step for the R rows of a register block, the rows' independent chains
+  // side by side (one row at a time left the core waiting on each row's maximum, exp and sum):
+  //   m' = max(m, s_0 .. s_KT-1), NaN when any of them is NaN (the scores hold no -0: the
+  //        specification adds +0, so the maximum does not depend on the order of the comparisons);
+  //   corr = exp(m - m')  (<= 0 or NaN: the vector exp's lanes are exp_f32's bits);
+  //   p_c = exp(s_c - m') for c < n[r], 0 after;  l = l * corr + tile_sum(p);  m = m'.
+  // s is modified: the keys after each row's query become -inf.
+  static void online_softmax(float (*s)[KT], float (*p)[KT], const int* n, float* m, float* l, float* corr) {
+    static_assert(R == 4 && KT % 16 == 0, "the reductions below are written for 4 rows and 16-key steps");
+    __m256 mx[R];
+    int any_nan = 0;
+    for (int r = 0; r < R; ++r) {
+      for (int c = n[r]; c < KT; ++c) s[r][c] = -__builtin_inff();  // keys after the query
+      __m256 a = _mm256_set1_ps(m[r]), b = a, nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
+      for (int c = 0; c < KT; c += 16) {  // two chains of maxima
+        const __m256 x = _mm256_loadu_ps(s[r] + c), y = _mm256_loadu_ps(s[r] + c + 8);
+        a = _mm256_max_ps(a, x), b = _mm256_max_ps(b, y);
+        nan = _mm256_or_ps(nan, _mm256_or_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), _mm256_cmp_ps(y, y, _CMP_UNORD_Q)));
+      }
+      mx[r] = _mm256_max_ps(a, b);
+      any_nan |= (_mm256_movemask_ps(nan) != 0) << r;
     }
-    if (_mm256_movemask_ps(nan) != 0) return __builtin_nanf("");
-    alignas(32) float x[8];
-    _mm256_store_ps(x, mx);
-    float r = x[0];
-    for (int k = 1; k < 8; ++k) r = x[k] > r ? x[k] : r;
-    return r;
+    // The 4 rows' 8-lane maxima to one lane each: [r0 r1 r2 r3] in the low 128 bits.
+    const __m256 t01 = _mm256_max_ps(_mm256_unpacklo_ps(mx[0], mx[1]), _mm256_unpackhi_ps(mx[0], mx[1]));
+    const __m256 t23 = _mm256_max_ps(_mm256_unpacklo_ps(mx[2], mx[3]), _mm256_unpackhi_ps(mx[2], mx[3]));
+    const __m256 t = _mm256_max_ps(_mm256_shuffle_ps(t01, t23, 0x44), _mm256_shuffle_ps(t01, t23, 0xEE));
+    __m128 mt = _mm_max_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    if (any_nan) {
+      alignas(16) float x[4];
+      _mm_store_ps(x, mt);
+      for (int r = 0; r < R; ++r)
+        if (any_nan >> r & 1) x[r] = __builtin_nanf("");
+      mt = _mm_load_ps(x);
+    }
+    alignas(64) float e[W] = {};
+    _mm_storeu_ps(e, _mm_sub_ps(_mm_loadu_ps(m), mt));
+    V::store(e, V::exp_nonpositive(V::load(e)));
+    _mm_storeu_ps(corr, _mm_loadu_ps(e));
+    alignas(16) float mts[4];
+    _mm_store_ps(mts, mt);
+    for (int r = 0; r < R; ++r) {
+      // s - m' <= 0 or NaN: m' is the maximum of the tile's scores and the running maximum
+      const Vec vm = V::set1(mts[r]);
+      for (int c = 0; c < KT; c += W) V::store(&p[r][c], V::exp_nonpositive(V::sub(V::load(&s[r][c]), vm)));
+      for (int c = n[r]; c < KT; ++c) p[r][c] = 0.0f;
+    }
+    // tile_sum's 8 lanes per row (each lane's chain in key order), then per row
+    // ((L0 + L1) + (L2 + L3)) + ((L4 + L5) + (L6 + L7)): hadd pairs lanes (0,1) (2,3) within halves.
+    __m256 lanes[R];
+    for (int r = 0; r < R; ++r) {
+      lanes[r] = _mm256_add_ps(_mm256_setzero_ps(), _mm256_loadu_ps(p[r]));
+      for (int c = 8; c < KT; c += 8) lanes[r] = _mm256_add_ps(lanes[r], _mm256_loadu_ps(p[r] + c));
+    }
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(lanes[0], lanes[1]), _mm256_hadd_ps(lanes[2], lanes[3]));
+    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    _mm_storeu_ps(l, _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(l), _mm_loadu_ps(corr)), sum));
+    _mm_storeu_ps(m, mt);
   }
 
   // For rows r < nr: acc_r = acc_r * mul[r] (when mul is given), then acc_r = fma(w[r][c], rows[c],
@@ -203,22 +236,9 @@ struct AttnTiles {
           const int nr = int(nf - b * R < R ? nf - b * R : R);
           float corr[R];
           int n[R];
-          float* mb = m + b * R;
-          float* lb = l + b * R;
           dots(h.q, Dp, i0, nr, h.kt, Tp, j0, h.D, true, h.scale, s);
-          for (int r = 0; r < nr; ++r) {
-            const int64_t i = i0 + r;
-            n[r] = int(i - j0 + 1 < KT ? i - j0 + 1 : KT);
-            for (int c = n[r]; c < KT; ++c) s[r][c] = -__builtin_inff();  // keys after the query
-            const float mt = tile_max(s[r], mb[r]);
-            corr[r] = tmath::exp_f32(mb[r] - mt);
-            const Vec vm = V::set1(mt);
-            // s - mt <= 0 or NaN: mt is the maximum of the tile's scores and the running maximum
-            for (int c = 0; c < KT; c += W) V::store(&p[r][c], V::exp_nonpositive(V::sub(V::load(&s[r][c]), vm)));
-            for (int c = n[r]; c < KT; ++c) p[r][c] = 0.0f;
-            lb[r] = lb[r] * corr[r] + tile_sum(p[r]);
-            mb[r] = mt;
-          }
+          for (int r = 0; r < R; ++r) n[r] = int(i0 + r - j0 + 1 < KT ? i0 + r - j0 + 1 : KT);
+          online_softmax(s, p, n, m + b * R, l + b * R, corr);
           accumulate_rows(h.out + i0 * Dp, Dp, nr, corr, p, n, h.v + j0 * Dp);
         }
       }
@@ -232,10 +252,11 @@ struct AttnTiles {
     }
   }
 
-  // Backward: per key tile, blocks of RB query rows (two register blocks of R): their scores,
-  // dP, P and dS; dQ's chains continue row by row over the tile's keys, dK's and dV's over the
-  // block's rows (RB independent terms per column in flight).
-  static constexpr int RB = 2 * R;
+  // Backward: per key tile, blocks of RB query rows (R at a time in registers): their scores and
+  // dP, then P (over the scores) and dS (over dP); dQ's chains continue row by row over the tile's
+  // keys, dK's and dV's over the block's rows (RB terms per column before the column's
+  // accumulators go back to memory). The two tiles of the block, 2 * RB * KT floats, stay in L1.
+  static constexpr int RB = 8 * R;
 
   static void backward(const AttnHead& h) {
     const int64_t T = h.T, D = h.D, Dp = h.Dp, Tp = h.Tp;
@@ -245,21 +266,19 @@ struct AttnTiles {
       h.delta[i] = a;
     }
     for (int64_t i = 0; i < T * Dp; ++i) h.dq[i] = 0.0f, h.dk[i] = 0.0f, h.dv[i] = 0.0f;
-    alignas(64) float s[RB][KT];
-    alignas(64) float dp[RB][KT];
-    alignas(64) float p[RB][KT];
-    alignas(64) float ds[RB][KT];
+    alignas(64) float p[RB][KT];   // the scores, then P
+    alignas(64) float ds[RB][KT];  // dP, then dS
     const Vec vscale = V::set1(h.scale);
     for (int64_t j0 = 0; j0 < T; j0 += KT) {
       const int nk = int(T - j0 < KT ? T - j0 : KT);
       for (int64_t i0 = j0; i0 < T; i0 += RB) {
         const int nr = int(T - i0 < RB ? T - i0 : RB);
         int n[RB];
-        for (int half = 0; half * R < nr; ++half) {
-          const int64_t ih = i0 + half * R;
-          const int nh = nr - half * R < R ? nr - half * R : R;
-          dots(h.q, Dp, ih, nh, h.kt, Tp, j0, D, true, h.scale, s + half * R);
-          dots(h.dout, Dp, ih, nh, h.vt, Tp, j0, D, false, 1.0f, dp + half * R);
+        for (int g = 0; g * R < nr; ++g) {
+          const int64_t ih = i0 + g * R;
+          const int nh = nr - g * R < R ? nr - g * R : R;
+          dots(h.q, Dp, ih, nh, h.kt, Tp, j0, D, true, h.scale, p + g * R);
+          dots(h.dout, Dp, ih, nh, h.vt, Tp, j0, D, false, 1.0f, ds + g * R);
         }
         for (int r = 0; r < nr; ++r) {
           const int64_t i = i0 + r;
@@ -268,15 +287,15 @@ struct AttnTiles {
           // s - m <= 0 or NaN for the keys up to the query (the forward's maximum of the same
           // scores' bits); the later columns are zeroed below.
           for (int c = 0; c < KT; c += W)
-            V::store(&p[r][c], V::div(V::exp_nonpositive(V::sub(V::load(&s[r][c]), vm)), vl));
+            V::store(&p[r][c], V::div(V::exp_nonpositive(V::sub(V::load(&p[r][c]), vm)), vl));
           const Vec vdelta = V::set1(h.delta[i]);
           for (int c = 0; c < KT; c += W)  // softmax_ds: (scale * P) * (dP - delta)
-            V::store(&ds[r][c], V::mul(V::mul(vscale, V::load(&p[r][c])), V::sub(V::load(&dp[r][c]), vdelta)));
+            V::store(&ds[r][c], V::mul(V::mul(vscale, V::load(&p[r][c])), V::sub(V::load(&ds[r][c]), vdelta)));
           for (int c = n[r]; c < KT; ++c) p[r][c] = 0.0f, ds[r][c] = 0.0f;
         }
-        for (int half = 0; half * R < nr; ++half) {
-          const int nh = nr - half * R < R ? nr - half * R : R;
-          accumulate_rows(h.dq + (i0 + half * R) * Dp, Dp, nh, nullptr, ds + half * R, n + half * R, h.k + j0 * Dp);
+        for (int g = 0; g * R < nr; ++g) {
+          const int nh = nr - g * R < R ? nr - g * R : R;
+          accumulate_rows(h.dq + (i0 + g * R) * Dp, Dp, nh, nullptr, ds + g * R, n + g * R, h.k + j0 * Dp);
         }
         int r_start[KT];
         for (int c = 0; c < nk; ++c) r_start[c] = int(j0 + c - i0 > 0 ? j0 + c - i0 : 0);
