@@ -7,9 +7,10 @@
 # (`amp_ddp` on the config with the shape's --set overrides), the PyTorch peer's
 # (bench/peers/torch_gpt.py on the same text, windows and steps, OpenBLAS for FP32 and oneDNN
 # through BF16 autocast, run at its best by scripts/peer_env.sh), the ratio against the peer's
-# faster precision, and the step/bare-GEMM ratio of bench_gpt_step (explicit attention: its FLOP
-# count is the explicit path's). No ratio when the peer did not run OpenBLAS or its mean loss lies
-# outside [0.5x, 2x] of amp_ddp's. Prints Markdown tables.
+# faster precision, and the step/bare-GEMM ratios of bench_gpt_step with each attention path (the
+# bare GEMMs are the explicit path's in both: the fused step is compared with them by time). No
+# ratio when the peer did not run OpenBLAS or its mean loss lies outside [0.5x, 2x] of amp_ddp's.
+# Prints Markdown tables.
 # Usage: scripts/bench_gpt_shapes.sh [steps (default 20)] [shapes (default "char gpt2")]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +40,7 @@ for shape in $shapes; do
   echo "### $shape: $L layers x $C, $H heads, context $T, batch $B, $steps steps"
   echo "peer: PyTorch called $blas"
   echo
-  echo "| precision | threads | amp_ddp explicit tokens/s | amp_ddp fused tokens/s | PyTorch tokens/s | best amp_ddp / PyTorch's faster precision | step/bare GEMM (explicit) | loss amp_ddp / PyTorch |"
+  echo "| precision | threads | amp_ddp explicit tokens/s | amp_ddp fused tokens/s | PyTorch tokens/s | best amp_ddp / PyTorch's faster precision | step/bare GEMM explicit / fused | loss amp_ddp / PyTorch |"
   echo "|---|---|---|---|---|---|---|---|"
   declare -A peer_tps=()
   for threads in 1 2; do
@@ -68,8 +69,13 @@ for shape in $shapes; do
         [ "$prec" = bf16 ] && best_peer=$(( theirs > ${peer_tps[fp32$threads]:-0} ? theirs : ${peer_tps[fp32$threads]:-0} ))
         ratio=$(/usr/bin/python3 -c "print(f'{max(${tps[explicit]}, ${tps[fused]}) / $best_peer:.2f}')")
       fi
-      bare=$("$bin/bench/bench_gpt_step" --layers "$L" --embd "$C" --heads "$H" --seq "$T" --vocab 256 --batch "$B" \
-             --threads "$threads" --precision "$prec" --steps 3 --rounds 3 | sed -n 's/.*| median \([0-9.]*\).*/\1/p')
+      bare=""
+      for att in explicit fused; do
+        r=$("$bin/bench/bench_gpt_step" --layers "$L" --embd "$C" --heads "$H" --seq "$T" --vocab 256 --batch "$B" \
+            --threads "$threads" --precision "$prec" --steps 3 --rounds 3 --attention "$att" |
+            sed -n 's/.*| median \([0-9.]*\).*/\1/p')
+        bare="$bare${bare:+ / }$r"
+      done
       echo "| $prec | $threads | ${tps[explicit]} | ${tps[fused]} | $theirs | $ratio | $bare | $(printf %.4f "$loss") / $(printf %.4f "$peer_loss") |"
     done
   done
