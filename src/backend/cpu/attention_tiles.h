@@ -222,9 +222,11 @@ struct AttnTiles {
     const int64_t T = h.T, Dp = h.Dp, Tp = h.Tp;
     alignas(64) float s[R][KT];
     alignas(64) float p[R][KT];
-    for (int64_t i = 0; i < T * Dp; ++i) h.out[i] = 0.0f;
     for (int64_t f0 = 0; f0 < T; f0 += RF) {
       const int nf = int(T - f0 < RF ? T - f0 : RF);
+      // The block's accumulators start at +0 here, where the first tile reads them (zeroing all
+      // of out up front swept T * Dp floats through the caches once more: 4-5% of the op).
+      for (int64_t i = f0 * Dp; i < (f0 + nf) * Dp; ++i) h.out[i] = 0.0f;
       float m[RF], l[RF];
       for (int r = 0; r < RF; ++r) m[r] = -__builtin_inff(), l[r] = 0.0f;
       const int64_t last_tile = (f0 + nf - 1) / KT;
@@ -265,14 +267,19 @@ struct AttnTiles {
       for (int64_t d = 0; d < D; ++d) a = __builtin_fmaf(h.dout[i * Dp + d], h.o[i * Dp + d], a);
       h.delta[i] = a;
     }
-    for (int64_t i = 0; i < T * Dp; ++i) h.dq[i] = 0.0f, h.dk[i] = 0.0f, h.dv[i] = 0.0f;
     alignas(64) float p[RB][KT];   // the scores, then P
     alignas(64) float ds[RB][KT];  // dP, then dS
     const Vec vscale = V::set1(h.scale);
+    // The accumulators start at +0 where they are first used, while they are in the caches: dK's
+    // and dV's rows of a key tile before the tile (only it writes them), dQ's rows of a block in
+    // the first key tile (which reaches every query).
     for (int64_t j0 = 0; j0 < T; j0 += KT) {
       const int nk = int(T - j0 < KT ? T - j0 : KT);
+      for (int64_t i = j0 * Dp; i < (j0 + nk) * Dp; ++i) h.dk[i] = 0.0f, h.dv[i] = 0.0f;
       for (int64_t i0 = j0; i0 < T; i0 += RB) {
         const int nr = int(T - i0 < RB ? T - i0 : RB);
+        if (j0 == 0)
+          for (int64_t i = i0 * Dp; i < (i0 + nr) * Dp; ++i) h.dq[i] = 0.0f;
         int n[RB];
         for (int g = 0; g * R < nr; ++g) {
           const int64_t ih = i0 + g * R;
