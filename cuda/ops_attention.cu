@@ -4,6 +4,8 @@
 // accumulators in registers and local memory: no [T, T] matrix, no atomics, the CPU twin's bits
 // (tmath::exp_f32 and explicit fmaf under --fmad=false). Not tuned yet: no shared-memory tiles
 // and no tensor cores (the explicit path's cuBLAS GEMMs are the fast GPU path for now).
+#include <type_traits>
+
 #include "cuda/cuda_ops.h"
 #include "cuda/kernel_util.cuh"
 
@@ -19,10 +21,16 @@ struct Geometry {
   float scale;
 };
 
+// dot(x, y) over D terms in the specification's order: d = 0, 1, ... (F32, F16); for BF16 the
+// pairs (2p, 2p + 1) in turn, the odd element first, the last element alone when D is odd.
 template <typename E>
 __device__ float dot(const E* x, const E* y, int64_t D) {
   float a = 0.0f;
-  for (int64_t d = 0; d < D; ++d) a = __fmaf_rn(to_f32(x[d]), to_f32(y[d]), a);
+  int64_t d = 0;
+  if constexpr (std::is_same<E, BFloat16>::value)
+    for (; d + 2 <= D; d += 2)
+      a = __fmaf_rn(to_f32(x[d]), to_f32(y[d]), __fmaf_rn(to_f32(x[d + 1]), to_f32(y[d + 1]), a));
+  for (; d < D; ++d) a = __fmaf_rn(to_f32(x[d]), to_f32(y[d]), a);
   return a;
 }
 

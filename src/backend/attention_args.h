@@ -11,8 +11,17 @@
 // out is [B*T, H*D] (the heads side by side, as the output projection reads them). The FP32
 // statistics row_max, row_sum (and backward's scratch delta) are [B, H, T]: index (b*H + h)*T + i.
 //
-// Specification (every value in FP32 from the exactly widened inputs; dot(x, y) is the FMA chain
-// a = +0; a = fma(x_d, y_d, a) for d = 0, 1, ..., D-1; exp is tmath::exp_f32):
+// Specification (every value in FP32 from the exactly widened inputs; exp is tmath::exp_f32;
+// dot(x, y) is the FMA chain a = +0; a = fma(x_d, y_d, a) over d in the order
+//   F32, F16: d = 0, 1, ..., D-1;
+//   BF16:     d = 1, 0, 3, 2, ..., the pairs (2p, 2p + 1) in turn, the odd element first (the last
+//             element alone when D is odd). This is what one VDPBF16PS lane computes for a pair
+//             (fma(x0, y0, fma(x1, y1, a)), each rounded once) when no input or partial sum is
+//             subnormal, so CPUs with AVX-512-BF16 run the score and dP products natively where
+//             every input of a head is zero or normal with |x| >= 2^-55 and finite (then every
+//             product is a multiple of 2^-124 and so is every partial sum: none is subnormal, and
+//             the instruction's flushing of subnormals never applies); other heads and CPUs run
+//             the same chain in FP32 FMAs.):
 //   s_ij = scale * dot(q_i, k_j) + 0 for j <= i (the causal mask: keys after the query are never
 //   read; adding +0 turns a -0 into +0, so the maxima below are unique whatever the order).
 // attention_forward, per (b, h, i): the keys in tiles of kAttnKeyTile, tile t holding

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -70,11 +71,45 @@ struct HeadData {
   }
 };
 
+// A head of BF16 inputs for the pair order (AttnHead::pair_dots): the values rounded to BF16, and
+// their BF16 forms for the native kernels (rows of Q and dO, pairs of K and V).
+struct Bf16Head {
+  std::vector<uint16_t> q16, dout16;
+  std::vector<uint32_t> kp, vp;
+  bool q_ok = false, k_ok = false, v_ok = false, dout_ok = false;  // cpu::bf16_dots_allowed
+  explicit Bf16Head(HeadData& x) {
+    const auto round = [](std::vector<float>& a) {
+      for (float& f : a) f = bf16_bits_to_float(float_to_bf16_bits(f));
+    };
+    for (auto* a : {&x.q, &x.k, &x.kt, &x.v, &x.vt, &x.dout}) round(*a);
+    const auto bits = [&](const std::vector<float>& a) {
+      std::vector<uint16_t> b(a.size());
+      for (size_t i = 0; i < a.size(); ++i) b[i] = float_to_bf16_bits(a[i]);
+      return b;
+    };
+    const auto pairs = [&](const std::vector<uint16_t>& rows) {
+      std::vector<uint32_t> p(size_t(x.Dp / 2 * x.Tp), 0u);
+      for (int64_t t = 0; t < x.T; ++t)
+        for (int64_t d = 0; d + 1 < x.D; d += 2)
+          p[size_t(d / 2 * x.Tp + t)] = rows[size_t(t * x.Dp + d)] | uint32_t(rows[size_t(t * x.Dp + d + 1)]) << 16;
+      return p;
+    };
+    q16 = bits(x.q), dout16 = bits(x.dout);
+    const std::vector<uint16_t> k16 = bits(x.k), v16 = bits(x.v);
+    kp = pairs(k16), vp = pairs(v16);
+    const int64_t n = x.T * x.Dp;
+    q_ok = cpu::bf16_dots_allowed(q16.data(), n), k_ok = cpu::bf16_dots_allowed(k16.data(), n);
+    v_ok = cpu::bf16_dots_allowed(v16.data(), n), dout_ok = cpu::bf16_dots_allowed(dout16.data(), n);
+  }
+};
+
 struct HeadResult {
   std::vector<float> out, m, l, delta, dq, dk, dv;
 };
 
-HeadResult run_head(const cpu::AttnKernels& kern, const HeadData& x) {
+// One head through a kernel set; with bf16 the pair order, and the native products where the
+// kernel set has them, D is even and the inputs allow them (as the op decides).
+HeadResult run_head(const cpu::AttnKernels& kern, const HeadData& x, const Bf16Head* bf16 = nullptr) {
   HeadResult r;
   const size_t rows = size_t(x.T * x.Dp), T = size_t(x.T);
   r.out.assign(rows, 0.0f), r.m.assign(T, 0.0f), r.l.assign(T, 0.0f);
@@ -82,6 +117,12 @@ HeadResult run_head(const cpu::AttnKernels& kern, const HeadData& x) {
   h.T = x.T, h.D = x.D, h.Dp = x.Dp, h.Tp = x.Tp, h.scale = 1.0f / std::sqrt(float(x.D));
   h.q = x.q.data(), h.k = x.k.data(), h.kt = x.kt.data(), h.v = x.v.data(), h.vt = x.vt.data();
   h.out = r.out.data(), h.m_out = r.m.data(), h.l_out = r.l.data();
+  if (bf16) {
+    h.pair_dots = true;
+    if (kern.bf16_dots && x.D % 2 == 0 && bf16->q_ok && bf16->k_ok) h.q16 = bf16->q16.data(), h.kp16 = bf16->kp.data();
+    if (kern.bf16_dots && x.D % 2 == 0 && bf16->dout_ok && bf16->v_ok)
+      h.dout16 = bf16->dout16.data(), h.vp16 = bf16->vp.data();
+  }
   kern.forward(h);
   // The backward reads the forward's output as rounded storage would give it back: here FP32.
   r.delta.assign(T, 0.0f), r.dq.assign(rows, 0.0f), r.dk.assign(rows, 0.0f), r.dv.assign(rows, 0.0f);
@@ -201,22 +242,32 @@ TEST_CASE("attention: every kernel set of this CPU gives the scalar specificatio
 #if defined(__x86_64__)
   __builtin_cpu_init();
   CHECK((ks.size() >= 2) == (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")));
-  CHECK((ks.size() == 3) == (ks.size() >= 2 && __builtin_cpu_supports("avx512f")));
+  CHECK((ks.size() >= 3) == (ks.size() >= 2 && __builtin_cpu_supports("avx512f")));
+  // The native BF16 set wherever the CPU has the instruction (so its probe held here).
+  CHECK((std::string(ks.back().isa) == "avx512bf16") == (ks.size() >= 3 && __builtin_cpu_supports("avx512bf16")));
 #endif
   struct Shape {
     int64_t T, D;
   };
   const Shape shapes[] = {{1, 1}, {5, 7}, {8, 16}, {63, 16}, {64, 64}, {65, 13}, {130, 32}, {200, 80}, {97, 33}};
   uint64_t seed = 300;
+  // Natural order (F32, F16), then BF16 inputs in the pair order: natively where the set has
+  // BF16 products; the special values keep their heads off the native products (as in the op),
+  // a head of tiny values (below 2^-55) too.
+  for (const bool pair : {false, true})
   for (const Shape& s : shapes) {
     HeadData x(s.T, s.D, ++seed);
-    if (s.T > 20) {  // special values: a NaN query element, an infinite key element late in the sequence
+    if (s.T > 20 && (!pair || s.T % 2)) {  // special values: a NaN query element, an infinite key element late
       x.q[size_t(11 * x.Dp + 0)] = NAN;
       x.k[size_t((s.T - 3) * x.Dp + 1)] = x.kt[size_t(1 * x.Tp + s.T - 3)] = INFINITY;
     }
-    const HeadResult want = run_head(ks.front(), x);
+    if (pair && s.T == 130) x.k[size_t(5 * x.Dp + 2)] = x.kt[size_t(2 * x.Tp + 5)] = 1e-20f;
+    const Bf16Head* bf16 = nullptr;
+    std::unique_ptr<Bf16Head> keep;
+    if (pair) keep = std::make_unique<Bf16Head>(x), bf16 = keep.get();
+    const HeadResult want = run_head(ks.front(), x, bf16);
     for (size_t i = 1; i < ks.size(); ++i) {
-      const HeadResult got = run_head(ks[i], x);
+      const HeadResult got = run_head(ks[i], x, bf16);
       BitCheck b;
       b.check("out", got.out.data(), want.out.data(), want.out.size());
       b.check("row_max", got.m.data(), want.m.data(), want.m.size());
@@ -225,7 +276,8 @@ TEST_CASE("attention: every kernel set of this CPU gives the scalar specificatio
       b.check("dq", got.dq.data(), want.dq.data(), want.dq.size());
       b.check("dk", got.dk.data(), want.dk.data(), want.dk.size());
       b.check("dv", got.dv.data(), want.dv.data(), want.dv.size());
-      INFO(ks[i].isa << " T " << s.T << " D " << s.D << ": " << b.differ << " of " << b.checked << " differ; " << b.first);
+      INFO(ks[i].isa << (pair ? " pair order" : "") << " T " << s.T << " D " << s.D << ": " << b.differ << " of "
+                     << b.checked << " differ; " << b.first);
       CHECK(b.differ == 0);
     }
   }
@@ -284,6 +336,77 @@ TEST_CASE("attention: forward and backward against the float64 reference in ever
         REQUIRE(r.row_sum[i] >= 1.0f);
       }
     }
+}
+
+TEST_CASE("attention: BF16 heads follow the specification's pair order through the op, natively where allowed",
+          "[attention]") {
+  // The op on BF16 inputs against the scalar specification run on the same (widened) heads: every
+  // output bit, with the forward's rounded output feeding the backward as in the op. One head
+  // holds a value below 2^-55 (no native products for it); the natural order must differ
+  // somewhere (else this test could not tell the orders apart).
+  cpu::CpuOps ops;
+  const int64_t B = 2, T = 70, H = 2, D = 20, C = H * D;
+  OpCase c(B, T, H, D, DType::BF16, 31);
+  c.qkv.set(size_t((1 * T + 9) * 3 * C + C + 1 * D + 4), 3e-20f);  // a key of sequence 1, head 1
+  const int64_t before = cpu::attention_native_bf16_products();
+  const OpResult r = run_op(ops, c);
+  const int64_t native = cpu::attention_native_bf16_products() - before;
+  const bool has_native = cpu::active_attention_kernels().bf16_dots;
+  INFO("native products " << native << " (kernels " << cpu::active_attention_kernels().isa << ")");
+  // 4 heads: 4 score products forward, 4 score and 4 dP products backward; the tiny key's head
+  // runs its 2 score products in FP32 FMAs.
+  CHECK(native == (has_native ? 10 : 0));
+  const cpu::AttnKernels& spec = cpu::available_attention_kernels().front();
+  size_t differ_natural = 0;
+  BitCheck bits;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      HeadData x(T, D, 1);  // shapes and padding; the values are the op's
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t row = size_t((b * T + t) * 3 * C), e = size_t(t * x.Dp + d);
+          x.q[e] = c.qkv.get(row + size_t(h * D + d));
+          x.k[e] = x.kt[size_t(d * x.Tp + t)] = c.qkv.get(row + size_t(C + h * D + d));
+          x.v[e] = x.vt[size_t(d * x.Tp + t)] = c.qkv.get(row + size_t(2 * C + h * D + d));
+          x.dout[e] = c.dout.get(size_t((b * T + t) * C + h * D + d));
+        }
+      for (const bool pair : {true, false}) {
+        // Forward, the output rounded to BF16, then backward from it.
+        std::vector<float> out(size_t(T * x.Dp), 0.0f), o(out.size(), 0.0f), m(static_cast<size_t>(T)), l(static_cast<size_t>(T));
+        std::vector<float> delta(static_cast<size_t>(T)), dq(out.size()), dk(out.size()), dv(out.size());
+        cpu::AttnHead a;
+        a.T = T, a.D = D, a.Dp = x.Dp, a.Tp = x.Tp, a.scale = c.scale(), a.pair_dots = pair;
+        a.q = x.q.data(), a.k = x.k.data(), a.kt = x.kt.data(), a.v = x.v.data(), a.vt = x.vt.data();
+        a.out = out.data(), a.m_out = m.data(), a.l_out = l.data();
+        spec.forward(a);
+        for (size_t i = 0; i < out.size(); ++i) o[i] = bf16_bits_to_float(float_to_bf16_bits(out[i]));
+        a.o = o.data(), a.dout = x.dout.data(), a.m = m.data(), a.l = l.data(), a.delta = delta.data();
+        a.dq = dq.data(), a.dk = dk.data(), a.dv = dv.data();
+        spec.backward(a);
+        std::vector<float> got, want;
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t d = 0; d < D; ++d) {
+            const size_t row = size_t((b * T + t) * 3 * C), e = size_t(t * x.Dp + d);
+            got.insert(got.end(), {r.out.get(size_t((b * T + t) * C + h * D + d)), r.dqkv.get(row + size_t(h * D + d)),
+                                   r.dqkv.get(row + size_t(C + h * D + d)), r.dqkv.get(row + size_t(2 * C + h * D + d))});
+            for (const float w : {o[e], dq[e], dk[e], dv[e]}) want.push_back(bf16_bits_to_float(float_to_bf16_bits(w)));
+          }
+        const size_t n = size_t(b * H + h) * size_t(T);
+        if (pair) {
+          bits.check("out, dq, dk, dv", got.data(), want.data(), got.size());
+          bits.check("row_max", r.row_max.data() + n, m.data(), size_t(T));
+          bits.check("row_sum", r.row_sum.data() + n, l.data(), size_t(T));
+        } else {  // the 16-bit outputs seldom show one FP32 rounding; the FP32 statistics do
+          for (size_t i = 0; i < got.size(); ++i) differ_natural += !same_bits(got[i], want[i]);
+          for (int64_t i = 0; i < T; ++i)
+            differ_natural += !same_bits(r.row_max[n + size_t(i)], m[size_t(i)]) +
+                              !same_bits(r.row_sum[n + size_t(i)], l[size_t(i)]);
+        }
+      }
+    }
+  INFO(bits.differ << " of " << bits.checked << " differ; " << bits.first);
+  CHECK(bits.differ == 0);
+  CHECK(differ_natural > 0);
 }
 
 TEST_CASE("attention: keys after a query are never read, non-finite values make rows NaN", "[attention]") {

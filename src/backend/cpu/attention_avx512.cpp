@@ -1,5 +1,6 @@
 // The fused attention's tile kernels (attention_tiles.h) with AVX-512F: 16 lanes, 64 keys per
-// register block. Called only where the CPU has AVX-512F (attention_kernels.cpp checks).
+// register block; and again with AVX-512-BF16's native dot products. Called only where the CPU
+// has AVX-512F (and AVX-512-BF16 for the second set; attention_kernels.cpp checks).
 #include "backend/cpu/no_fp_contract.h"  // first: no FMA contraction in this file (explicit FMAs only)
 
 #include "backend/cpu/attention_kernels.h"
@@ -37,6 +38,7 @@ struct AttnV16 : V16 {
   static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
   static Vec exp_nonpositive(Vec x) { return exp_f32_16_nonpositive(x); }
+  static constexpr bool kBf16Dots = false;
 };
 
 #include "backend/cpu/attention_tiles.h"
@@ -50,11 +52,74 @@ void attention_backward_avx512(const AttnHead& h) { AttnTiles<AttnV16>::backward
 
 #pragma GCC pop_options
 
+// The same tiles again with AVX-512-BF16: the score and dP products of heads that give native
+// pointers (AttnHead::q16 ...) run as VDPBF16PS, 32 products per instruction.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bf16")
+
+namespace amp::cpu {
+
+namespace {
+namespace native_bf16 {
+
+struct AttnV16Bf16 : AttnV16 {
+  static constexpr bool kBf16Dots = true;
+  using Words = __m512i;  // 16 pairs of BF16
+  static Words load_words(const uint32_t* p) { return _mm512_loadu_si512(p); }
+  static Words set1_word(uint32_t w) { return _mm512_set1_epi32(int32_t(w)); }
+  // Lane l: fma(a0, b0, fma(a1, b1, acc)) of the lane's pairs (under bf16_dots_allowed's inputs).
+  static Vec dot_pairs(Vec acc, Words a, Words b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+};
+
+#include "backend/cpu/attention_tiles.h"
+
+}  // namespace native_bf16
+}  // namespace
+
+void attention_forward_avx512bf16(const AttnHead& h) { native_bf16::AttnTiles<native_bf16::AttnV16Bf16>::forward(h); }
+void attention_backward_avx512bf16(const AttnHead& h) { native_bf16::AttnTiles<native_bf16::AttnV16Bf16>::backward(h); }
+
+bool bf16_dot_pairs_match() {
+  // Random normal BF16 values of mixed signs and magnitudes 2^-20 .. 2^20, and random
+  // accumulators: the instruction against the two FMAs of the specification, lane by lane.
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  const auto next = [&x] { return uint32_t((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 33); };
+  const auto value = [&] { return uint16_t((next() & 0x8000u) | ((107u + next() % 41u) << 7) | (next() & 0x7fu)); };
+  const auto widen = [](uint16_t b) {
+    const uint32_t u = uint32_t(b) << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+  };
+  for (int round = 0; round < 64; ++round) {
+    alignas(64) uint32_t a[16], b[16];
+    alignas(64) float acc[16], got[16];
+    for (int l = 0; l < 16; ++l) {
+      a[l] = value() | uint32_t(value()) << 16, b[l] = value() | uint32_t(value()) << 16;
+      acc[l] = widen(value());
+    }
+    _mm512_store_ps(got, native_bf16::AttnV16Bf16::dot_pairs(_mm512_load_ps(acc), _mm512_load_si512(a), _mm512_load_si512(b)));
+    for (int l = 0; l < 16; ++l) {
+      const float want = __builtin_fmaf(widen(uint16_t(a[l])), widen(uint16_t(b[l])),
+                                        __builtin_fmaf(widen(uint16_t(a[l] >> 16)), widen(uint16_t(b[l] >> 16)), acc[l]));
+      if (__builtin_memcmp(&want, &got[l], 4) != 0) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace amp::cpu
+
+#pragma GCC pop_options
+
 #else
 
 namespace amp::cpu {
 void attention_forward_avx512(const AttnHead&) {}
 void attention_backward_avx512(const AttnHead&) {}
+void attention_forward_avx512bf16(const AttnHead&) {}
+void attention_backward_avx512bf16(const AttnHead&) {}
+bool bf16_dot_pairs_match() { return false; }
 }  // namespace amp::cpu
 
 #endif

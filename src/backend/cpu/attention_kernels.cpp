@@ -16,16 +16,21 @@ namespace {
 // ---------------------------------------------------------------- the scalar specification
 // backend/attention_args.h transcribed one element at a time.
 
-float dot(const float* x, const float* y, int64_t D) {
+// dot(x, y) over D terms: in order d = 0, 1, ..., or with pair order (BF16) d = 1, 0, 3, 2, ...
+// (the last element alone when D is odd).
+float dot(const float* x, const float* y, int64_t D, bool pair) {
   float a = 0.0f;
-  for (int64_t d = 0; d < D; ++d) a = std::fma(x[d], y[d], a);
+  int64_t d = 0;
+  if (pair)
+    for (; d + 2 <= D; d += 2) a = std::fma(x[d], y[d], std::fma(x[d + 1], y[d + 1], a));
+  for (; d < D; ++d) a = std::fma(x[d], y[d], a);
   return a;
 }
 
 float score(const AttnHead& h, int64_t i, int64_t j) {
   float kj[1024];
   for (int64_t d = 0; d < h.D; ++d) kj[d] = h.kt[d * h.Tp + j];
-  return h.scale * dot(h.q + i * h.Dp, kj, h.D) + 0.0f;
+  return h.scale * dot(h.q + i * h.Dp, kj, h.D, h.pair_dots) + 0.0f;
 }
 
 void forward_scalar(const AttnHead& h) {
@@ -66,13 +71,13 @@ void forward_scalar(const AttnHead& h) {
 
 void backward_scalar(const AttnHead& h) {
   const int64_t T = h.T, D = h.D, Dp = h.Dp;
-  for (int64_t i = 0; i < T; ++i) h.delta[i] = dot(h.dout + i * Dp, h.o + i * Dp, D);
+  for (int64_t i = 0; i < T; ++i) h.delta[i] = dot(h.dout + i * Dp, h.o + i * Dp, D, h.pair_dots);
   float vj[1024];
   // P_ij and dS_ij of one pair.
   const auto pair = [&](int64_t i, int64_t j, float* p, float* ds) {
     for (int64_t d = 0; d < D; ++d) vj[d] = h.vt[d * h.Tp + j];
     *p = tmath::exp_f32(score(h, i, j) - h.m[i]) / h.l[i];
-    *ds = tmath::softmax_ds(h.scale, *p, dot(h.dout + i * Dp, vj, D), h.delta[i]);
+    *ds = tmath::softmax_ds(h.scale, *p, dot(h.dout + i * Dp, vj, D, h.pair_dots), h.delta[i]);
   };
   for (int64_t i = 0; i < T * Dp; ++i) h.dq[i] = 0.0f, h.dk[i] = 0.0f, h.dv[i] = 0.0f;
   float p, ds;
@@ -102,6 +107,7 @@ struct AttnV8 : trows::V8 {
   static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
   static Vec exp_nonpositive(Vec x) { return trows::exp_f32_8_nonpositive(x); }
+  static constexpr bool kBf16Dots = false;
 };
 
 #include "backend/cpu/attention_tiles.h"
@@ -120,6 +126,8 @@ const std::vector<AttnKernels>& available_attention_kernels() {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
       v.push_back({"avx2", forward_avx2, backward_avx2});
       if (__builtin_cpu_supports("avx512f")) v.push_back({"avx512", attention_forward_avx512, attention_backward_avx512});
+      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") && bf16_dot_pairs_match())
+        v.push_back({"avx512bf16", attention_forward_avx512bf16, attention_backward_avx512bf16, true});
     }
 #endif
     return v;
@@ -128,5 +136,15 @@ const std::vector<AttnKernels>& available_attention_kernels() {
 }
 
 const AttnKernels& active_attention_kernels() { return available_attention_kernels().back(); }
+
+bool bf16_dots_allowed(const uint16_t* x, int64_t n) {
+  // exponent field e: 0 (zero or subnormal), 255 (inf or NaN); |x| >= 2^-55 is e >= 127 - 55.
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t e = (x[i] >> 7) & 0xffu;
+    bad |= uint32_t((x[i] & 0x7fffu) != 0) & uint32_t(e < 72u || e == 255u);
+  }
+  return bad == 0;
+}
 
 }  // namespace amp::cpu

@@ -32,13 +32,30 @@ struct AttnHead {
   float* dq = nullptr;          // [T][Dp]   (backward)
   float* dk = nullptr;
   float* dv = nullptr;
+  // BF16 inputs: every dot over D in the specification's pair order (backend/attention_args.h).
+  bool pair_dots = false;
+  // The same BF16 inputs for the kernel sets with native BF16 dot products (bf16_dots), given
+  // only where bf16_dots_allowed holds for both operands of a product (else null: FP32 FMAs):
+  const uint16_t* q16 = nullptr;     // [T][Dp] rows: the score product
+  const uint32_t* kp16 = nullptr;    // [D/2][Tp] pairs: kp16[p * Tp + j] = k_j's (2p, 2p + 1)
+  const uint16_t* dout16 = nullptr;  // [T][Dp] rows: dP (backward)
+  const uint32_t* vp16 = nullptr;    // [D/2][Tp] pairs of v_j (backward)
 };
 
 struct AttnKernels {
-  const char* isa;  // "scalar", "avx2", "avx512"
+  const char* isa;  // "scalar", "avx2", "avx512", "avx512bf16"
   void (*forward)(const AttnHead&);
   void (*backward)(const AttnHead&);
+  bool bf16_dots = false;  // uses q16/kp16/dout16/vp16 when given
 };
+
+// Whether n BF16 values (bit patterns) may enter a native BF16 dot product with the
+// specification's bits: each is zero, or finite with |x| >= 2^-55 (backend/attention_args.h).
+bool bf16_dots_allowed(const uint16_t* x, int64_t n);
+
+// How many score or dP products of a head the op has run natively so far (ops_attention.cpp;
+// for tests).
+int64_t attention_native_bf16_products();
 
 constexpr int64_t kAttnPad = 16;  // Dp: D rounded up to this
 
@@ -50,5 +67,12 @@ const AttnKernels& active_attention_kernels();
 // AVX-512F kernels (attention_avx512.cpp); only called where the CPU has AVX-512F.
 void attention_forward_avx512(const AttnHead& h);
 void attention_backward_avx512(const AttnHead& h);
+// AVX-512F + AVX-512-BF16 kernels (the same file), with native BF16 score and dP products; only
+// called where the CPU has both and bf16_dot_pairs_match() held.
+void attention_forward_avx512bf16(const AttnHead& h);
+void attention_backward_avx512bf16(const AttnHead& h);
+// Whether this CPU's VDPBF16PS computes fma(x0, y0, fma(x1, y1, a)) on a fixed set of random
+// normal inputs (what the native products rely on; checked once before they are offered).
+bool bf16_dot_pairs_match();
 
 }  // namespace amp::cpu

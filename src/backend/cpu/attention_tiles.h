@@ -1,9 +1,10 @@
 // The fused attention's tile kernels for one (sequence, head), written once over a vector type V
 // (W float lanes: load, store, set1, zero, add, sub, mul, div, fma, and exp_nonpositive:
 // tmath::exp_f32 lane for lane for arguments <= 0 or NaN, every exp here being of a score minus a
-// maximum) and compiled per ISA:
+// maximum; kBf16Dots, and where it is true Words, load_words, set1_word and dot_pairs: VDPBF16PS)
+// and compiled per ISA:
 // attention_kernels.cpp instantiates them with AVX2 + FMA (8 lanes), attention_avx512.cpp with
-// AVX-512F (16 lanes). Each output element is the fixed FMA chain of backend/attention_args.h:
+// AVX-512F (16 lanes) and with AVX-512F + AVX-512-BF16 (native BF16 score and dP products). Each output element is the fixed FMA chain of backend/attention_args.h:
 // vectors run across independent outputs (keys of a score row, or the D columns of an
 // accumulator), never across the terms of one sum, so every width gives the specification's bits.
 // The tile sum is the specification's 8 lanes at every width.
@@ -25,23 +26,55 @@ struct AttnTiles {
   static_assert(KT % (U * W) == 0 || (U * W) % KT == 0, "key tile and register block");
   static constexpr int KC = U * W < KT ? U * W : KT;  // keys per register block
 
+  // The d-th term of a dot over D: d itself, or with pair order (BF16) its pair partner, the odd
+  // element first (the last element alone when D is odd).
+  static int64_t term(int64_t d, int64_t D, bool pair) {
+    const int64_t e = d ^ int64_t(pair);
+    return e < D ? e : d;
+  }
+
   // out[r][c] = alpha * dot(a_row(r), bt[:, j0 + c]) for r < R, c < KT: rows of `a` (stride lda)
   // starting at row i0, rows past nr repeat the last one (computed, never used); bt is [D][ldb].
+  // With a16 and bp (native BF16 products, V::kBf16Dots): the same rows as BF16 and bt as pairs
+  // [D/2][ldb] of 32-bit words, one VDPBF16PS per pair.
   static void dots(const float* a, int64_t lda, int64_t i0, int nr, const float* bt, int64_t ldb, int64_t j0,
-                   int64_t D, bool scaled, float alpha, float (*out)[KT]) {
+                   int64_t D, bool pair, const uint16_t* a16, const uint32_t* bp, bool scaled, float alpha,
+                   float (*out)[KT]) {
+    const bool native = V::kBf16Dots && a16 && bp;
     const float* row[R];
-    for (int r = 0; r < R; ++r) row[r] = a + (i0 + (r < nr ? r : nr - 1)) * lda;
+    const uint32_t* row16[R];
+    for (int r = 0; r < R; ++r) {
+      const int64_t i = i0 + (r < nr ? r : nr - 1);
+      row[r] = a + i * lda;
+      row16[r] = native ? reinterpret_cast<const uint32_t*>(a16 + i * lda) : nullptr;
+    }
     for (int c0 = 0; c0 < KT; c0 += KC) {
       Vec acc[R][U];
       for (int r = 0; r < R; ++r)
         for (int u = 0; u < U; ++u) acc[r][u] = V::zero();
-      const float* b = bt + j0 + c0;
-      for (int64_t d = 0; d < D; ++d) {
-        Vec kv[U];
-        for (int u = 0; u < U; ++u) kv[u] = V::load(b + d * ldb + u * W);
-        for (int r = 0; r < R; ++r) {
-          const Vec qb = V::set1(row[r][d]);
-          for (int u = 0; u < U; ++u) acc[r][u] = V::fma(qb, kv[u], acc[r][u]);
+      if constexpr (V::kBf16Dots) {
+        if (native) {
+          const uint32_t* b = bp + j0 + c0;
+          for (int64_t p = 0; p < D / 2; ++p) {
+            typename V::Words kv[U];
+            for (int u = 0; u < U; ++u) kv[u] = V::load_words(b + p * ldb + u * W);
+            for (int r = 0; r < R; ++r) {
+              const typename V::Words qb = V::set1_word(row16[r][p]);
+              for (int u = 0; u < U; ++u) acc[r][u] = V::dot_pairs(acc[r][u], qb, kv[u]);
+            }
+          }
+        }
+      }
+      if (!native) {
+        const float* b = bt + j0 + c0;
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t e = term(d, D, pair);
+          Vec kv[U];
+          for (int u = 0; u < U; ++u) kv[u] = V::load(b + e * ldb + u * W);
+          for (int r = 0; r < R; ++r) {
+            const Vec qb = V::set1(row[r][e]);
+            for (int u = 0; u < U; ++u) acc[r][u] = V::fma(qb, kv[u], acc[r][u]);
+          }
         }
       }
       const Vec s = V::set1(alpha);
@@ -238,7 +271,7 @@ struct AttnTiles {
           const int nr = int(nf - b * R < R ? nf - b * R : R);
           float corr[R];
           int n[R];
-          dots(h.q, Dp, i0, nr, h.kt, Tp, j0, h.D, true, h.scale, s);
+          dots(h.q, Dp, i0, nr, h.kt, Tp, j0, h.D, h.pair_dots, h.q16, h.kp16, true, h.scale, s);
           for (int r = 0; r < R; ++r) n[r] = int(i0 + r - j0 + 1 < KT ? i0 + r - j0 + 1 : KT);
           online_softmax(s, p, n, m + b * R, l + b * R, corr);
           accumulate_rows(h.out + i0 * Dp, Dp, nr, corr, p, n, h.v + j0 * Dp);
@@ -264,7 +297,10 @@ struct AttnTiles {
     const int64_t T = h.T, D = h.D, Dp = h.Dp, Tp = h.Tp;
     for (int64_t i = 0; i < T; ++i) {  // delta_i = dot(dout_i, out_i)
       float a = 0.0f;
-      for (int64_t d = 0; d < D; ++d) a = __builtin_fmaf(h.dout[i * Dp + d], h.o[i * Dp + d], a);
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t e = term(d, D, h.pair_dots);
+        a = __builtin_fmaf(h.dout[i * Dp + e], h.o[i * Dp + e], a);
+      }
       h.delta[i] = a;
     }
     alignas(64) float p[RB][KT];   // the scores, then P
@@ -284,8 +320,8 @@ struct AttnTiles {
         for (int g = 0; g * R < nr; ++g) {
           const int64_t ih = i0 + g * R;
           const int nh = nr - g * R < R ? nr - g * R : R;
-          dots(h.q, Dp, ih, nh, h.kt, Tp, j0, D, true, h.scale, p + g * R);
-          dots(h.dout, Dp, ih, nh, h.vt, Tp, j0, D, false, 1.0f, ds + g * R);
+          dots(h.q, Dp, ih, nh, h.kt, Tp, j0, D, h.pair_dots, h.q16, h.kp16, true, h.scale, p + g * R);
+          dots(h.dout, Dp, ih, nh, h.vt, Tp, j0, D, h.pair_dots, h.dout16, h.vp16, false, 1.0f, ds + g * R);
         }
         for (int r = 0; r < nr; ++r) {
           const int64_t i = i0 + r;

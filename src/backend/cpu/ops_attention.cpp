@@ -10,6 +10,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct HeadScratch {
   bool has_backward = false;
   std::vector<float> q, k, kt, v, vt, o, dout, a, b, c;
   std::vector<uint16_t> half;  // [T][Dp]: 16-bit rows on their way in or out
+  // For native BF16 dot products (AttnHead::q16 ...): Q's and dO's BF16 rows, K's and V's pairs.
+  std::vector<uint16_t> q16, dout16;  // [T][Dp]
+  std::vector<uint32_t> kp, vp;       // [Dp/2][Tp]
 
   void size(int64_t T_, int64_t D_, bool backward) {
     if (T_ == T && D_ == D && (has_backward || !backward) && !q.empty()) return;
@@ -41,11 +45,12 @@ struct HeadScratch {
     T = T_, D = D_, Dp = (D + kAttnPad - 1) / kAttnPad * kAttnPad;
     Tp = (T + kAttnKeyTile - 1) / kAttnKeyTile * kAttnKeyTile + 16;
     const size_t rows = size_t(T * Dp), cols = size_t(D * Tp);
+    const size_t pairs = size_t(Dp / 2 * Tp);
     q.assign(rows, 0.0f), kt.assign(cols, 0.0f), a.assign(rows, 0.0f), half.assign(rows, 0);
-    v.assign(rows, 0.0f);
+    v.assign(rows, 0.0f), q16.assign(rows, 0), kp.assign(pairs, 0);
     if (!backward) return;
     k.assign(rows, 0.0f), vt.assign(cols, 0.0f), o.assign(rows, 0.0f), dout.assign(rows, 0.0f);
-    b.assign(rows, 0.0f), c.assign(rows, 0.0f);
+    b.assign(rows, 0.0f), c.assign(rows, 0.0f), dout16.assign(rows, 0), vp.assign(pairs, 0);
   }
 };
 
@@ -58,17 +63,22 @@ inline void prefetch_row(const void* p, int64_t bytes) {
   for (int64_t o = 0; o < bytes + 63; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o);
 }
 
-// dst_t[d][t] = src[t][d] for t < T, d < D (row strides ld_src, ld_dst): 8 x 8 blocks through
-// registers with AVX2 (the element-by-element loop read each float on its own, about a third of
-// the forward op's own time at T = 256), the edges one by one.
-void transpose(const float* src, int64_t T, int64_t D, int64_t ld_src, float* dst_t, int64_t ld_dst) {
+// dst_t[d][t] = src[t][d] for t < T, d < D (row strides ld_src, ld_dst) of 32-bit elements
+// (floats, or pairs of BF16 moved as bits): 8 x 8 blocks through registers with AVX2 (the
+// element-by-element loop read each float on its own, about a third of the forward op's own time
+// at T = 256), the edges one by one.
+template <typename E>
+void transpose(const E* src, int64_t T, int64_t D, int64_t ld_src, E* dst_t, int64_t ld_dst) {
+  static_assert(sizeof(E) == 4, "32-bit elements");
   int64_t t0 = 0;
 #if defined(__AVX2__)
+  const auto load = [](const E* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); };
+  const auto store = [](E* p, __m256 v) { _mm256_storeu_ps(reinterpret_cast<float*>(p), v); };
   for (; t0 + 8 <= T; t0 += 8) {
     int64_t d0 = 0;
     for (; d0 + 8 <= D; d0 += 8) {
       __m256 r[8], u[8];
-      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (t0 + i) * ld_src + d0);
+      for (int i = 0; i < 8; ++i) r[i] = load(src + (t0 + i) * ld_src + d0);
       for (int i = 0; i < 8; i += 2) u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
       // u: rows (i, i + 1) interleaved; then r[c], c < 4: column c of rows 0-3 in its low half,
       // column c + 4 in its high half; r[c + 4]: the same of rows 4-7
@@ -77,8 +87,8 @@ void transpose(const float* src, int64_t T, int64_t D, int64_t ld_src, float* ds
         r[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44), r[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
       }
       for (int c = 0; c < 4; ++c) {
-        _mm256_storeu_ps(dst_t + (d0 + c) * ld_dst + t0, _mm256_permute2f128_ps(r[c], r[c + 4], 0x20));
-        _mm256_storeu_ps(dst_t + (d0 + c + 4) * ld_dst + t0, _mm256_permute2f128_ps(r[c], r[c + 4], 0x31));
+        store(dst_t + (d0 + c) * ld_dst + t0, _mm256_permute2f128_ps(r[c], r[c + 4], 0x20));
+        store(dst_t + (d0 + c + 4) * ld_dst + t0, _mm256_permute2f128_ps(r[c], r[c + 4], 0x31));
       }
     }
     for (; d0 < D; ++d0)
@@ -92,8 +102,11 @@ void transpose(const float* src, int64_t T, int64_t D, int64_t ld_src, float* ds
 // Rows t = 0 .. T-1 of one head's D columns at element offset `col` of a [B*T, ld] tensor, from
 // sequence b, into dst [T][Dp] (and, when dst_t is given, transposed into [D][Tp]). 16-bit rows
 // are copied into one [T][Dp] array and widened by one call of the bulk conversion (per-row calls
-// cost as much as the kernels at D = 64).
-void gather(const void* src, DType type, int64_t ld, int64_t b, int64_t col, HeadScratch& s, float* dst, float* dst_t) {
+// cost as much as the kernels at D = 64). BF16 only: with rows16 the 16-bit rows are kept there
+// (else s.half) and the result says whether they may enter native BF16 dot products
+// (bf16_dots_allowed); with pairs_t they are also transposed as pairs into [D/2][Tp].
+bool gather(const void* src, DType type, int64_t ld, int64_t b, int64_t col, HeadScratch& s, float* dst, float* dst_t,
+            uint16_t* rows16 = nullptr, uint32_t* pairs_t = nullptr) {
   const int64_t T = s.T, D = s.D, Dp = s.Dp;
   if (type == DType::F32) {
     const float* x = static_cast<const float*>(src) + b * T * ld + col;
@@ -103,15 +116,24 @@ void gather(const void* src, DType type, int64_t ld, int64_t b, int64_t col, Hea
     }
   } else {
     const uint16_t* x = static_cast<const uint16_t*>(src) + b * T * ld + col;
-    uint16_t* h = s.half.data();
+    uint16_t* h = rows16 ? rows16 : s.half.data();
     for (int64_t t = 0; t < T; ++t) {
       if (t + kPrefetchRows < T) prefetch_row(x + (t + kPrefetchRows) * ld, D * 2);
       for (int64_t d = 0; d < D; ++d) h[t * Dp + d] = x[t * ld + d];
     }
     convert(h, type, dst, DType::F32, size_t(T * Dp));  // the padding's zero bits widen to +0
+    if (rows16) {
+      if (pairs_t) transpose(reinterpret_cast<const uint32_t*>(h), T, D / 2, Dp / 2, pairs_t, s.Tp);
+      if (dst_t) transpose(dst, T, D, Dp, dst_t, s.Tp);
+      return bf16_dots_allowed(h, T * Dp);
+    }
   }
   if (dst_t) transpose(dst, T, D, Dp, dst_t, s.Tp);
+  return false;
 }
+
+// Native BF16 dot products run (pairs of operands given to the kernels), for tests.
+std::atomic<int64_t> native_products{0};
 
 // The inverse for outputs: src [T][Dp] rounded once into the head's columns.
 void scatter(const float* src, void* dst, DType type, int64_t ld, int64_t b, int64_t col, HeadScratch& s) {
@@ -133,11 +155,14 @@ void scatter(const float* src, void* dst, DType type, int64_t ld, int64_t b, int
 
 const char* CpuOps::attention_isa() const { return active_attention_kernels().isa; }
 
+int64_t attention_native_bf16_products() { return native_products.load(std::memory_order_relaxed); }
+
 void CpuOps::attention_forward(const AttentionArgs& a) {
   check_args(a);
   if (a.B * a.T * a.H * a.D == 0) return;
   const AttnKernels& kern = active_attention_kernels();
   const int64_t C = a.H * a.D, items = a.B * a.H;
+  const bool native = kern.bf16_dots && a.type == DType::BF16 && a.D % 2 == 0;
 #pragma omp parallel if (items > 1 && a.T * a.T * a.D >= 4096)
   {
     static thread_local HeadScratch s;
@@ -145,12 +170,15 @@ void CpuOps::attention_forward(const AttentionArgs& a) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t b = item / a.H, h = item % a.H;
-      gather(a.qkv, a.type, 3 * C, b, h * a.D, s, s.q.data(), nullptr);
-      gather(a.qkv, a.type, 3 * C, b, C + h * a.D, s, s.a.data(), s.kt.data());  // K only transposed
+      const bool q_ok = gather(a.qkv, a.type, 3 * C, b, h * a.D, s, s.q.data(), nullptr, native ? s.q16.data() : nullptr);
+      const bool k_ok = gather(a.qkv, a.type, 3 * C, b, C + h * a.D, s, s.a.data(), s.kt.data(),  // K only transposed
+                               native ? s.half.data() : nullptr, native ? s.kp.data() : nullptr);
       gather(a.qkv, a.type, 3 * C, b, 2 * C + h * a.D, s, s.v.data(), nullptr);
       AttnHead head;
       head.T = s.T, head.D = s.D, head.Dp = s.Dp, head.Tp = s.Tp, head.scale = a.scale;
       head.q = s.q.data(), head.kt = s.kt.data(), head.v = s.v.data();
+      head.pair_dots = a.type == DType::BF16;
+      if (q_ok && k_ok) head.q16 = s.q16.data(), head.kp16 = s.kp.data(), ++native_products;
       head.out = s.a.data(), head.m_out = a.row_max + item * a.T, head.l_out = a.row_sum + item * a.T;
       kern.forward(head);
       scatter(s.a.data(), a.out, a.type, C, b, h * a.D, s);
@@ -163,6 +191,7 @@ void CpuOps::attention_backward(const AttentionBackwardArgs& a) {
   if (a.B * a.T * a.H * a.D == 0) return;
   const AttnKernels& kern = active_attention_kernels();
   const int64_t C = a.H * a.D, items = a.B * a.H;
+  const bool native = kern.bf16_dots && a.type == DType::BF16 && a.D % 2 == 0;
 #pragma omp parallel if (items > 1 && a.T * a.T * a.D >= 4096)
   {
     static thread_local HeadScratch s;
@@ -170,15 +199,20 @@ void CpuOps::attention_backward(const AttentionBackwardArgs& a) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t b = item / a.H, h = item % a.H;
-      gather(a.qkv, a.type, 3 * C, b, h * a.D, s, s.q.data(), nullptr);
-      gather(a.qkv, a.type, 3 * C, b, C + h * a.D, s, s.k.data(), s.kt.data());
-      gather(a.qkv, a.type, 3 * C, b, 2 * C + h * a.D, s, s.a.data(), s.vt.data());  // V only transposed
+      const bool q_ok = gather(a.qkv, a.type, 3 * C, b, h * a.D, s, s.q.data(), nullptr, native ? s.q16.data() : nullptr);
+      const bool k_ok = gather(a.qkv, a.type, 3 * C, b, C + h * a.D, s, s.k.data(), s.kt.data(),
+                               native ? s.half.data() : nullptr, native ? s.kp.data() : nullptr);
+      const bool v_ok = gather(a.qkv, a.type, 3 * C, b, 2 * C + h * a.D, s, s.a.data(), s.vt.data(),  // V only transposed
+                               native ? s.half.data() : nullptr, native ? s.vp.data() : nullptr);
       gather(a.out, a.type, C, b, h * a.D, s, s.o.data(), nullptr);
-      gather(a.dout, a.type, C, b, h * a.D, s, s.dout.data(), nullptr);
+      const bool do_ok = gather(a.dout, a.type, C, b, h * a.D, s, s.dout.data(), nullptr, native ? s.dout16.data() : nullptr);
       AttnHead head;
       head.T = s.T, head.D = s.D, head.Dp = s.Dp, head.Tp = s.Tp, head.scale = a.scale;
       head.q = s.q.data(), head.k = s.k.data(), head.kt = s.kt.data(), head.vt = s.vt.data();
       head.o = s.o.data(), head.dout = s.dout.data();
+      head.pair_dots = a.type == DType::BF16;
+      if (q_ok && k_ok) head.q16 = s.q16.data(), head.kp16 = s.kp.data(), ++native_products;
+      if (do_ok && v_ok) head.dout16 = s.dout16.data(), head.vp16 = s.vp.data(), ++native_products;
       head.m = a.row_max + item * a.T, head.l = a.row_sum + item * a.T, head.delta = a.delta + item * a.T;
       head.dq = s.a.data(), head.dk = s.b.data(), head.dv = s.c.data();
       kern.backward(head);
