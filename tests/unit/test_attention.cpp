@@ -1,8 +1,10 @@
 // The fused causal attention on the CPU (backend/attention_args.h, src/backend/cpu/ops_attention.cpp),
 // on seeded random data (never zeros):
-// - every kernel set this CPU has (AVX2, AVX-512) gives the scalar specification's bits, forward
-//   and backward, at head dimensions and lengths that are and are not multiples of the vector
-//   width and of the 64-key tile (the test says which instruction sets it ran);
+// - every kernel set this CPU has (AVX2, AVX-512, AVX-512-BF16) gives the scalar specification's
+//   bits, forward and backward, at head dimensions and lengths that are and are not multiples of
+//   the vector width and of the 64-key tile, in the natural and in BF16's pair order (the native
+//   BF16 products where the inputs allow them; the test says which instruction sets it ran);
+// - the op on BF16 inputs against the scalar specification, bit for bit, natively where allowed;
 // - the op in the QKV layout against a float64 reference of softmax(QK^T * scale) V and its
 //   gradients, for F32, F16 and BF16 (FP32 error plus one rounding to the output's dtype);
 // - the causal mask: keys after a query are never read; non-finite values make their rows NaN;

@@ -66,7 +66,12 @@ struct AttnV16Bf16 : AttnV16 {
   static constexpr bool kBf16Dots = true;
   using Words = __m512i;  // 16 pairs of BF16
   static Words load_words(const uint32_t* p) { return _mm512_loadu_si512(p); }
-  static Words set1_word(uint32_t w) { return _mm512_set1_epi32(int32_t(w)); }
+  // The pair (p[0], p[1]) in every lane.
+  static Words set1_pair(const uint16_t* p) {
+    int32_t w;
+    __builtin_memcpy(&w, p, 4);
+    return _mm512_set1_epi32(w);
+  }
   // Lane l: fma(a0, b0, fma(a1, b1, acc)) of the lane's pairs (under bf16_dots_allowed's inputs).
   static Vec dot_pairs(Vec acc, Words a, Words b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
 };

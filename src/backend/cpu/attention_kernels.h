@@ -1,8 +1,9 @@
 // Internals of the CPU fused attention (ops_attention.cpp): one (sequence, head) at a time on FP32
 // copies of its rows, by the scalar specification of backend/attention_args.h
 // (attention_kernels.cpp) or by the tile kernels of attention_tiles.h compiled for AVX2 + FMA
-// (attention_kernels.cpp) and AVX-512F (attention_avx512.cpp), chosen at run time. All of them
-// give the same bits; tests/unit/test_attention.cpp runs each one the CPU has against the scalar one.
+// (attention_kernels.cpp), AVX-512F and AVX-512F + AVX-512-BF16 (attention_avx512.cpp), chosen
+// at run time. All of them give the same bits; tests/unit/test_attention.cpp runs each one the CPU
+// has against the scalar one.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // The fused attention's tile kernels for one (sequence, head), written once over a vector type V
 // (W float lanes: load, store, set1, zero, add, sub, mul, div, fma, and exp_nonpositive:
 // tmath::exp_f32 lane for lane for arguments <= 0 or NaN, every exp here being of a score minus a
-// maximum; kBf16Dots, and where it is true Words, load_words, set1_word and dot_pairs: VDPBF16PS)
+// maximum; kBf16Dots, and where it is true Words, load_words, set1_pair and dot_pairs: VDPBF16PS)
 // and compiled per ISA:
 // attention_kernels.cpp instantiates them with AVX2 + FMA (8 lanes), attention_avx512.cpp with
 // AVX-512F (16 lanes) and with AVX-512F + AVX-512-BF16 (native BF16 score and dP products). Each output element is the fixed FMA chain of backend/attention_args.h:
@@ -42,11 +42,11 @@ struct AttnTiles {
                    float (*out)[KT]) {
     const bool native = V::kBf16Dots && a16 && bp;
     const float* row[R];
-    const uint32_t* row16[R];
+    const uint16_t* row16[R];
     for (int r = 0; r < R; ++r) {
       const int64_t i = i0 + (r < nr ? r : nr - 1);
       row[r] = a + i * lda;
-      row16[r] = native ? reinterpret_cast<const uint32_t*>(a16 + i * lda) : nullptr;
+      row16[r] = native ? a16 + i * lda : nullptr;
     }
     for (int c0 = 0; c0 < KT; c0 += KC) {
       Vec acc[R][U];
@@ -59,7 +59,7 @@ struct AttnTiles {
             typename V::Words kv[U];
             for (int u = 0; u < U; ++u) kv[u] = V::load_words(b + p * ldb + u * W);
             for (int r = 0; r < R; ++r) {
-              const typename V::Words qb = V::set1_word(row16[r][p]);
+              const typename V::Words qb = V::set1_pair(row16[r] + 2 * p);
               for (int u = 0; u < U; ++u) acc[r][u] = V::dot_pairs(acc[r][u], qb, kv[u]);
             }
           }

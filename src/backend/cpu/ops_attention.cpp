@@ -1,7 +1,8 @@
 // The fused causal attention (backend/attention_args.h) on the CPU: one (sequence, head) per work
 // item, in parallel; each item widens its head's rows to FP32 (K and V also transposed, for the
-// score rows), runs the kernels of attention_kernels.h (the widest the CPU has) and rounds its
-// outputs once. Work items write disjoint outputs, each element by its fixed chain, so the bits do
+// score rows; for native BF16 products also Q's and dO's BF16 rows and K's and V's BF16 pairs,
+// where bf16_dots_allowed holds), runs the kernels of attention_kernels.h (the widest the CPU has)
+// and rounds its outputs once. Work items write disjoint outputs, each element by its fixed chain, so the bits do
 // not depend on the thread count.
 #include "backend/cpu/no_fp_contract.h"  // first: no FMA contraction in this file
 
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "backend/attention_args.h"
@@ -92,11 +94,11 @@ void transpose(const E* src, int64_t T, int64_t D, int64_t ld_src, E* dst_t, int
       }
     }
     for (; d0 < D; ++d0)
-      for (int64_t t = t0; t < t0 + 8; ++t) dst_t[d0 * ld_dst + t] = src[t * ld_src + d0];
+      for (int64_t t = t0; t < t0 + 8; ++t) std::memcpy(dst_t + d0 * ld_dst + t, src + t * ld_src + d0, 4);
   }
 #endif
   for (; t0 < T; ++t0)
-    for (int64_t d = 0; d < D; ++d) dst_t[d * ld_dst + t0] = src[t0 * ld_src + d];
+    for (int64_t d = 0; d < D; ++d) std::memcpy(dst_t + d * ld_dst + t0, src + t0 * ld_src + d, 4);
 }
 
 // Rows t = 0 .. T-1 of one head's D columns at element offset `col` of a [B*T, ld] tensor, from
@@ -123,6 +125,7 @@ bool gather(const void* src, DType type, int64_t ld, int64_t b, int64_t col, Hea
     }
     convert(h, type, dst, DType::F32, size_t(T * Dp));  // the padding's zero bits widen to +0
     if (rows16) {
+      // (uint32_t pointers into 16-bit rows: transpose only moves their bytes, by intrinsics or memcpy)
       if (pairs_t) transpose(reinterpret_cast<const uint32_t*>(h), T, D / 2, Dp / 2, pairs_t, s.Tp);
       if (dst_t) transpose(dst, T, D, Dp, dst_t, s.Tp);
       return bf16_dots_allowed(h, T * Dp);
