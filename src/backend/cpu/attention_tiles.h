@@ -4,9 +4,11 @@
 // maximum; kBf16Dots, and where it is true Words, load_words, set1_pair and dot_pairs: VDPBF16PS)
 // and compiled per ISA:
 // attention_kernels.cpp instantiates them with AVX2 + FMA (8 lanes), attention_avx512.cpp with
-// AVX-512F (16 lanes) and with AVX-512F + AVX-512-BF16 (native BF16 score and dP products). Each output element is the fixed FMA chain of backend/attention_args.h:
-// vectors run across independent outputs (keys of a score row, or the D columns of an
-// accumulator), never across the terms of one sum, so every width gives the specification's bits.
+// AVX-512F (16 lanes) and with AVX-512F + AVX-512-BF16 (native BF16 score and dP products). Each
+// output element is the fixed FMA chain of backend/attention_args.h: vectors run across
+// independent outputs (keys of a score row, or the D columns of an accumulator), never across the
+// terms of one sum (a native BF16 lane's pair is the chain's two terms, in order), so every width
+// gives the specification's bits.
 // The tile sum is the specification's 8 lanes at every width.
 //
 // No includes: the including file includes everything first (immintrin.h, transformer_rows.h,
@@ -257,8 +259,8 @@ struct AttnTiles {
     alignas(64) float p[R][KT];
     for (int64_t f0 = 0; f0 < T; f0 += RF) {
       const int nf = int(T - f0 < RF ? T - f0 : RF);
-      // The block's accumulators start at +0 here, where the first tile reads them (zeroing all
-      // of out up front swept T * Dp floats through the caches once more: 4-5% of the op).
+      // The block's accumulators start at +0 here, where the first tile reads them (not in one
+      // sweep over all T * Dp floats up front).
       for (int64_t i = f0 * Dp; i < (f0 + nf) * Dp; ++i) h.out[i] = 0.0f;
       float m[RF], l[RF];
       for (int r = 0; r < RF; ++r) m[r] = -__builtin_inff(), l[r] = 0.0f;

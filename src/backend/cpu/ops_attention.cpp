@@ -2,15 +2,14 @@
 // item, in parallel; each item widens its head's rows to FP32 (K and V also transposed, for the
 // score rows; for native BF16 products also Q's and dO's BF16 rows and K's and V's BF16 pairs,
 // where bf16_dots_allowed holds), runs the kernels of attention_kernels.h (the widest the CPU has)
-// and rounds its outputs once. Work items write disjoint outputs, each element by its fixed chain, so the bits do
-// not depend on the thread count.
+// and rounds its outputs once. Work items write disjoint outputs, each element by its fixed chain,
+// so the bits do not depend on the thread count.
 #include "backend/cpu/no_fp_contract.h"  // first: no FMA contraction in this file
 
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
