@@ -21,7 +21,7 @@
 //             every input of a head is zero or normal with |x| >= 2^-55 and finite (then every
 //             product is a multiple of 2^-124 and so is every partial sum: none is subnormal, and
 //             the instruction's flushing of subnormals never applies); other heads and CPUs run
-//             the same chain in FP32 FMAs.):
+//             the same chain in FP32 FMAs):
 //   s_ij = scale * dot(q_i, k_j) + 0 for j <= i (the causal mask: keys after the query are never
 //   read; adding +0 turns a -0 into +0, so the maxima below are unique whatever the order).
 // attention_forward, per (b, h, i): the keys in tiles of kAttnKeyTile, tile t holding
