@@ -18,6 +18,7 @@
 #include "backend/attention_args.h"
 #include "backend/cpu/transformer_rows.h"
 #include "backend/transformer_args.h"
+#include "core/half.h"
 
 // Everything included above keeps the file's own target; only what follows is AVX-512 code, in an
 // anonymous namespace so that nothing compiled here can stand in for another file's function.
@@ -90,12 +91,7 @@ bool bf16_dot_pairs_match() {
   uint64_t x = 0x9e3779b97f4a7c15ull;
   const auto next = [&x] { return uint32_t((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 33); };
   const auto value = [&] { return uint16_t((next() & 0x8000u) | ((107u + next() % 41u) << 7) | (next() & 0x7fu)); };
-  const auto widen = [](uint16_t b) {
-    const uint32_t u = uint32_t(b) << 16;
-    float f;
-    __builtin_memcpy(&f, &u, 4);
-    return f;
-  };
+  const auto widen = bf16_bits_to_float;
   for (int round = 0; round < 64; ++round) {
     alignas(64) uint32_t a[16], b[16];
     alignas(64) float acc[16], got[16];

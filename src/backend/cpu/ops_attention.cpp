@@ -108,6 +108,7 @@ void transpose(const E* src, int64_t T, int64_t D, int64_t ld_src, E* dst_t, int
 // (bf16_dots_allowed); with pairs_t they are also transposed as pairs into [D/2][Tp].
 bool gather(const void* src, DType type, int64_t ld, int64_t b, int64_t col, HeadScratch& s, float* dst, float* dst_t,
             uint16_t* rows16 = nullptr, uint32_t* pairs_t = nullptr) {
+  bool allowed = false;
   const int64_t T = s.T, D = s.D, Dp = s.Dp;
   if (type == DType::F32) {
     const float* x = static_cast<const float*>(src) + b * T * ld + col;
@@ -126,12 +127,16 @@ bool gather(const void* src, DType type, int64_t ld, int64_t b, int64_t col, Hea
     if (rows16) {
       // (uint32_t pointers into 16-bit rows: transpose only moves their bytes, by intrinsics or memcpy)
       if (pairs_t) transpose(reinterpret_cast<const uint32_t*>(h), T, D / 2, Dp / 2, pairs_t, s.Tp);
-      if (dst_t) transpose(dst, T, D, Dp, dst_t, s.Tp);
-      return bf16_dots_allowed(h, T * Dp);
+      allowed = bf16_dots_allowed(h, T * Dp);
     }
   }
   if (dst_t) transpose(dst, T, D, Dp, dst_t, s.Tp);
-  return false;
+  return allowed;
+}
+
+// Whether this call's heads may run native BF16 products (each head then also by its inputs).
+bool native_bf16(const AttnKernels& kern, DType type, int64_t D) {
+  return kern.bf16_dots && type == DType::BF16 && D % 2 == 0;
 }
 
 // Native BF16 dot products run (pairs of operands given to the kernels), for tests.
@@ -164,7 +169,7 @@ void CpuOps::attention_forward(const AttentionArgs& a) {
   if (a.B * a.T * a.H * a.D == 0) return;
   const AttnKernels& kern = active_attention_kernels();
   const int64_t C = a.H * a.D, items = a.B * a.H;
-  const bool native = kern.bf16_dots && a.type == DType::BF16 && a.D % 2 == 0;
+  const bool native = native_bf16(kern, a.type, a.D);
 #pragma omp parallel if (items > 1 && a.T * a.T * a.D >= 4096)
   {
     static thread_local HeadScratch s;
@@ -193,7 +198,7 @@ void CpuOps::attention_backward(const AttentionBackwardArgs& a) {
   if (a.B * a.T * a.H * a.D == 0) return;
   const AttnKernels& kern = active_attention_kernels();
   const int64_t C = a.H * a.D, items = a.B * a.H;
-  const bool native = kern.bf16_dots && a.type == DType::BF16 && a.D % 2 == 0;
+  const bool native = native_bf16(kern, a.type, a.D);
 #pragma omp parallel if (items > 1 && a.T * a.T * a.D >= 4096)
   {
     static thread_local HeadScratch s;
