@@ -23,13 +23,20 @@ class DeviceMemory {
   // device's free memory); 0 when unknown. Checked before a model is built.
   virtual size_t memory_available(int ranks_on_node) const = 0;
 
-  // Returning memory that is not needed for a while (distributed.zero 2's gradient buckets): the
-  // whole pages of `release_granularity()` bytes inside [p, p + bytes) of an alloc_releasable()
-  // allocation give their memory back; they read as zero until written again, which brings it back.
-  // A granularity of 0: this backend cannot (release() then does nothing).
+  // Returning memory that is not needed for a while (distributed.zero 2's gradient buckets), in
+  // pages of `release_granularity()` bytes of an alloc_releasable() allocation:
+  // - release(p, bytes): the whole pages inside [p, p + bytes) give their memory back once the work
+  //   enqueued so far has finished (a device backend returns them later, without waiting). From
+  //   then on nothing may read or write them (the CPU backend protects them: a touch is a
+  //   segmentation fault, as an unmapped page is on a GPU).
+  // - commit(p, bytes): every released page overlapping [p, p + bytes) is brought back, zero-filled,
+  //   before the work enqueued after it; the others are left as they are. Called before backward
+  //   writes a tensor's gradient.
+  // A granularity of 0: this backend cannot (release() and commit() then do nothing).
   virtual Buffer alloc_releasable(size_t bytes) { return alloc(bytes); }
   virtual size_t release_granularity() const { return 0; }
   virtual void release(void* /*p*/, size_t /*bytes*/) {}
+  virtual void commit(void* /*p*/, size_t /*bytes*/) {}
   // Bytes of the pages overlapping [p, p + bytes) that hold memory now (a measurement of what
   // release() returned); 0 where a backend cannot tell.
   virtual size_t resident_bytes(const void* /*p*/, size_t /*bytes*/) const { return 0; }

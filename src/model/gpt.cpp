@@ -351,6 +351,8 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
   };
   // LM head: d(lnf) = dlogits wte; d(wte) = dlogits^T lnf (written here, the embedding adds to it).
   const int64_t Vp = int64_t(opt_.logits_ld());
+  before_grads(lnf_w(), lnf_w() + 1);
+  before_grads(kWte, kWte);
   ops_.gemm(gemm_of(GemmShape(N, C, V), GemmIn(dlogits_.data(), Vp), GemmIn(P(kWte).data, C),
                     GemmOut(dtmp_.data(), C), compute_, compute_));
   ops_.gemm(gemm_of(GemmShape(V, C, N), GemmIn(dlogits_.data(), Vp).t(), GemmIn(lnf_.data(), C),
@@ -361,6 +363,7 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
     if (opt_.recompute && li + 1 < L) forward_block(params, li, rows, false);
     const Saved& y = saved(li);
     auto lp = [&](int slot) { return layer_param(li, slot); };
+    before_grads(lp(0), lp(kPerLayer - 1));
     // MLP: dres is the gradient of the block's output (the residual passes it through).
     linear_back(linear_id(li, kMProj), act(dres_, N, C), act(y.gelu, N, 4 * C), lp(kMProjW), act(dfc_, N, 4 * C));
     ops_.activation_backward(Activation::GeluTanh, act(y.fc, N, 4 * C), act(dfc_, N, 4 * C), act(dfc_, N, 4 * C));
@@ -382,6 +385,7 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
     layernorm_back(dtmp_.data(), res_in_[li].data(), lp(kLn1W), y.mean1, y.rstd1, true);
   }
   // Embeddings: d(wpe) written, d(wte) accumulated onto the head's part.
+  before_grads(kWpe, kWpe);
   EmbeddingBackwardArgs eb;
   eb.B = int64_t(rows), eb.T = int64_t(T), eb.C = int64_t(C), eb.vocab = int64_t(V), eb.max_positions = int64_t(T);
   eb.type = compute_, eb.tokens = tokens_.as<int32_t>(), eb.dx = dres_.data(), eb.dwte = G(kWte).data;

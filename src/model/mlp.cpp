@@ -192,6 +192,7 @@ void Mlp::backward(const void* params, void* grads, size_t batch, const std::fun
     const int wi = int(2 * (l - 1)), bi = wi + 1;
     const Tensor input = a_[l - 1].row_slice(0, batch);
     // Weight and bias gradients first, so their bucket can start reducing during the rest.
+    before_grads(wi, bi);
     lin_.backward_weight(int(l - 1), dz, input, param(grads, wi), param(grads, bi));
     on_ready(wi);
     on_ready(bi);

@@ -84,11 +84,18 @@ class Model {
   // tensors [first, last] of the layout, in forward order: the training step waits there for those
   // weights' all-gather when it overlaps the next forward pass (distributed.zero with overlap).
   void set_weights_hook(std::function<void(int first, int last)> hook) { weights_hook_ = std::move(hook); }
+  // Called by backward() before it writes the gradients of tensors [first, last] of the layout (a
+  // layer's, in backward order); every tensor's gradient is announced so before its first write:
+  // distributed.zero 2 brings the memory it returned back there (DeviceMemory::commit).
+  void set_grads_hook(std::function<void(int first, int last)> hook) { grads_hook_ = std::move(hook); }
 
  protected:
   explicit Model(size_t max_rows) : buffer_rows_(max_rows) {}
   void before_weights(int first, int last) const {
     if (weights_hook_) weights_hook_(first, last);
+  }
+  void before_grads(int first, int last) const {
+    if (grads_hook_) grads_hook_(first, last);
   }
   // Every buffer of a model comes from here, so buffer_bytes() is what it holds.
   Buffer alloc_buffer(DeviceMemory& mem, size_t bytes) {
@@ -98,7 +105,7 @@ class Model {
 
  private:
   size_t buffer_bytes_ = 0, buffer_rows_ = 0;
-  std::function<void(int, int)> weights_hook_;
+  std::function<void(int, int)> weights_hook_, grads_hook_;
 };
 
 }  // namespace amp

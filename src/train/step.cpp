@@ -35,6 +35,9 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   release_ = shards_ && cfg_.distributed.zero == 2;
   AMP_CHECK(!release_ || mem_.release_granularity() > 0, "distributed.zero 2 on a backend that cannot return memory");
   grads_ = release_ ? mem_.alloc_releasable(flat * es) : mem_.alloc(flat * es);
+  // Backward announces each layer's gradients before writing them: their memory, returned by the
+  // step before or by an earlier micro-batch, comes back there.
+  if (release_) model_.set_grads_hook([this](int first, int last) { commit_grads(first, last); });
   if (shards_) gshard_ = mem_.alloc(held * es);
   // The optimizer's FP32 unscaled gradients, a chunk at a time.
   chunk_ = std::min(held, unscale_chunk(size_t(cfg_.distributed.bucket_mb * kBytesPerMiB)));
@@ -79,6 +82,7 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
 
 TrainStep::~TrainStep() {
   model_.set_weights_hook(nullptr);
+  model_.set_grads_hook(nullptr);
   be_.capture().release_capture();
 }
 
@@ -306,6 +310,18 @@ void TrainStep::return_completed(int tensor) {
   if (from >= returned_from_) return;
   mem_.release(static_cast<char*>(grads_.data()) + from, returned_from_ - from);
   returned_from_ = from;
+}
+
+// Stage 2: the gradient memory of tensors [first, last] brought back before backward writes it. A
+// tensor owns the bytes up to the next one (the padding after the last goes with it), as the
+// reducer's buckets read them.
+void TrainStep::commit_grads(int first, int last) {
+  const std::vector<ParamInfo>& t = model_.layout().tensors;
+  const size_t es = dtype_size(compute_);
+  const size_t begin = t[size_t(first)].span.offset * es;
+  const size_t end = size_t(last) + 1 < t.size() ? t[size_t(last) + 1].span.offset * es : grads_.bytes();
+  AMP_CHECK(first <= last && begin <= end, "commit_grads: tensors ", first, "..", last, " out of layout order");
+  mem_.commit(static_cast<char*>(grads_.data()) + begin, end - begin);
 }
 
 // acc32[t] = float(grads[t]) for the first micro-batch, acc32[t] += float(grads[t]) for the next

@@ -135,10 +135,11 @@ class TrainStep {
   void device_step(int64_t step, const Dataset& train, const uint32_t* idx);
   const void* working_copy() const { return compute_ == DType::F32 ? master_.data() : lp_.data(); }
   void accumulate(int tensor, bool first);  // a micro-batch before the last: acc32[t] (+)= its gradient
-  void fold_accumulated(int tensor);
+  void fold_accumulated(int tensor);        // the last micro-batch's gradient of `tensor` += the FP32 sum
   void measure_resident();
-  void begin_returns();               // stage 2, a micro-batch before the last: nothing complete yet
-  void return_completed(int tensor);  // ...: backward completed `tensor`; return what lies above  // the last micro-batch's gradient of `tensor` += the FP32 sum
+  void commit_grads(int first, int last);  // stage 2: before backward writes tensors [first, last]
+  void begin_returns();                    // stage 2, a micro-batch before the last: nothing complete yet
+  void return_completed(int tensor);       // ...: backward completed `tensor`; return what lies above
   void optimizer_update();         // the optimizer over the masters this rank holds
   struct OptimizerRun {
     size_t begin, end;  // flat elements

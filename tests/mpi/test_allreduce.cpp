@@ -397,7 +397,8 @@ TEST_CASE("stage 2 reducer: stage 1's shards, and every bucket's pages returned 
     const std::vector<float> want = expected_shard(Lt, spans, total, n);
     for (bool overlap : {true, false}) {
       INFO("overlap " << overlap);
-      convert(host.data(), DType::F32, g.data(), t, host.size());  // backward writes the gradients
+      mem.commit(g.data(), g.bytes());  // backward brings back the pages of the step before,
+      convert(host.data(), DType::F32, g.data(), t, host.size());  // then writes the gradients
       CHECK(mem.resident_bytes(g.data(), g.bytes()) >= g.bytes() / page * page);
       returned.clear();
       const std::vector<float> mine = reduce_step(red, overlap, spans.size(), shard, t, Lt.shard_size());

@@ -1,7 +1,12 @@
-// ZeRO stage 2's pieces on one process: the CPU backend returns whole pages (they read as zero and
-// come back when written), and the count of the gradient window in the training-state bytes.
+// ZeRO stage 2's pieces on one process: the CPU backend returns whole pages (protected until
+// committed again, as a device's unmapped pages), and the count of the gradient window in the
+// training-state bytes.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -11,7 +16,27 @@
 
 using namespace amp;
 
-TEST_CASE("cpu memory: release returns the whole pages inside a range, which read as zero until written", "[zero2]") {
+namespace {
+
+// Whether a one-byte write at p kills a child process with SIGSEGV (the page is protected). The
+// child restores the default action first (a sanitizer's handler would report and exit instead).
+bool write_faults(unsigned char* p) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::signal(SIGSEGV, SIG_DFL);
+    *static_cast<volatile unsigned char*>(p) = 1;
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
+}
+
+}  // namespace
+
+TEST_CASE("cpu memory: release returns the whole pages inside a range and protects them until commit brings them "
+          "back zero-filled", "[zero2]") {
   CpuBackend be(1);
   DeviceMemory& mem = be.memory();
   const size_t page = mem.release_granularity();
@@ -22,26 +47,39 @@ TEST_CASE("cpu memory: release returns the whole pages inside a range, which rea
   CHECK(reinterpret_cast<uintptr_t>(p) % page == 0);
   CHECK(mem.resident_bytes(p, 64 * page) == 0);  // nothing touched yet
   CHECK(p[12345] == 0);                            // zero-filled
-  for (size_t i = 0; i < 64 * page; ++i) p[i] = static_cast<unsigned char>(i % 251 + 1);
+  auto pattern = [](size_t i) { return static_cast<unsigned char>(i % 251 + 1); };
+  for (size_t i = 0; i < 64 * page; ++i) p[i] = pattern(i);
   const size_t before = mem.resident_bytes(p, 64 * page);
   CHECK(before == 64 * page);
+  CHECK_FALSE(write_faults(p + 20 * page));  // the probe itself: an ordinary page takes the write
   // From the middle of a page to the middle of another: only the 19 whole pages between them go.
   const size_t lo = 10 * page + 100, hi = 30 * page + 7;
   mem.release(p + lo, hi - lo);
-  const size_t after = mem.resident_bytes(p, 64 * page);
-  CHECK(before - after == 19 * page);
+  CHECK(before - mem.resident_bytes(p, 64 * page) == 19 * page);
+  CHECK(write_faults(p + 11 * page));
+  CHECK(write_faults(p + 20 * page + 17));
+  CHECK(write_faults(p + 30 * page - 1));
+  CHECK_FALSE(write_faults(p + 11 * page - 1));  // the partial pages at the ends stay
+  CHECK_FALSE(write_faults(p + 30 * page));
+  // Three bytes inside page 11 bring back that page alone.
+  mem.commit(p + 11 * page + 5, 3);
+  CHECK_FALSE(write_faults(p + 11 * page));
+  CHECK(write_faults(p + 12 * page));
+  // The rest, with a range starting and ending inside pages that were never released.
+  mem.commit(p + 5 * page + 3, 30 * page);
   size_t changed = 0, nonzero = 0;
   for (size_t i = 0; i < 64 * page; ++i) {
     const bool inside = i >= 11 * page && i < 30 * page;
     if (inside) nonzero += p[i] != 0;
-    else changed += p[i] != static_cast<unsigned char>(i % 251 + 1);
+    else changed += p[i] != pattern(i);
   }
-  CHECK(nonzero == 0);
-  CHECK(changed == 0);
+  CHECK(nonzero == 0);  // released pages come back zero-filled
+  CHECK(changed == 0);  // the others as they were
   std::memset(p + 11 * page, 7, 19 * page);  // written again: resident again
   CHECK(mem.resident_bytes(p, 64 * page) == before);
   mem.release(p + 5, page - 10);  // no whole page inside: nothing happens
-  CHECK(p[5] == static_cast<unsigned char>(5 % 251 + 1));
+  CHECK(p[5] == pattern(5));
+  CHECK_FALSE(write_faults(p + 5));
 }
 
 TEST_CASE("stage 2: the gradient window is the two largest tensors, three buckets and four pages, at most the buffer",

@@ -51,9 +51,22 @@ void CpuBackend::release(void* p, size_t bytes) {
   const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
   const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
   if (hi <= lo) return;
-  // Private anonymous memory (the allocator's): the pages are dropped and read as zero afterwards.
-  if (madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0)
+  // Private anonymous memory (the allocator's): the pages are dropped (zero when touched again), and
+  // protected so that a read or write before commit() faults here as it would on a device.
+  void* at = reinterpret_cast<void*>(lo);
+  if (madvise(at, hi - lo, MADV_DONTNEED) != 0)
     throw Error(ErrorKind::Internal, strcat("madvise(MADV_DONTNEED) of ", hi - lo, " bytes failed: ", std::strerror(errno)));
+  if (mprotect(at, hi - lo, PROT_NONE) != 0)
+    throw Error(ErrorKind::Internal, strcat("mprotect(PROT_NONE) of ", hi - lo, " bytes failed: ", std::strerror(errno)));
+}
+
+void CpuBackend::commit(void* p, size_t bytes) {
+  const uintptr_t page = release_granularity();
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) / page * page;
+  if (bytes == 0) return;
+  if (mprotect(reinterpret_cast<void*>(lo), hi - lo, PROT_READ | PROT_WRITE) != 0)
+    throw Error(ErrorKind::Internal, strcat("mprotect(PROT_READ | PROT_WRITE) of ", hi - lo, " bytes failed: ", std::strerror(errno)));
 }
 
 size_t CpuBackend::resident_bytes(const void* p, size_t bytes) const {

@@ -40,7 +40,10 @@ class CpuBackend final : public Backend,
   // 8 KiB of 4 KiB pages (a page fault each) on the machines measured.
   Buffer alloc_releasable(size_t bytes) override;
   size_t release_granularity() const override { return kReleasePageBytes; }
-  void release(void* p, size_t bytes) override;  // madvise(MADV_DONTNEED): the pages read as zero
+  // release: madvise(MADV_DONTNEED) and mprotect(PROT_NONE); commit: readable and writable again,
+  // the released pages zero-filled by the kernel as they are touched.
+  void release(void* p, size_t bytes) override;
+  void commit(void* p, size_t bytes) override;
   size_t resident_bytes(const void* p, size_t bytes) const override;  // mincore
 
   // ---- AmpKernels, OptimizerKernels
