@@ -42,6 +42,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   stream_ = std::make_shared<Stream>(0);
   ring_ = std::make_unique<StagingRing>(kStagingBytes, &wait_check_);
   ops_ = std::make_unique<CudaOps>(stream_->get(), &wait_check_, kWorkspaceBytes);
+  vmm_page_ = vmm_granularity(device);
 }
 
 CudaBackend::~CudaBackend() {
@@ -89,6 +90,41 @@ Buffer CudaBackend::alloc(size_t bytes) {
   Buffer buf(p, bytes, [keep](void* q) { release_device(q, keep->get()); });
   AMP_CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, stream_->get()));
   return buf;
+}
+
+Buffer CudaBackend::alloc_releasable(size_t bytes) {
+  if (vmm_page_ == 0) return alloc(bytes);
+  not_capturing("alloc_releasable");
+  auto a = std::make_shared<VmmAllocation>(device_, bytes, stream_->get());
+  releasable_.erase(std::remove_if(releasable_.begin(), releasable_.end(),
+                                   [](const std::weak_ptr<VmmAllocation>& w) { return w.expired(); }),
+                    releasable_.end());
+  releasable_.push_back(a);
+  std::shared_ptr<Stream> keep = stream_;  // the allocation's destructor waits for the stream
+  return Buffer(a->data(), bytes, [a, keep](void*) mutable { a.reset(); });
+}
+
+std::shared_ptr<VmmAllocation> CudaBackend::releasable_at(const void* p, const char* what) const {
+  for (const std::weak_ptr<VmmAllocation>& w : releasable_)
+    if (std::shared_ptr<VmmAllocation> a = w.lock(); a && a->contains(p)) return a;
+  throw Error(ErrorKind::Internal, strcat("cuda backend: ", what, " of memory not from alloc_releasable()"));
+}
+
+void CudaBackend::release(void* p, size_t bytes) {
+  if (vmm_page_ == 0 || bytes == 0) return;
+  not_capturing("release");  // its event must be a real one, and pages cannot go inside a graph
+  releasable_at(p, "release")->release(p, bytes);
+}
+
+void CudaBackend::commit(void* p, size_t bytes) {
+  if (vmm_page_ == 0 || bytes == 0) return;
+  not_capturing("commit");
+  releasable_at(p, "commit")->commit(p, bytes);
+}
+
+size_t CudaBackend::resident_bytes(const void* p, size_t bytes) const {
+  if (vmm_page_ == 0 || bytes == 0) return 0;
+  return releasable_at(p, "resident_bytes")->resident(p, bytes);
 }
 
 void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {

@@ -17,6 +17,7 @@
 #include "cuda/kernels.h"
 #include "cuda/span_table.h"
 #include "cuda/staging_ring.h"
+#include "cuda/vmm_allocation.h"
 #include "cudart/device_buffer.h"
 #include "cudart/host_wait.h"
 
@@ -56,6 +57,13 @@ class CudaBackend final : public Backend,
   void synchronize() override;
   // Free device memory, shared among the ranks of the node that use this device.
   size_t memory_available(int ranks_on_node) const override;
+  // Releasable memory in the CUDA virtual memory API (vmm_allocation.h) where the device has it:
+  // pages of the driver's granularity, returned once the work enqueued before release() has run.
+  Buffer alloc_releasable(size_t bytes) override;
+  size_t release_granularity() const override { return vmm_page_; }
+  void release(void* p, size_t bytes) override;
+  void commit(void* p, size_t bytes) override;
+  size_t resident_bytes(const void* p, size_t bytes) const override;
 
   // ---- AmpKernels, OptimizerKernels
   void find_nonfinite(const void* grads, DType dtype, const std::vector<TensorSpan>& spans, size_t begin,
@@ -88,6 +96,7 @@ class CudaBackend final : public Backend,
 
  private:
   Launch launch() const { return Launch{stream_->get(), max_blocks_}; }
+  std::shared_ptr<VmmAllocation> releasable_at(const void* p, const char* what) const;
   void not_capturing(const char* what) const;  // throws if a capture is open
 
   int device_ = 0;
@@ -101,6 +110,8 @@ class CudaBackend final : public Backend,
   GraphExec graph_;
   uint64_t graph_id_ = 0, launches_ = 0;
   bool capturing_ = false;
+  size_t vmm_page_ = 0;                                   // 0: no virtual memory management
+  std::vector<std::weak_ptr<VmmAllocation>> releasable_;  // owned by the buffers handed out
 };
 
 }  // namespace amp::cuda

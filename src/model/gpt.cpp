@@ -337,6 +337,7 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
   // A linear layer's weight (index w) and bias (w + 1) gradients, handed on as they complete, then
   // its input gradient.
   auto linear_back = [&](int id, const Tensor& dy, const Tensor& x, int w, const Tensor& dx) {
+    before_grads(w, w + 1);
     lin_.backward_weight(id, dy, x, G(w), G(w + 1));
     done(w + 1);
     done(w);
@@ -345,13 +346,13 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
   // A LayerNorm's backward (gamma at index g, beta at g + 1), its parameters handed on.
   auto layernorm_back = [&](const void* dy, const void* x, int g, const Buffer& mean, const Buffer& rstd,
                             bool accumulate) {
+    before_grads(g, g + 1);
     layernorm_backward(dy, x, params, grads, g, mean, rstd, accumulate, N);
     done(g + 1);
     done(g);
   };
   // LM head: d(lnf) = dlogits wte; d(wte) = dlogits^T lnf (written here, the embedding adds to it).
   const int64_t Vp = int64_t(opt_.logits_ld());
-  before_grads(lnf_w(), lnf_w() + 1);
   before_grads(kWte, kWte);
   ops_.gemm(gemm_of(GemmShape(N, C, V), GemmIn(dlogits_.data(), Vp), GemmIn(P(kWte).data, C),
                     GemmOut(dtmp_.data(), C), compute_, compute_));
@@ -363,7 +364,6 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
     if (opt_.recompute && li + 1 < L) forward_block(params, li, rows, false);
     const Saved& y = saved(li);
     auto lp = [&](int slot) { return layer_param(li, slot); };
-    before_grads(lp(0), lp(kPerLayer - 1));
     // MLP: dres is the gradient of the block's output (the residual passes it through).
     linear_back(linear_id(li, kMProj), act(dres_, N, C), act(y.gelu, N, 4 * C), lp(kMProjW), act(dfc_, N, 4 * C));
     ops_.activation_backward(Activation::GeluTanh, act(y.fc, N, 4 * C), act(dfc_, N, 4 * C), act(dfc_, N, 4 * C));

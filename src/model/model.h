@@ -85,8 +85,9 @@ class Model {
   // weights' all-gather when it overlaps the next forward pass (distributed.zero with overlap).
   void set_weights_hook(std::function<void(int first, int last)> hook) { weights_hook_ = std::move(hook); }
   // Called by backward() before it writes the gradients of tensors [first, last] of the layout (a
-  // layer's, in backward order); every tensor's gradient is announced so before its first write:
-  // distributed.zero 2 brings the memory it returned back there (DeviceMemory::commit).
+  // layer's weight and bias, as backward reaches them); every tensor's gradient is announced so
+  // before its first write: distributed.zero 2 brings the memory it returned back there
+  // (DeviceMemory::commit), no earlier, so that a device holds little more than the tensors in work.
   void set_grads_hook(std::function<void(int first, int last)> hook) { grads_hook_ = std::move(hook); }
 
  protected:

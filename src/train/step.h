@@ -62,7 +62,10 @@ class TrainStep {
   void set_fp8_gradient_hook(std::function<void(int64_t step, int fp8_tensor, void* data, DType dtype)> hook);
   // false: never capture (faults planted from the host in the middle of a step). Steps of several
   // micro-batches stage each from the host mid-step and are never captured either.
-  void allow_capture(bool allow) { use_graph_ = allow && accum_ == 1 && be_.capture().can_capture(); }
+  // Not with accumulation (micro-batches staged mid-step) nor stage 2 (pages returned and mapped
+  // by host calls during the step).
+  void allow_capture(bool allow) { use_graph_ = allow && accum_ == 1 && !release_ && be_.capture().can_capture(); }
+  bool releases() const { return release_; }  // distributed.zero 2 on more than one rank
 
   // FP32 masters from the host (every rank the same, whole tensors: this rank keeps its shard), and
   // the working copy cast from them.

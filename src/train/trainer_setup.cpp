@@ -103,6 +103,9 @@ void Trainer::setup() {
     if (cfg_.run.cuda_graph && accum_ > 1 && !be_->memory().host_accessible())
       reporter_.message(strcat("note: steps of ", accum_, " micro-batches (data.grad_accum_steps) stage each one from "
                                "the host mid-step, so they run without a CUDA graph"));
+    else if (cfg_.run.cuda_graph && step_->releases() && !be_->memory().host_accessible())
+      reporter_.message("note: distributed.zero 2 returns and maps gradient pages from the host during the step, "
+                        "so steps run without a CUDA graph");
   }
 }
 
@@ -114,8 +117,8 @@ void Trainer::setup_local() {
   if (cfg_.distributed.zero == 2 && be_->memory().release_granularity() == 0)
     throw Error(ErrorKind::Config, strcat("config error: ", cfg_.origin.at("distributed.zero"), ": distributed.zero: 2 returns "
                                           "each gradient bucket's memory once it is reduced, which the ", be_->name(),
-                                          " backend cannot do yet (device memory would need the CUDA virtual memory API); "
-                                          "use distributed.zero 1"));
+                                          " backend cannot do (its device or driver has no CUDA virtual memory "
+                                          "management); use distributed.zero 1"));
 
   drills_.fail_setup("data");
   try {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/page_ledger.h"
 #include "optim/state_bytes.h"
 
 using namespace amp;
@@ -106,4 +107,97 @@ TEST_CASE("stage 2: the gradient window is the two largest tensors, three bucket
   // One rank: nothing is sharded or returned.
   const StateShape one = estimated_state_shape(1000, DType::BF16, adam, 1, 2, false, 32, spans, 80);
   CHECK((!one.sharded && !one.released));
+}
+
+namespace {
+
+// The ledger's driver on the host: which pages are backed, which markers have passed, what was
+// zeroed; it fails the test on a map of a mapped page or an unmap of an unmapped one.
+struct FakeDriver : PageLedger::Driver {
+  explicit FakeDriver(size_t pages) : backed(pages, true) {}
+  void map(size_t page) override {
+    CHECK_FALSE(backed[page]);
+    backed[page] = true;
+    ++maps;
+  }
+  void unmap(size_t page) override {
+    CHECK(backed[page]);
+    CHECK(passed(marker_of_unmap));  // only ever inside reap(), for a passed marker
+    backed[page] = false;
+  }
+  void zero(size_t first, size_t count) override { zeroed.emplace_back(first, count); }
+  uint64_t mark() override { return ++markers; }
+  bool passed(uint64_t marker) override {
+    marker_of_unmap = marker;
+    return marker <= done;
+  }
+  void forget(uint64_t marker) override { forgotten.push_back(marker); }
+  size_t backed_count() const {
+    size_t n = 0;
+    for (bool b : backed) n += b;
+    return n;
+  }
+  std::vector<bool> backed;
+  uint64_t markers = 0, done = 0, marker_of_unmap = 0;  // markers <= done have passed
+  size_t maps = 0;
+  std::vector<std::pair<size_t, size_t>> zeroed;
+  std::vector<uint64_t> forgotten;
+};
+
+}  // namespace
+
+TEST_CASE("page ledger: a released page goes only once its marker has passed, comes back zeroed, and a later "
+          "release of the same page is not undone by an earlier marker", "[zero2]") {
+  FakeDriver d(10);
+  PageLedger L(10, d);
+  CHECK(L.held(0, 10) == 10);
+  L.release(2, 6);  // marker 1, still running
+  CHECK(d.backed_count() == 10);
+  CHECK(L.held(0, 10) == 10);  // pending pages still hold memory
+  d.done = 1;
+  L.reap();
+  CHECK(d.backed_count() == 6);
+  CHECK((!d.backed[2] && !d.backed[5] && d.backed[1] && d.backed[6]));
+  CHECK(L.held(0, 10) == 6);
+  CHECK(d.forgotten == std::vector<uint64_t>{1});
+  // Commit a range reaching past the returned pages: 3 and 4 mapped anew and zeroed in one run.
+  L.commit(3, 5);
+  CHECK(d.maps == 2);
+  CHECK(d.zeroed == std::vector<std::pair<size_t, size_t>>{{3, 2}});
+  CHECK(L.held(0, 10) == 8);
+  // Committed while pending: never unmapped, zeroed (after the work before its release).
+  d.zeroed.clear();
+  L.release(7, 9);  // marker 2
+  L.commit(8, 10);  // 8 pending -> mapped; 9 was never released
+  CHECK(d.zeroed == std::vector<std::pair<size_t, size_t>>{{8, 1}});
+  d.done = 2;
+  L.reap();
+  CHECK((!d.backed[7] && d.backed[8] && d.backed[9]));
+  CHECK(d.maps == 2);
+  // Released, committed and released again before the first marker passes: the first marker must
+  // not return the page, the second does.
+  L.release(0, 2);  // marker 3
+  L.commit(0, 2);
+  L.release(0, 2);  // marker 4
+  d.done = 3;
+  L.reap();
+  CHECK((d.backed[0] && d.backed[1]));
+  d.done = 4;
+  L.reap();
+  CHECK((!d.backed[0] && !d.backed[1]));
+  CHECK(d.forgotten == std::vector<uint64_t>{1, 2, 3, 4});
+  // Markers pass in order: a later one is not asked about while an earlier one runs.
+  L.release(3, 4);  // marker 5
+  L.release(4, 5);  // marker 6
+  d.done = 5;
+  L.reap();
+  CHECK((!d.backed[3] && d.backed[4]));
+  // settle(): after the owner waited for the device, pending pages count as mapped, markers forgotten.
+  L.settle();
+  CHECK(d.forgotten == std::vector<uint64_t>{1, 2, 3, 4, 5, 6});
+  CHECK(L.mapped(4));
+  CHECK(L.held(0, 10) == size_t(d.backed_count()));
+  // Out-of-range pages are an internal error.
+  CHECK_THROWS(L.release(9, 11));
+  CHECK_THROWS(L.commit(5, 4));
 }
