@@ -79,7 +79,7 @@ class GradReducer {
   void shard(const ShardLayout& layout, void* shard_grads);
   // Stage 2 (sharded only): once a bucket's reduce-scatter is done, the whole pages (of
   // `granularity` bytes) of its range of the gradient buffer go to `release` (the backend returns
-  // their memory; they read as zero until backward writes them again), so a rank holds its reduced
+  // their memory; backward commits them again before it writes them), so a rank holds its reduced
   // shard and the buckets in flight instead of the whole buffer. Buckets complete in issue order; a
   // page shared with the next bucket goes with that one. Without overlap each bucket is then reduced,
   // blocking, as soon as backward completes it (not all at the end), so that it can be returned.
