@@ -405,7 +405,7 @@ TEST_CASE("bias gradient: each column summed over the rows in row order, bit for
   const int saved = omp_get_max_threads();
   Rng rng(77);
   for (DType dt : {DType::F32, DType::BF16, DType::F16})
-    for (const auto& [rows, cols] : std::vector<std::pair<size_t, size_t>>{{1, 1}, {37, 70}, {300, 384}, {64, 1100}, {96, 1536}}) {
+    for (const auto& [rows, cols] : std::vector<std::pair<size_t, size_t>>{{1, 1}, {37, 70}, {300, 384}, {64, 1100}, {96, 1536}, {9, 9000}}) {
       std::vector<float> x(rows * cols);
       for (float& v : x) v = float(rng.normal()) * 3.0f;
       std::vector<char> dy(x.size() * dtype_size(dt)), db(cols * dtype_size(dt));

@@ -159,7 +159,7 @@ void bias_grad(const Tensor& dy, const Tensor& db) {
   // where that keeps them between kMinStrip and kStrip columns wide (the order, and so the bits, do
   // not depend on the strips; wide strips convert a row's part in one call). FP32 rows are read in
   // place.
-  constexpr size_t kStrip = 1024, kMinStrip = 64;
+  constexpr size_t kStrip = 4096, kMinStrip = 64;
   const size_t per_thread = (cols + size_t(omp_get_max_threads()) - 1) / size_t(omp_get_max_threads());
   const size_t strip = std::clamp((per_thread + 15) / 16 * 16, kMinStrip, kStrip);
   const size_t nb = (cols + strip - 1) / strip;
@@ -168,7 +168,14 @@ void bias_grad(const Tensor& dy, const Tensor& db) {
     alignas(64) float acc[kStrip], v[kStrip];
     const size_t c0 = blk * strip, len = std::min(strip, cols - c0);
     std::fill(acc, acc + len, 0.0f);
+    const size_t es = dtype_size(dy.dtype);
     for (size_t r = 0; r < rows; ++r) {
+      // A strip narrower than the row leaves gaps the hardware prefetcher does not cross: fetch the
+      // strip of the row after next ahead.
+      if (r + 2 < rows) {
+        const char* ahead = static_cast<const char*>(dy.data) + ((r + 2) * cols + c0) * es;
+        for (size_t b = 0; b < len * es; b += 64) __builtin_prefetch(ahead + b);
+      }
       const float* x = v;
       if (dy.dtype == DType::F32)
         x = dy.as<float>() + r * cols + c0;
