@@ -60,10 +60,9 @@ class TrainStep {
   // With FP8 compute: called with (step, FP8 tensor, data, dtype) before each cast of an output
   // gradient (fault drills plant non-finite values into one); set before the first step.
   void set_fp8_gradient_hook(std::function<void(int64_t step, int fp8_tensor, void* data, DType dtype)> hook);
-  // false: never capture (faults planted from the host in the middle of a step). Steps of several
-  // micro-batches stage each from the host mid-step and are never captured either.
-  // Not with accumulation (micro-batches staged mid-step) nor stage 2 (pages returned and mapped
-  // by host calls during the step).
+  // false: never capture (faults planted from the host in the middle of a step). Never captured
+  // either: steps of several micro-batches (each staged from the host mid-step) and stage 2's
+  // (pages returned and mapped by host calls during the step).
   void allow_capture(bool allow) { use_graph_ = allow && accum_ == 1 && !release_ && be_.capture().can_capture(); }
   bool releases() const { return release_; }  // distributed.zero 2 on more than one rank
 

@@ -61,10 +61,10 @@ void CpuBackend::release(void* p, size_t bytes) {
 }
 
 void CpuBackend::commit(void* p, size_t bytes) {
+  if (bytes == 0) return;
   const uintptr_t page = release_granularity();
   const uintptr_t lo = reinterpret_cast<uintptr_t>(p) / page * page;
   const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) / page * page;
-  if (bytes == 0) return;
   if (mprotect(reinterpret_cast<void*>(lo), hi - lo, PROT_READ | PROT_WRITE) != 0)
     throw Error(ErrorKind::Internal, strcat("mprotect(PROT_READ | PROT_WRITE) of ", hi - lo, " bytes failed: ", std::strerror(errno)));
 }
