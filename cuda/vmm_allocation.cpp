@@ -143,23 +143,27 @@ bool VmmAllocation::contains(const void* p) const {
   return a >= base_ && a < base_ + span_;
 }
 
-void VmmAllocation::release(const void* p, size_t bytes) {
+// The allocation's pages of a range of it (clipped to its end).
+PageSpan VmmAllocation::pages(const void* p, size_t bytes, bool inside) const {
   const size_t at = size_t(reinterpret_cast<CUdeviceptr>(p) - base_);
-  const size_t first = (at + page_ - 1) / page_, last = std::min(at + bytes, span_) / page_;
-  if (first < last) ledger_->release(first, last);
+  const size_t n = std::min(bytes, span_ - std::min(at, span_));
+  return inside ? pages_inside(at, n, page_) : pages_overlapping(at, n, page_);
+}
+
+void VmmAllocation::release(const void* p, size_t bytes) {
+  const PageSpan s = pages(p, bytes, true);
+  if (s.first < s.last) ledger_->release(s.first, s.last);
 }
 
 void VmmAllocation::commit(const void* p, size_t bytes) {
-  if (bytes == 0) return;
-  const size_t at = size_t(reinterpret_cast<CUdeviceptr>(p) - base_);
-  ledger_->commit(at / page_, std::min((at + bytes + page_ - 1) / page_, handles_.size()));
+  const PageSpan s = pages(p, bytes, false);
+  if (s.first < s.last) ledger_->commit(s.first, s.last);
 }
 
 size_t VmmAllocation::resident(const void* p, size_t bytes) {
-  if (bytes == 0) return 0;
   ledger_->reap();
-  const size_t at = size_t(reinterpret_cast<CUdeviceptr>(p) - base_);
-  return ledger_->held(at / page_, (at + bytes + page_ - 1) / page_) * page_;
+  const PageSpan s = pages(p, bytes, false);
+  return ledger_->held(s.first, s.last) * page_;
 }
 
 // ---- the ledger's driver

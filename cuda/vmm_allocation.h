@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/memory.h"
 #include "backend/page_ledger.h"
 
 namespace amp::cuda {
@@ -44,6 +45,7 @@ class VmmAllocation final : private PageLedger::Driver {
   bool passed(uint64_t marker) override;
   void forget(uint64_t marker) override;
   void free_all() noexcept;  // the destructor's work, also after a failed constructor
+  PageSpan pages(const void* p, size_t bytes, bool inside) const;
 
   cudaStream_t stream_;
   CUmemAllocationProp prop_{};

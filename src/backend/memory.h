@@ -8,6 +8,19 @@
 
 namespace amp {
 
+// Pages [first, last) of `page` bytes, counted from 0, that lie wholly inside [at, at + bytes)
+// (what release() returns) or that overlap it (what commit() and resident_bytes() cover).
+struct PageSpan {
+  size_t first = 0, last = 0;
+};
+inline PageSpan pages_inside(size_t at, size_t bytes, size_t page) {
+  const size_t first = (at + page - 1) / page, last = (at + bytes) / page;
+  return first < last ? PageSpan{first, last} : PageSpan{};
+}
+inline PageSpan pages_overlapping(size_t at, size_t bytes, size_t page) {
+  return bytes == 0 ? PageSpan{} : PageSpan{at / page, (at + bytes + page - 1) / page};
+}
+
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;

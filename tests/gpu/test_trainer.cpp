@@ -54,6 +54,13 @@ Curve train(const Config& cfg) {
   return c;
 }
 
+// Text of `letters` random lowercase letters in words of nine, the same for a seed.
+void write_words(const std::string& path, uint64_t seed, int letters) {
+  std::ofstream f(path);
+  Rng r(seed);
+  for (int i = 0; i < letters; ++i) f << char('a' + r.next_u64() % 26) << (i % 9 == 8 ? " " : "");
+}
+
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -178,11 +185,7 @@ TEST_CASE("trainer: weight decay reaches the matrices and embeddings only, or ev
   // weight decay, 0.01 for the layer norms' gains (w0 = 1) under decay all with lr 0.01, 0 for
   // the biases (w0 = 0).
   const std::string text = tmp_path("decay.txt");
-  {
-    std::ofstream f(text);
-    Rng r(21);
-    for (int i = 0; i < 20000; ++i) f << char('a' + r.next_u64() % 26) << (i % 9 == 8 ? " " : "");
-  }
+  write_words(text, 21, 20000);
   const std::string yaml =
       "run: {name: gpu_decay, device: " + std::string(device_name()) +
       ", steps: 1, log_interval: 1, progress: off, threads: 2, eval_interval: 0, sample_interval: 0}\n"
@@ -244,10 +247,7 @@ TEST_CASE("trainer: distributed.zero 2 on the device returns gradient pages and 
   const std::string base = "/tmp/amp_gpu_test_zero2_" + std::to_string(id);
   if (world().rank() == 0) {
     std::filesystem::create_directories(base);
-    Rng rng(7);
-    std::string text(1 << 16, ' ');
-    for (char& c : text) c = char('a' + int(rng.next_u64() % 26));
-    std::ofstream(base + "/text.txt") << text;
+    write_words(base + "/text.txt", 7, 1 << 16);
   }
   world().barrier();
   const std::string yaml =

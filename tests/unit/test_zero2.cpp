@@ -122,14 +122,14 @@ struct FakeDriver : PageLedger::Driver {
   }
   void unmap(size_t page) override {
     CHECK(backed[page]);
-    CHECK(passed(marker_of_unmap));  // only ever inside reap(), for a passed marker
+    CHECK(last_answer);  // only ever after a marker was found passed (inside reap())
     backed[page] = false;
   }
   void zero(size_t first, size_t count) override { zeroed.emplace_back(first, count); }
   uint64_t mark() override { return ++markers; }
   bool passed(uint64_t marker) override {
-    marker_of_unmap = marker;
-    return marker <= done;
+    last_answer = marker <= done;
+    return last_answer;
   }
   void forget(uint64_t marker) override { forgotten.push_back(marker); }
   size_t backed_count() const {
@@ -138,7 +138,8 @@ struct FakeDriver : PageLedger::Driver {
     return n;
   }
   std::vector<bool> backed;
-  uint64_t markers = 0, done = 0, marker_of_unmap = 0;  // markers <= done have passed
+  uint64_t markers = 0, done = 0;  // markers <= done have passed
+  bool last_answer = false;        // what passed() said last
   size_t maps = 0;
   std::vector<std::pair<size_t, size_t>> zeroed;
   std::vector<uint64_t> forgotten;

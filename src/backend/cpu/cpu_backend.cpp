@@ -47,34 +47,33 @@ Buffer CpuBackend::alloc_releasable(size_t bytes) {
 }
 
 void CpuBackend::release(void* p, size_t bytes) {
-  const uintptr_t page = release_granularity();  // the mapping's huge pages (4 KiB ones divide it)
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
-  if (hi <= lo) return;
+  const size_t page = release_granularity();  // the mapping's huge pages (4 KiB ones divide it)
+  const PageSpan s = pages_inside(reinterpret_cast<uintptr_t>(p), bytes, page);
+  if (s.first == s.last) return;
   // Private anonymous memory (the allocator's): the pages are dropped (zero when touched again), and
   // protected so that a read or write before commit() faults here as it would on a device.
-  void* at = reinterpret_cast<void*>(lo);
-  if (madvise(at, hi - lo, MADV_DONTNEED) != 0)
-    throw Error(ErrorKind::Internal, strcat("madvise(MADV_DONTNEED) of ", hi - lo, " bytes failed: ", std::strerror(errno)));
-  if (mprotect(at, hi - lo, PROT_NONE) != 0)
-    throw Error(ErrorKind::Internal, strcat("mprotect(PROT_NONE) of ", hi - lo, " bytes failed: ", std::strerror(errno)));
+  void* at = reinterpret_cast<void*>(s.first * page);
+  const size_t len = (s.last - s.first) * page;
+  if (madvise(at, len, MADV_DONTNEED) != 0)
+    throw Error(ErrorKind::Internal, strcat("madvise(MADV_DONTNEED) of ", len, " bytes failed: ", std::strerror(errno)));
+  if (mprotect(at, len, PROT_NONE) != 0)
+    throw Error(ErrorKind::Internal, strcat("mprotect(PROT_NONE) of ", len, " bytes failed: ", std::strerror(errno)));
 }
 
 void CpuBackend::commit(void* p, size_t bytes) {
-  if (bytes == 0) return;
-  const uintptr_t page = release_granularity();
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) / page * page;
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) / page * page;
-  if (mprotect(reinterpret_cast<void*>(lo), hi - lo, PROT_READ | PROT_WRITE) != 0)
-    throw Error(ErrorKind::Internal, strcat("mprotect(PROT_READ | PROT_WRITE) of ", hi - lo, " bytes failed: ", std::strerror(errno)));
+  const size_t page = release_granularity();
+  const PageSpan s = pages_overlapping(reinterpret_cast<uintptr_t>(p), bytes, page);
+  if (s.first == s.last) return;
+  const size_t len = (s.last - s.first) * page;
+  if (mprotect(reinterpret_cast<void*>(s.first * page), len, PROT_READ | PROT_WRITE) != 0)
+    throw Error(ErrorKind::Internal, strcat("mprotect(PROT_READ | PROT_WRITE) of ", len, " bytes failed: ", std::strerror(errno)));
 }
 
 size_t CpuBackend::resident_bytes(const void* p, size_t bytes) const {
-  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));  // mincore's unit
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) / page * page;
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) / page * page;
-  std::vector<unsigned char> in((hi - lo) / page);
-  if (in.empty() || mincore(reinterpret_cast<void*>(lo), hi - lo, in.data()) != 0) return 0;
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));  // mincore's unit
+  const PageSpan s = pages_overlapping(reinterpret_cast<uintptr_t>(p), bytes, page);
+  std::vector<unsigned char> in(s.last - s.first);
+  if (in.empty() || mincore(reinterpret_cast<void*>(s.first * page), in.size() * page, in.data()) != 0) return 0;
   size_t n = 0;
   for (unsigned char c : in) n += c & 1;
   return n * page;
