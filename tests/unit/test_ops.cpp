@@ -2,13 +2,17 @@
 // and 16-bit operations against FP32 on random data (tolerances stated per dtype).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include <omp.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul_dnnl.h"
 #include "core/convert.h"
 #include "core/half.h"
 #include "core/rng.h"
@@ -425,4 +429,88 @@ TEST_CASE("bias gradient: each column summed over the rows in row order, bit for
       }
     }
   omp_set_num_threads(saved);
+}
+
+TEST_CASE("linear layers: the same bits at 1, 2 and 3 threads, every element written, within FP32 of double",
+          "[ops]") {
+  // matmul_dnnl.h cuts a product's rows between the threads; the bits must not depend on it.
+  CpuBackend be(1);
+  auto& ops = be.cpu_ops();
+  const int saved = omp_get_max_threads();
+  const char* isa_limit = std::getenv("ONEDNN_MAX_CPU_ISA");
+  struct Shape { size_t rows, in, out; };
+  const std::vector<Shape> shapes{{2048, 384, 1152}, {200, 130, 96}, {65, 300, 257}, {96, 1536, 384}, {31, 64, 48}};
+  int split = 0, unchecked = 0;
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (const Shape& sh : shapes) {
+      const auto x = randn(sh.rows * sh.in, 11), w = randn(sh.out * sh.in, 12, 0.1), b = randn(sh.out, 13),
+                 dy = randn(sh.rows * sh.out, 14);
+      Dev tx(be, x, dt, sh.rows, sh.in), tw(be, w, dt, sh.out, sh.in), tb(be, b, dt, 1, sh.out),
+          tdy(be, dy, dt, sh.rows, sh.out);
+      const auto xs = tx.get(), ws = tw.get(), bs = tb.get(), dys = tdy.get();  // the values as stored
+      std::vector<double> y_ref(sh.rows * sh.out), dx_ref(sh.rows * sh.in), dw_ref(sh.out * sh.in);
+      for (size_t r = 0; r < sh.rows; ++r)
+        for (size_t o = 0; o < sh.out; ++o) {
+          double a = bs[o];
+          for (size_t i = 0; i < sh.in; ++i) a += double(xs[r * sh.in + i]) * ws[o * sh.in + i];
+          y_ref[r * sh.out + o] = a;
+          for (size_t i = 0; i < sh.in; ++i) {
+            dx_ref[r * sh.in + i] += double(dys[r * sh.out + o]) * ws[o * sh.in + i];
+            dw_ref[o * sh.in + i] += double(dys[r * sh.out + o]) * xs[r * sh.in + i];
+          }
+        }
+      // The three products as the linear ops hand them to oneDNN (16-bit operands it cannot take
+      // widened to FP32).
+      const DType mt = dt == DType::F16 || (dt == DType::BF16 && !ops.bf16_native()) ? DType::F32 : dt;
+      cpu::MatmulShape prod[3];
+      prod[0].m = sh.rows, prod[0].n = sh.out, prod[0].k = sh.in, prod[0].trans_b = true;
+      prod[0].has_bias = true, prod[0].bias = mt;
+      prod[1].m = sh.rows, prod[1].n = sh.in, prod[1].k = sh.out;
+      prod[2].m = sh.out, prod[2].n = sh.in, prod[2].k = sh.rows, prod[2].trans_a = true;
+      for (auto& p : prod) p.ab = mt, p.c = mt;
+      std::vector<float> first[3];
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        const std::vector<float> nan_fill(std::max(sh.rows, sh.out) * std::max(sh.in, sh.out), std::nanf(""));
+        Dev y(be, nan_fill, dt, sh.rows, sh.out), dx(be, nan_fill, dt, sh.rows, sh.in), dw(be, nan_fill, dt, sh.out, sh.in),
+            db(be, nan_fill, dt, 1, sh.out);
+        ops.linear_forward(tx.t, tw.t, tb.t, y.t);
+        ops.linear_backward_input(tdy.t, tw.t, dx.t);
+        ops.linear_backward_weight(tdy.t, tx.t, dw.t, db.t);
+        const std::vector<float> got[3] = {y.get(), dx.get(), dw.get()};
+        const std::vector<double>* ref[3] = {&y_ref, &dx_ref, &dw_ref};
+        const double tol = dt == DType::F32 ? 1e-5 : dt == DType::BF16 ? 1e-2 : 2e-3;  // the output's rounding
+        for (int o = 0; o < 3; ++o) {
+          const int slices = ops.matmul().slices(prod[o], threads);
+          const std::string impl = ops.matmul().implementation(prod[o]);
+          split += slices > 1;
+          INFO(dtype_name(dt) << " rows " << sh.rows << " in " << sh.in << " out " << sh.out << ", " << threads
+                              << " thread(s), " << (o == 0 ? "forward" : o == 1 ? "backward input" : "backward weight")
+                              << ": " << impl << ", " << slices << " slice(s); oneDNN ISA limit "
+                              << (isa_limit ? isa_limit : "none"));
+          CHECK(std::count_if(got[o].begin(), got[o].end(), [](float v) { return !std::isfinite(v); }) == 0);
+          CHECK(rel_err(got[o], *ref[o]) < tol);
+          if (threads == 1) {
+            first[o] = got[o];
+            continue;
+          }
+          size_t differ = 0;
+          for (size_t i = 0; i < got[o].size(); ++i) differ += std::memcmp(&got[o][i], &first[o][i], sizeof(float)) != 0;
+          // oneDNN's jit GEMM (AVX2-only CPUs), threaded by oneDNN itself, gives 3 threads other
+          // bits than 1 (docs/design.md): checked at 2 threads only.
+          if (threads == 3 && slices == 1 && impl.rfind("brg:", 0) != 0) {
+            unchecked += differ != 0;
+            continue;
+          }
+          CHECK(differ == 0);
+        }
+      }
+    }
+  omp_set_num_threads(saved);
+  if (unchecked) WARN(unchecked << " product(s) gave other bits at 3 threads than at 1 under oneDNN's jit GEMM");
+  if (split == 0) {
+    // no brgemm kernels here (an AVX2-only CPU, or ONEDNN_MAX_CPU_ISA below AVX-512): nothing was cut
+    WARN("AMP_TEST_SKIPPED: no product was cut into slices on this CPU (oneDNN ISA limit "
+         << (isa_limit ? isa_limit : "none") << "); the thread-count checks above ran on oneDNN's own threading");
+  }
 }

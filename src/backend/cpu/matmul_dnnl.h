@@ -1,6 +1,13 @@
 // Matrix products on the CPU through oneDNN's matmul primitive (the library PyTorch's CPU path
 // uses): f32 or bf16 operands, FP32 accumulation, optional bias added before the one rounding.
 // Primitives are created once per shape and kept.
+//
+// Threads: the rows of C are split into one slice per OpenMP thread, each slice a single-threaded
+// product (oneDNN's own threading of one product ran 1.10-1.17x slower at 2 threads than two
+// half products side by side, docs/benchmarks.md). Each element of C is the same dot over K
+// whichever slice computes it, so the bits do not depend on the thread count (the unit test
+// "linear layers: the same bits at 1, 2 and 3 threads" checks it, under every oneDNN ISA the
+// suite runs).
 #pragma once
 
 #include <cstddef>
@@ -26,8 +33,15 @@ class DnnlMatmul {
  public:
   DnnlMatmul();
   ~DnnlMatmul();
-  // C[m,n] = op(A)[m,k] * op(B)[k,n] (+ bias[n]); all row-major.
+  // C[m,n] = op(A)[m,k] * op(B)[k,n] (+ bias[n]); all row-major. Called outside a parallel
+  // region: the product is split across the threads (above).
   void run(const MatmulShape& s, const void* a, const void* b, const void* bias, void* c);
+  // How many row slices run() cuts a product into on `threads` threads (1: oneDNN threads it as
+  // it chooses); slice i is rows [first_row(i), first_row(i + 1)), whole blocks of kSliceRows but
+  // for the last.
+  int slices(const MatmulShape& s, int threads);
+  static size_t first_row(size_t m, int slices, int i);
+  static constexpr size_t kSliceRows = 32;
   // Implementation oneDNN chose for a shape (e.g. "brg:avx512_core_bf16"), for benchmarks.
   std::string implementation(const MatmulShape& s);
 
