@@ -2,12 +2,12 @@
 // uses): f32 or bf16 operands, FP32 accumulation, optional bias added before the one rounding.
 // Primitives are created once per shape and kept.
 //
-// Threads: the rows of C are split into one slice per OpenMP thread, each slice a single-threaded
-// product (oneDNN's own threading of one product ran 1.10-1.17x slower at 2 threads than two
-// half products side by side, docs/benchmarks.md). Each element of C is the same dot over K
-// whichever slice computes it, so the bits do not depend on the thread count (the unit test
-// "linear layers: the same bits at 1, 2 and 3 threads" checks it, under every oneDNN ISA the
-// suite runs).
+// Threads: where oneDNN runs a product A B or A B^T with its brgemm kernels, the rows of C are cut
+// into one slice per OpenMP thread, each slice a single-threaded product (oneDNN's own threading
+// of one product ran 1.10-1.25x slower at 2 threads than the halves side by side,
+// docs/benchmarks.md); slices() says when. Each element of C is then the same dot over K whichever
+// slice computes it, so the bits do not depend on the thread count (unit test "linear layers: the
+// same bits at 1, 2 and 3 threads").
 #pragma once
 
 #include <cstddef>
@@ -33,8 +33,9 @@ class DnnlMatmul {
  public:
   DnnlMatmul();
   ~DnnlMatmul();
-  // C[m,n] = op(A)[m,k] * op(B)[k,n] (+ bias[n]); all row-major. Called outside a parallel
-  // region: the product is split across the threads (above).
+  // C[m,n] = op(A)[m,k] * op(B)[k,n] (+ bias[n]); all row-major. One caller at a time (the slices'
+  // streams and scratchpads are the object's; CpuOps holds its lock); inside a parallel region the
+  // product runs whole on the calling thread.
   void run(const MatmulShape& s, const void* a, const void* b, const void* bias, void* c);
   // How many row slices run() cuts a product into on `threads` threads (1: oneDNN threads it as
   // it chooses); slice i is rows [first_row(i), first_row(i + 1)), whole blocks of kSliceRows but
