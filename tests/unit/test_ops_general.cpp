@@ -8,6 +8,9 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -322,4 +325,44 @@ TEST_CASE("row_sum gives the same bits with 1 and 2 threads, gemm stays within i
   REQUIRE(sums[0].bytes == sums[1].bytes);
   OPS_REQUIRE_GEMM(cs, prods[0], 1.0);
   OPS_REQUIRE_GEMM(cs, prods[1], 1.0);
+}
+
+TEST_CASE("gemm: the same bits at 1, 2 and 3 threads, batched and single, strided and widened", "[ops]") {
+  // The explicit attention's batched products and the LM head's single ones (alpha 1, beta 0).
+  struct Shape { int64_t m, n, k, batch; bool ta, tb; };
+  const std::vector<Shape> shapes{{256, 256, 64, 8, false, true}, {256, 64, 256, 8, false, false},
+                                  {256, 64, 256, 5, true, false},  {512, 300, 128, 1, false, true},
+                                  {300, 128, 512, 1, true, false}, {512, 128, 300, 1, false, false},
+                                  {64, 64, 32, 32, false, true},   {64, 32, 64, 32, true, false}};
+  ops_ref::GemmLayout lay;
+  lay.pad_a = 3, lay.pad_b = 1, lay.pad_c = 2, lay.gap = 5;
+  cpu::CpuOps ops;
+  const int saved = omp_get_max_threads();
+  std::set<std::string> impls;
+  uint64_t seed = 7000;
+  for (const Shape& sh : shapes)
+    for (DType ab : {DType::F32, DType::BF16})
+      for (DType c : {DType::F32, ab}) {
+        const auto cs = ops_ref::make_gemm_case(sh.m, sh.n, sh.k, sh.batch, sh.ta, sh.tb, ab, c, 1.0f, 0.0f, lay, ++seed);
+        Raw c_probe = cs.c0;
+        impls.insert(ops.gemm_implementation(cs.bind(cs.a.data(), cs.b.data(), c_probe.data())));
+        Raw first;
+        for (int threads : {1, 2, 3}) {
+          omp_set_num_threads(threads);
+          const Raw got = run_gemm(ops, cs);
+          INFO(dtype_name(ab) << " -> " << dtype_name(c) << ", " << sh.batch << " x " << sh.m << "x" << sh.n << "x"
+                              << sh.k << (sh.ta ? " A^T" : "") << (sh.tb ? " B^T" : "") << ", " << threads << " threads");
+          if (threads == 1) {
+            OPS_REQUIRE_GEMM(cs, got, 1.0);
+            first = got;
+          } else {
+            CHECK(got.bytes == first.bytes);
+          }
+        }
+      }
+  omp_set_num_threads(saved);
+  std::string ran;
+  for (const auto& i : impls) ran += (ran.empty() ? "" : "; ") + i;
+  const char* isa_limit = std::getenv("ONEDNN_MAX_CPU_ISA");
+  WARN("gemm ran on " << ran << " (oneDNN ISA limit " << (isa_limit ? isa_limit : "none") << ")");
 }

@@ -76,9 +76,11 @@ struct DnnlMatmul::Impl {
     if (it != cache.end()) return it->second;
     const auto M = memory::dim(s.m), N = memory::dim(s.n), K = memory::dim(s.k);
     Entry e;
-    e.a = memory::desc({M, K}, dnnl_type(s.ab), s.trans_a ? memory::dims{1, M} : memory::dims{K, 1});
-    e.b = memory::desc({K, N}, dnnl_type(s.ab), s.trans_b ? memory::dims{1, K} : memory::dims{N, 1});
-    e.c = memory::desc({M, N}, dnnl_type(s.c), memory::dims{N, 1});
+    const auto lda = memory::dim(s.a_stride());
+    e.a = memory::desc({M, K}, dnnl_type(s.ab), s.trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
+    const auto ldb = memory::dim(s.b_stride()), ldc = memory::dim(s.c_stride());
+    e.b = memory::desc({K, N}, dnnl_type(s.ab), s.trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+    e.c = memory::desc({M, N}, dnnl_type(s.c), memory::dims{ldc, 1});
     try {
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -99,51 +101,94 @@ struct DnnlMatmul::Impl {
 DnnlMatmul::DnnlMatmul() : impl_(std::make_unique<Impl>()) {}
 DnnlMatmul::~DnnlMatmul() = default;
 
-int DnnlMatmul::slices(const MatmulShape& s, int threads) {
-  // Whole, threaded by oneDNN as it chooses: products too small to cut (fewer than two blocks of
-  // rows, or a few microseconds of work); A^T B (the weight gradients: cut by columns, oneDNN
-  // blocked the sum over K otherwise than for the whole product); and any product not run by
-  // oneDNN's brgemm kernels (its jit GEMM on AVX2-only CPUs blocks K by the shape). A brgemm
-  // slice's dots over K keep the whole product's order (the unit test checks every shape it tries).
-  if (s.trans_a || threads < 2 || s.m < 2 * kSliceRows || 2.0 * double(s.m) * double(s.n) * double(s.k) < double(1 << 22))
-    return 1;
-  if (impl_->get(s).impl.rfind("brg:", 0) != 0) return 1;
-  const size_t blocks = (s.m + kSliceRows - 1) / kSliceRows;
-  return int(blocks < size_t(threads) ? blocks : size_t(threads));
-}
-
-size_t DnnlMatmul::first_row(size_t m, int slices, int i) {
-  const size_t blocks = (m + kSliceRows - 1) / kSliceRows;
-  const size_t row = blocks * size_t(i) / size_t(slices) * kSliceRows;
-  return row < m ? row : m;
+MatmulTiles DnnlMatmul::tiles(const MatmulShape& s, int threads) {
+  MatmulTiles t;
+  t.m = s.m;
+  t.n = s.n;
+  const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
+  if (impl_->get(s).impl.rfind("brg:", 0) != 0) {
+    // oneDNN's jit GEMM (AVX2-only CPUs) threads a product by cutting its sum over K where the
+    // shape suits, and blocks K by the product's shape, so its bits would depend on the thread
+    // count and on any cut made by it. The tiles here depend on the shape alone: every product
+    // runs as the same single-threaded pieces at any thread count.
+    const size_t tile = kJitTile;
+    t.rows = t.cols = 1;
+    if (flops < kWholeFlops) return t;
+    t.rows = int(s.m / tile > 0 ? s.m / tile : 1);
+    t.cols = int(s.n / tile > 0 ? s.n / tile : 1);
+    // At least four tiles, a multiple of four, for a product worth spreading: halve the longer
+    // side of the tile while it is at least two blocks long.
+    while (flops >= kJitSpread && t.count() % 4 != 0) {
+      const size_t tm = s.m / size_t(t.rows), tn = s.n / size_t(t.cols);
+      if (tm >= tn && tm >= 2 * MatmulTiles::kRowBlock) t.rows *= 2;
+      else if (tn >= 2 * MatmulTiles::kColBlock) t.cols *= 2;
+      else break;
+    }
+    return t;
+  }
+  // brgemm keeps each element's dot over K whatever its threading, and a row slice's dots keep
+  // the whole product's (the unit test checks every shape it tries): one slice of rows per thread
+  // (oneDNN's own threading of one product ran 1.10-1.25x slower at 2 threads than the halves
+  // side by side, docs/benchmarks.md). Whole, threaded by oneDNN: products too small to gain from
+  // the cut (fewer than two blocks of rows, or a few microseconds of work), and A^T B (the weight
+  // gradients: cut by columns or strided rows, oneDNN leaves brgemm for its jit GEMM).
+  if (threads < 2) return {1, 1, s.m, s.n};
+  if (s.trans_a || s.m < 2 * MatmulTiles::kRowBlock || flops < kWholeFlops) return t;
+  const size_t blocks = (s.m + MatmulTiles::kRowBlock - 1) / MatmulTiles::kRowBlock;
+  t.rows = int(blocks < size_t(threads) ? blocks : size_t(threads));
+  t.cols = 1;
+  return t;
 }
 
 void DnnlMatmul::run(const MatmulShape& s, const void* a, const void* b, const void* bias, void* c) {
-  if (s.m == 0 || s.n == 0) return;
-  const int n = omp_in_parallel() ? 1 : slices(s, omp_get_max_threads());
+  run_batch(s, Batch{}, a, b, bias, c);
+}
+
+void DnnlMatmul::run_batch(const MatmulShape& s, const Batch& batch, const void* a, const void* b, const void* bias,
+                           void* c) {
+  if (s.m == 0 || s.n == 0 || batch.count == 0) return;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  // A batch runs its products side by side, each as on one thread (tiles(s, 1) does not depend on
+  // the thread count); one product is spread as tiles() says.
+  const MatmulTiles t = tiles(s, batch.count == 1 ? threads : 1);
+  const size_t units = size_t(t.count()) * batch.count;
+  const int workers = units < size_t(threads) ? int(units) : threads;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->ensure_slots(n);
+    impl_->ensure_slots(workers < 1 ? 1 : workers);
   }
-  if (n == 1) {
+  if (units == 0) {  // one product, threaded by oneDNN
     impl_->execute(0, s, a, b, bias, c);
     return;
   }
-  const size_t ea = dtype_size(s.ab), ec = dtype_size(s.c);
+  const size_t ea = dtype_size(s.ab), ec = dtype_size(s.c), eb = dtype_size(s.bias);
   std::exception_ptr failed;
-#pragma omp parallel num_threads(n)
+#pragma omp parallel num_threads(workers)
   {
-    const int i = omp_get_thread_num();
-    omp_set_num_threads(1);  // this thread's nested regions: oneDNN plans and runs the slice alone
-    const size_t r0 = first_row(s.m, n, i), r1 = first_row(s.m, n, i + 1);
-    MatmulShape part = s;  // rows r0 .. r1 of A and C (A not transposed: dense rows)
-    part.m = r1 - r0;
-    try {
-      if (part.m)
-        impl_->execute(i, part, static_cast<const char*>(a) + r0 * s.k * ea, b, bias, static_cast<char*>(c) + r0 * s.n * ec);
-    } catch (...) {
+    const int w = omp_get_thread_num();
+    omp_set_num_threads(1);  // this thread's nested regions: oneDNN plans and runs each tile alone
+    for (size_t u = size_t(w); u < units; u += size_t(workers)) {
+      const size_t item = u / size_t(t.count()), tile = u % size_t(t.count());
+      const int i = int(tile) / t.cols, j = int(tile) % t.cols;
+      const size_t r0 = t.row(i), c0 = t.col(j);
+      MatmulShape part = s;  // rows r0.. of A (dense rows, or columns of A^T), columns c0.. of B
+      part.m = t.row(i + 1) - r0;
+      part.n = t.col(j + 1) - c0;
+      part.lda = s.a_stride();
+      part.ldb = s.b_stride();
+      part.ldc = s.c_stride();
+      const size_t a_off = item * batch.stride_a + (s.trans_a ? r0 : r0 * part.lda);
+      const size_t b_off = item * batch.stride_b + (s.trans_b ? c0 * part.ldb : c0);
+      const size_t c_off = item * batch.stride_c + r0 * part.ldc + c0;
+      try {
+        if (part.m && part.n)
+          impl_->execute(w, part, static_cast<const char*>(a) + a_off * ea, static_cast<const char*>(b) + b_off * ea,
+                         s.has_bias ? static_cast<const char*>(bias) + c0 * eb : bias,
+                         static_cast<char*>(c) + c_off * ec);
+      } catch (...) {
 #pragma omp critical(amp_matmul_failed)
-      if (!failed) failed = std::current_exception();
+        if (!failed) failed = std::current_exception();
+      }
     }
   }
   if (failed) std::rethrow_exception(failed);

@@ -2,12 +2,15 @@
 // uses): f32 or bf16 operands, FP32 accumulation, optional bias added before the one rounding.
 // Primitives are created once per shape and kept.
 //
-// Threads: where oneDNN runs a product A B or A B^T with its brgemm kernels, the rows of C are cut
-// into one slice per OpenMP thread, each slice a single-threaded product (oneDNN's own threading
-// of one product ran 1.10-1.25x slower at 2 threads than the halves side by side,
-// docs/benchmarks.md); slices() says when. Each element of C is then the same dot over K whichever
-// slice computes it, so the bits do not depend on the thread count (unit test "linear layers: the
-// same bits at 1, 2 and 3 threads").
+// Threads: the bits of C never depend on the thread count (unit test "linear layers: the same
+// bits at 1, 2 and 3 threads"); tiles() says how a product is spread.
+// - brgemm kernels (AVX-512 CPUs), A B or A B^T: the rows of C are cut into one slice per OpenMP
+//   thread, each a single-threaded product (oneDNN's own threading of one product ran 1.10-1.25x
+//   slower at 2 threads than the halves side by side, docs/benchmarks.md). Each element of C is
+//   the same dot over K whichever slice computes it.
+// - jit GEMM (AVX2-only CPUs): it orders an element's sum over K by the shape it is given, and
+//   threaded by itself cuts K for some shapes, so C is cut into tiles chosen by the product's
+//   shape alone, each tile a single-threaded product, whatever the thread count (1 included).
 #pragma once
 
 #include <cstddef>
@@ -24,9 +27,32 @@ namespace amp::cpu {
 struct MatmulShape {
   size_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;  // A stored K x M / B stored N x K (row-major)
+  size_t lda = 0, ldb = 0, ldc = 0;  // stored row strides in elements; 0: dense
   DType ab = DType::F32, c = DType::F32, bias = DType::F32;
   bool has_bias = false;
-  auto key() const { return std::make_tuple(m, n, k, trans_a, trans_b, int(ab), int(c), int(bias), has_bias); }
+  size_t a_stride() const { return lda ? lda : trans_a ? m : k; }
+  size_t b_stride() const { return ldb ? ldb : trans_b ? k : n; }
+  size_t c_stride() const { return ldc ? ldc : n; }
+  auto key() const {
+    return std::make_tuple(m, n, k, trans_a, trans_b, a_stride(), b_stride(), c_stride(), int(ab), int(c), int(bias), has_bias);
+  }
+};
+
+// How run() spreads a product over the threads: none (0 x 0), the whole product threaded by
+// oneDNN as it chooses; else a grid of rows x cols tiles of C, each a single-threaded product, the
+// tiles shared out among the threads. Tile (i, j) is rows [row(i), row(i + 1)) and columns
+// [col(j), col(j + 1)) of C, whole blocks of kRowBlock x kColBlock but at the edges.
+struct MatmulTiles {
+  int rows = 0, cols = 0;
+  size_t m = 0, n = 0;
+  static constexpr size_t kRowBlock = 32, kColBlock = 16;
+  int count() const { return rows * cols; }
+  size_t row(int i) const { return edge(m, kRowBlock, rows, i); }
+  size_t col(int j) const { return edge(n, kColBlock, cols, j); }
+  static size_t edge(size_t extent, size_t block, int parts, int i) {
+    const size_t blocks = (extent + block - 1) / block, at = blocks * size_t(i) / size_t(parts) * block;
+    return at < extent ? at : extent;
+  }
 };
 
 class DnnlMatmul {
@@ -37,16 +63,24 @@ class DnnlMatmul {
   // streams and scratchpads are the object's; CpuOps holds its lock); inside a parallel region the
   // product runs whole on the calling thread.
   void run(const MatmulShape& s, const void* a, const void* b, const void* bias, void* c);
-  // How many row slices run() cuts a product into on `threads` threads (1: oneDNN threads it as
-  // it chooses); slice i is rows [first_row(i), first_row(i + 1)), whole blocks of kSliceRows but
-  // for the last.
-  int slices(const MatmulShape& s, int threads);
-  static size_t first_row(size_t m, int slices, int i);
-  static constexpr size_t kSliceRows = 32;
+  // `count` products of shape s, matrix i at a + i * stride_a, b + i * stride_b, c + i * stride_c
+  // (elements; a stride of 0 repeats the matrix), run side by side, each single-threaded.
+  struct Batch {
+    size_t count = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+  };
+  void run_batch(const MatmulShape& s, const Batch& batch, const void* a, const void* b, const void* bias, void* c);
+  // How run() spreads a product over `threads` threads.
+  MatmulTiles tiles(const MatmulShape& s, int threads);
   // Implementation oneDNN chose for a shape (e.g. "brg:avx512_core_bf16"), for benchmarks.
   std::string implementation(const MatmulShape& s);
 
  private:
+  static constexpr double kWholeFlops = double(1 << 22);  // below: a few microseconds, not cut
+  // oneDNN's jit GEMM: tiles of about kJitTile x kJitTile, at least four (a multiple of four) for
+  // products of kJitSpread FLOPs or more (a millisecond or two on one core); chosen by
+  // bench_gpt_step under ONEDNN_MAX_CPU_ISA=AVX2 (docs/benchmarks.md).
+  static constexpr size_t kJitTile = 1024;
+  static constexpr double kJitSpread = 1e8;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -199,9 +199,43 @@ std::unique_ptr<CpuOps::GemmPlans, CpuOps::GemmPlansDeleter> CpuOps::make_gemm_p
   return plans;
 }
 
+namespace {
+// The products the models ask for (alpha 1, beta 0, the batch's outputs apart) run on the linear
+// layers' DnnlMatmul: a batch's matrices side by side, each on one thread, one matrix spread as
+// the linear layers' are, so the bits never depend on the thread count (oneDNN's own threading of
+// a batched FP32 product gave 3 threads other bits than 1: the explicit attention's, end to end).
+bool on_matmul(const GemmArgs& g) {
+  const bool apart = g.batch == 1 || g.stride_c >= (g.m - 1) * g.ldc + g.n;
+  return g.alpha == 1.0f && g.beta == 0.0f && apart;
+}
+
+// Operands oneDNN takes as they are: FP32, and BF16 where the CPU has a BF16 matmul.
+bool matmul_direct(const GemmArgs& g, bool bf16_native) {
+  return (g.ab == DType::F32 || (g.ab == DType::BF16 && bf16_native)) &&
+         (g.c == DType::F32 || (g.c == DType::BF16 && g.ab == DType::BF16));
+}
+
+MatmulShape matmul_shape(const GemmArgs& g) {
+  MatmulShape s;
+  s.m = size_t(g.m), s.n = size_t(g.n), s.k = size_t(g.k);
+  s.trans_a = g.trans_a, s.trans_b = g.trans_b;
+  s.lda = size_t(g.lda), s.ldb = size_t(g.ldb), s.ldc = size_t(g.ldc);
+  s.ab = g.ab, s.c = g.c;
+  return s;
+}
+}  // namespace
+
 std::string CpuOps::gemm_implementation(const GemmArgs& g) {
   check_args(g);
   if (g.empty() || g.k == 0) return "none (no product)";
+  if (on_matmul(g)) {
+    std::lock_guard<std::mutex> lock(linear_mu_);
+    MatmulShape s = matmul_shape(g);
+    const bool direct = matmul_direct(g, bf16_native_);
+    if (!direct) s.lda = s.ldb = s.ldc = 0, s.ab = s.c = DType::F32;
+    return matmul_.implementation(s) + (direct ? " (direct, " : " (widened to f32, ") +
+           (g.batch > 1 ? "side by side)" : "tiled)");
+  }
   std::lock_guard<std::mutex> lock(plans_->mu);
   const GemmPlans::Plan& p = plans_->plan_for(g);
   return p.impl + (p.direct ? " (direct)" : " (widened to f32)");
@@ -210,6 +244,38 @@ std::string CpuOps::gemm_implementation(const GemmArgs& g) {
 void CpuOps::gemm(const GemmArgs& g) {
   check_args(g);
   if (g.empty()) return;
+  if (g.k != 0 && on_matmul(g)) {
+    std::scoped_lock lock(plans_->mu, linear_mu_);  // the dense scratch, the matmul's streams
+    const bool direct = matmul_direct(g, bf16_native_);
+    DnnlMatmul::Batch batch;
+    batch.count = size_t(g.batch);
+    if (direct) {
+      batch.stride_a = size_t(batch_of(g.batch, g.stride_a) == 1 ? 0 : g.stride_a);
+      batch.stride_b = size_t(batch_of(g.batch, g.stride_b) == 1 ? 0 : g.stride_b);
+      batch.stride_c = size_t(g.stride_c);
+      matmul_.run_batch(matmul_shape(g), batch, g.A, g.B, nullptr, g.C);
+      return;
+    }
+    // Widen the operands to dense FP32 (exact), multiply in FP32, round C once.
+    const int64_t nba = batch_of(g.batch, g.stride_a), nbb = batch_of(g.batch, g.stride_b);
+    auto& sa = plans_->sa;
+    auto& sb = plans_->sb;
+    auto& sc = plans_->sc;
+    sa.resize(size_t(nba * g.m * g.k));
+    sb.resize(size_t(nbb * g.k * g.n));
+    sc.resize(size_t(g.batch * g.m * g.n));
+    gather_f32(g.A, g.ab, nba, g.a_rows(), g.a_cols(), g.lda, g.stride_a, sa.data());
+    gather_f32(g.B, g.ab, nbb, g.b_rows(), g.b_cols(), g.ldb, g.stride_b, sb.data());
+    MatmulShape s = matmul_shape(g);
+    s.lda = s.ldb = s.ldc = 0;  // dense
+    s.ab = s.c = DType::F32;
+    batch.stride_a = nba == 1 ? 0 : size_t(g.m * g.k);
+    batch.stride_b = nbb == 1 ? 0 : size_t(g.k * g.n);
+    batch.stride_c = size_t(g.m * g.n);
+    matmul_.run_batch(s, batch, sa.data(), sb.data(), nullptr, sc.data());
+    scatter_f32(sc.data(), g.C, g.c, g.batch, g.m, g.n, g.ldc, g.stride_c);
+    return;
+  }
   std::lock_guard<std::mutex> lock(plans_->mu);
   if (g.k == 0) {
     GemmPlans::scale_c(g);
