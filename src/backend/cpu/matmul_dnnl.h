@@ -8,7 +8,7 @@
 //   thread, each a single-threaded product (oneDNN's own threading of one product ran 1.10-1.25x
 //   slower at 2 threads than the halves side by side, docs/benchmarks.md). Each element of C is
 //   the same dot over K whichever slice computes it.
-// - jit GEMM (AVX2-only CPUs): it orders an element's sum over K by the shape it is given, and
+// - jit GEMM (AVX2-only CPUs, and strided operands anywhere): it orders an element's sum over K by the shape it is given, and
 //   threaded by itself cuts K for some shapes, so C is cut into tiles chosen by the product's
 //   shape alone, each tile a single-threaded product, whatever the thread count (1 included).
 #pragma once
@@ -61,7 +61,7 @@ class DnnlMatmul {
   ~DnnlMatmul();
   // C[m,n] = op(A)[m,k] * op(B)[k,n] (+ bias[n]); all row-major. One caller at a time (the slices'
   // streams and scratchpads are the object's; CpuOps holds its lock); inside a parallel region the
-  // product runs whole on the calling thread.
+  // product runs on the calling thread, as tiles(s, 1) says.
   void run(const MatmulShape& s, const void* a, const void* b, const void* bias, void* c);
   // `count` products of shape s, matrix i at a + i * stride_a, b + i * stride_b, c + i * stride_c
   // (elements; a stride of 0 repeats the matrix), run side by side, each single-threaded.
