@@ -111,11 +111,10 @@ MatmulTiles DnnlMatmul::tiles(const MatmulShape& s, int threads) {
     // shape suits, and blocks K by the product's shape, so its bits would depend on the thread
     // count and on any cut made by it. The tiles here depend on the shape alone: every product
     // runs as the same single-threaded pieces at any thread count.
-    const size_t tile = kJitTile;
     t.rows = t.cols = 1;
     if (flops < kWholeFlops) return t;
-    t.rows = int(s.m / tile > 0 ? s.m / tile : 1);
-    t.cols = int(s.n / tile > 0 ? s.n / tile : 1);
+    t.rows = int(s.m / kJitTile > 0 ? s.m / kJitTile : 1);
+    t.cols = int(s.n / kJitTile > 0 ? s.n / kJitTile : 1);
     // At least four tiles, a multiple of four, for a product worth spreading: halve the longer
     // side of the tile while it is at least two blocks long.
     while (flops >= kJitSpread && t.count() % 4 != 0) {

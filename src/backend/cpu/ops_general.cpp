@@ -92,6 +92,18 @@ struct CpuOps::GemmPlans {
   std::mutex mu;
   std::vector<float> sa, sb, sc, partial;  // scratch (under mu)
 
+  // Dense FP32 copies of A and B in sa and sb, in the stored orientation, and sc sized for C;
+  // returns the copies' batch counts.
+  std::pair<int64_t, int64_t> widen(const GemmArgs& g) {
+    const auto [nba, nbb] = dense_batches(g);
+    sa.resize(size_t(nba * g.m * g.k));
+    sb.resize(size_t(nbb * g.k * g.n));
+    sc.resize(size_t(g.batch * g.m * g.n));
+    gather_f32(g.A, g.ab, nba, g.a_rows(), g.a_cols(), g.lda, g.stride_a, sa.data());
+    gather_f32(g.B, g.ab, nbb, g.b_rows(), g.b_cols(), g.ldb, g.stride_b, sb.data());
+    return {nba, nbb};
+  }
+
   static Key key_of(const GemmArgs& g) {
     uint32_t beta_bits;
     std::memcpy(&beta_bits, &g.beta, sizeof beta_bits);
@@ -215,12 +227,17 @@ bool matmul_direct(const GemmArgs& g, bool bf16_native) {
          (g.c == DType::F32 || (g.c == DType::BF16 && g.ab == DType::BF16));
 }
 
-MatmulShape matmul_shape(const GemmArgs& g) {
+// The product DnnlMatmul runs: on the caller's matrices (direct), or on dense FP32 copies.
+MatmulShape matmul_shape(const GemmArgs& g, bool direct) {
   MatmulShape s;
   s.m = size_t(g.m), s.n = size_t(g.n), s.k = size_t(g.k);
   s.trans_a = g.trans_a, s.trans_b = g.trans_b;
-  s.lda = size_t(g.lda), s.ldb = size_t(g.ldb), s.ldc = size_t(g.ldc);
-  s.ab = g.ab, s.c = g.c;
+  if (direct) {
+    s.lda = size_t(g.lda), s.ldb = size_t(g.ldb), s.ldc = size_t(g.ldc);
+    s.ab = g.ab, s.c = g.c;
+  } else {
+    s.ab = s.c = DType::F32;  // dense: lda, ldb, ldc 0
+  }
   return s;
 }
 }  // namespace
@@ -230,10 +247,8 @@ std::string CpuOps::gemm_implementation(const GemmArgs& g) {
   if (g.empty() || g.k == 0) return "none (no product)";
   if (on_matmul(g)) {
     std::lock_guard<std::mutex> lock(linear_mu_);
-    MatmulShape s = matmul_shape(g);
     const bool direct = matmul_direct(g, bf16_native_);
-    if (!direct) s.lda = s.ldb = s.ldc = 0, s.ab = s.c = DType::F32;
-    return matmul_.implementation(s) + (direct ? " (direct, " : " (widened to f32, ") +
+    return matmul_.implementation(matmul_shape(g, direct)) + (direct ? " (direct, " : " (widened to f32, ") +
            (g.batch > 1 ? "side by side)" : "tiled)");
   }
   std::lock_guard<std::mutex> lock(plans_->mu);
@@ -253,27 +268,16 @@ void CpuOps::gemm(const GemmArgs& g) {
       batch.stride_a = size_t(batch_of(g.batch, g.stride_a) == 1 ? 0 : g.stride_a);
       batch.stride_b = size_t(batch_of(g.batch, g.stride_b) == 1 ? 0 : g.stride_b);
       batch.stride_c = size_t(g.stride_c);
-      matmul_.run_batch(matmul_shape(g), batch, g.A, g.B, nullptr, g.C);
+      matmul_.run_batch(matmul_shape(g, true), batch, g.A, g.B, nullptr, g.C);
       return;
     }
     // Widen the operands to dense FP32 (exact), multiply in FP32, round C once.
-    const int64_t nba = batch_of(g.batch, g.stride_a), nbb = batch_of(g.batch, g.stride_b);
-    auto& sa = plans_->sa;
-    auto& sb = plans_->sb;
-    auto& sc = plans_->sc;
-    sa.resize(size_t(nba * g.m * g.k));
-    sb.resize(size_t(nbb * g.k * g.n));
-    sc.resize(size_t(g.batch * g.m * g.n));
-    gather_f32(g.A, g.ab, nba, g.a_rows(), g.a_cols(), g.lda, g.stride_a, sa.data());
-    gather_f32(g.B, g.ab, nbb, g.b_rows(), g.b_cols(), g.ldb, g.stride_b, sb.data());
-    MatmulShape s = matmul_shape(g);
-    s.lda = s.ldb = s.ldc = 0;  // dense
-    s.ab = s.c = DType::F32;
+    const auto [nba, nbb] = plans_->widen(g);
     batch.stride_a = nba == 1 ? 0 : size_t(g.m * g.k);
     batch.stride_b = nbb == 1 ? 0 : size_t(g.k * g.n);
     batch.stride_c = size_t(g.m * g.n);
-    matmul_.run_batch(s, batch, sa.data(), sb.data(), nullptr, sc.data());
-    scatter_f32(sc.data(), g.C, g.c, g.batch, g.m, g.n, g.ldc, g.stride_c);
+    matmul_.run_batch(matmul_shape(g, false), batch, plans_->sa.data(), plans_->sb.data(), nullptr, plans_->sc.data());
+    scatter_f32(plans_->sc.data(), g.C, g.c, g.batch, g.m, g.n, g.ldc, g.stride_c);
     return;
   }
   std::lock_guard<std::mutex> lock(plans_->mu);
@@ -287,17 +291,10 @@ void CpuOps::gemm(const GemmArgs& g) {
     return;
   }
   // Widen (or copy) the operands to dense FP32, multiply in FP32, round C once.
-  const auto [nba, nbb] = dense_batches(g);
-  auto& sa = plans_->sa;
-  auto& sb = plans_->sb;
+  plans_->widen(g);
   auto& sc = plans_->sc;
-  sa.resize(size_t(nba * g.m * g.k));
-  sb.resize(size_t(nbb * g.k * g.n));
-  sc.resize(size_t(g.batch * g.m * g.n));
-  gather_f32(g.A, g.ab, nba, g.a_rows(), g.a_cols(), g.lda, g.stride_a, sa.data());
-  gather_f32(g.B, g.ab, nbb, g.b_rows(), g.b_cols(), g.ldb, g.stride_b, sb.data());
   if (g.beta != 0.0f) gather_f32(g.C, g.c, g.batch, g.m, g.n, g.ldc, g.stride_c, sc.data());
-  plans_->execute(p, sa.data(), sb.data(), sc.data(), g.alpha);
+  plans_->execute(p, plans_->sa.data(), plans_->sb.data(), sc.data(), g.alpha);
   scatter_f32(sc.data(), g.C, g.c, g.batch, g.m, g.n, g.ldc, g.stride_c);
 }
 
