@@ -8,7 +8,11 @@
 # Phases, in order of value, each with its own deadline (seconds after the start, printed as the
 # plan at the top of the report):
 #   1. build      unpack .gpu_debs/ into build-gpu/prefix/ (never into /), configure and build the
-#                 CUDA/NCCL configuration (sm_90): amp_ddp, amp_gpu_tests and the GPU benchmarks
+#                 CUDA/NCCL configuration (sm_90): amp_ddp, amp_gpu_tests and the GPU benchmarks;
+#                 with .gpu_prebuilt/ carried too (scripts/gpu_prepare.sh --prebuilt builds them
+#                 here), those binaries instead: no compiler or cmake is needed, the shared
+#                 libraries they need and the loader cannot find are looked up where CUDA toolkits
+#                 and PyTorch's wheels keep them, and the check stops if any is still missing
 #   2. tests      the device tests (tests/gpu/, hidden tag [.cuda]), one process per group
 #   3. headline   GPT-2 124M (configs/gpt2_124m.yaml) on one GPU: steady step time and MFU, next to
 #                 the PyTorch peer in the same run
@@ -174,16 +178,20 @@ else
   DEVICE=cuda
   TESTS=$BUILD/tests/gpu/amp_gpu_tests
   PREFIX=$BUILD/prefix  # inside the (git-ignored) build folder: it must never travel
+  PREBUILT=0
+  [ -x .gpu_prebuilt/amp_ddp ] && PREBUILT=1
   [ -d /usr/local/cuda/bin ] && export PATH=$PATH:/usr/local/cuda/bin  # after PATH: the image's nvcc wins
   if command -v nvidia-smi >/dev/null; then  # a wedged driver can hang nvidia-smi too
     say "GPU: $(bounded 20 -- nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
   fi
-  NVCC=$(command -v nvcc || true)
-  [ -n "$NVCC" ] || { fail "no nvcc (CUDA toolkit) on PATH or in /usr/local/cuda/bin"; finish; }
-  say "nvcc: $NVCC, $(bounded 20 -- "$NVCC" --version | tail -2 | head -1)"
-  CXX_BIN=$(command -v g++ || command -v c++ || true)
-  [ -n "$CXX_BIN" ] || { fail "no host C++ compiler (g++) found"; finish; }
-  say "host compiler: $(bounded 20 -- "$CXX_BIN" --version | head -1)"
+  if [ $PREBUILT = 0 ]; then
+    NVCC=$(command -v nvcc || true)
+    [ -n "$NVCC" ] || { fail "no nvcc (CUDA toolkit) on PATH or in /usr/local/cuda/bin"; finish; }
+    say "nvcc: $NVCC, $(bounded 20 -- "$NVCC" --version | tail -2 | head -1)"
+    CXX_BIN=$(command -v g++ || command -v c++ || true)
+    [ -n "$CXX_BIN" ] || { fail "no host C++ compiler (g++) found"; finish; }
+    say "host compiler: $(bounded 20 -- "$CXX_BIN" --version | head -1)"
+  fi
   # A cmake that runs: the image's (on PATH, or PyTorch's venv's pip package, which is static),
   # else the one from .gpu_debs/ below (that one needs libarchive13 and libcurl4 from the image).
   cmake_runs() { [ -n "$1" ] && bounded 20 -- "$1" --version >/dev/null 2>&1; }
@@ -216,6 +224,39 @@ else
   else
     say "prefix: no .gpu_debs/ (run scripts/gpu_prepare.sh on the CPU machine); using the system's packages"
   fi
+  if [ $PREBUILT = 1 ]; then
+    mkdir -p "$BUILD/tests/gpu" "$BUILD/bench/gpu"
+    install -m 755 .gpu_prebuilt/amp_ddp "$BUILD/amp_ddp"
+    install -m 755 .gpu_prebuilt/amp_gpu_tests "$TESTS"
+    install -m 755 .gpu_prebuilt/bench_gpu_step .gpu_prebuilt/bench_gpu_gemm "$BUILD/bench/gpu/"
+    say "prebuilt: $(paste -sd ';' .gpu_prebuilt/MANIFEST)"
+    BINS=("$BUILD/amp_ddp" "$TESTS" "$BUILD/bench/gpu/bench_gpu_step" "$BUILD/bench/gpu/bench_gpu_gemm")
+    # Where a CUDA toolkit or PyTorch's wheels (nvidia/<library>/lib, nvidia/cu13/lib) keep
+    # libcudart, libcublas(Lt) and libnccl: each library the loader cannot find is looked up there,
+    # in this order, and its folder appended to LD_LIBRARY_PATH.
+    PLACES=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib)
+    mapfile -t -O ${#PLACES[@]} PLACES < <(bounded 30 -- python3 -c "
+import glob, os
+import nvidia
+for root in nvidia.__path__:
+    print('\n'.join(sorted(glob.glob(os.path.join(root, '*', 'lib')))))" 2>/dev/null)
+    for lib in $(for b in "${BINS[@]}"; do ldd "$b" 2>/dev/null; done | awk '/not found/ {print $1}' | sort -u); do
+      for dir in "${PLACES[@]}"; do
+        [ -n "$dir" ] && [ -e "$dir/$lib" ] || continue
+        case ":${LD_LIBRARY_PATH:-}:" in *":$dir:"*) ;; *) export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$dir ;; esac
+        say "library: $lib from $dir"
+        break
+      done
+    done
+    for b in "${BINS[@]}"; do echo "== $b"; ldd "$b"; done > "$LOGS/ldd.txt" 2>&1
+    missing=$(awk '/not found/ {print $1}' "$LOGS/ldd.txt" | sort -u | paste -sd ' ')
+    if [ -n "$missing" ]; then
+      fail "prebuilt binaries: the loader finds no $missing (looked in the prefix, ${PLACES[*]})"
+      finish
+    fi
+    HAVE_NCCL=$(sed -n 's/^nccl //p' .gpu_prebuilt/MANIFEST)
+    pass "prebuilt binaries load: $(grep -E 'lib(cudart|cublas|nccl)\.so' "$LOGS/ldd.txt" | awk '{print $1 " -> " $3}' | sort -u | paste -sd ';')"
+  else
   CMAKE=${SYS_CMAKE:-$(command -v cmake || true)}
   if ! cmake_runs "$CMAKE"; then
     fail "no cmake that runs (neither the image's nor .gpu_debs/'s${CMAKE:+: $CMAKE})"
@@ -265,8 +306,10 @@ PY
   HAVE_NCCL=0
   grep -qE "NCCL +: ON" "$LOGS/configure.log" && HAVE_NCCL=1
   TARGETS=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm)
+  fi
 fi
-if run_logged "$LOGS/build.log" 330 "$BUILD_END" -- "$CMAKE" --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"; then
+if [ "${PREBUILT:-0}" = 1 ]; then :
+elif run_logged "$LOGS/build.log" 330 "$BUILD_END" -- "$CMAKE" --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"; then
   warnings=$(grep -c "warning" "$LOGS/build.log" || true)
   pass "build ${TARGETS[*]} ($warnings warning lines, $(elapsed))"
 else
