@@ -88,6 +88,12 @@ class StepRig {
     be_.optimizer().optimizer_step(a);
   }
   void update_scale() { amp_->update(); }
+  // A step's bookkeeping alone (flags reset, check, scale update): no forward, backward or update.
+  void bookkeeping() {
+    amp_->begin_step();
+    unscale_check();
+    update_scale();
+  }
 
   void device_step() {
     forward_backward();
