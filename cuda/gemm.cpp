@@ -77,7 +77,7 @@ struct LtGemm::Plan {
   }
 };
 
-LtGemm::LtGemm(size_t workspace_bytes) : workspace_(workspace_bytes) {}
+LtGemm::LtGemm(size_t workspace_bytes) : workspace_(workspace_bytes), scale_slots_(8) {}
 
 // The heuristic's first algorithm for the plan's descriptor and layouts (C and D alike), under the
 // project's preferences, and up to candidates - 1 more as fallbacks; false (and why, when asked)
@@ -199,6 +199,18 @@ LtGemm::Plan* LtGemm::find_fp8_plan(const Fp8GemmArgs& g, std::string* why) {
   return fp8_plans_.emplace(key, std::move(p)).first->second.get();
 }
 
+// cuBLASLt refuses an FP8 GEMM whose scale pointers are not 16-byte aligned: every algorithm its
+// heuristic offers fails with CUBLAS_STATUS_NOT_SUPPORTED at the call (seen with cuBLASLt 13.1 on
+// an H200, where 16-byte aligned scales ran every one). The FP8 state keeps its scales 4 bytes
+// apart, so an unaligned one is copied, in stream order (a graph captures the copy), to slot `slot`
+// of an aligned buffer first.
+const float* LtGemm::aligned_scale(const float* scale, int slot, cudaStream_t stream) {
+  if (reinterpret_cast<uintptr_t>(scale) % 16 == 0) return scale;
+  float* dst = scale_slots_.get() + 4 * slot;
+  AMP_CUDA_CHECK(cudaMemcpyAsync(dst, scale, sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  return dst;
+}
+
 bool LtGemm::supported_fp8(const Fp8GemmArgs& g) {
   return g.m == 0 || g.n == 0 || g.k == 0 || find_fp8_plan(g, nullptr);
 }
@@ -217,8 +229,8 @@ void LtGemm::run_fp8(const Fp8GemmArgs& g, cudaStream_t stream) {
     throw Error(ErrorKind::Device, strcat("cuBLASLt has no FP8 algorithm for the GEMM m=", g.m, " n=", g.n, " k=", g.k,
                                           " (", g.a_format == Fp8::E4M3 ? "e4m3" : "e5m2", " x ",
                                           g.b_format == Fp8::E4M3 ? "e4m3" : "e5m2", "): ", why));
-  set_desc(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.b_inv_scale);
-  set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.a_inv_scale);
+  set_desc(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, aligned_scale(g.b_inv_scale, 0, stream));
+  set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, aligned_scale(g.a_inv_scale, 1, stream));
   if (g.bias) set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   const float alpha = 1.0f, beta = 0.0f;
   // An algorithm refused at the call (validation: nothing was enqueued) gives way to the

@@ -58,7 +58,10 @@ class LtGemm {
 
   // The FP8 GEMM of backend/ops_args.h (Fp8GemmArgs) on FP8 tensor cores (sm_89 and later): row-major
   // C = A B^T / (sa sb) + bias is, column-major, C^T = B A^T: cuBLASLt's A is our B (transposed,
-  // k-contiguous), its B our A, and its scale pointers our inverse scales. Not yet run on a GPU.
+  // k-contiguous), its B our A, and its scale pointers our inverse scales (copied to 16-byte
+  // aligned slots where they are not: cuBLASLt refuses unaligned ones). Through this class the
+  // FP8 GEMM has failed on an H200 for that reason; the fix has run only in
+  // bench/gpu/probe_fp8_gemm.cpp's form so far.
   bool supported_fp8(const Fp8GemmArgs& g);
   void run_fp8(const Fp8GemmArgs& g, cudaStream_t stream);
 
@@ -73,9 +76,11 @@ class LtGemm {
   Plan& plan_for(const GemmCall& c);                     // throws when there is none
   using Fp8Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, bool, uint32_t, uint32_t, uint32_t>;
   Plan* find_fp8_plan(const Fp8GemmArgs& g, std::string* why);
+  const float* aligned_scale(const float* scale, int slot, cudaStream_t stream);
 
   CublasLtHandle handle_;
   DeviceBuffer<unsigned char> workspace_;
+  DeviceBuffer<float> scale_slots_;  // aligned copies of the FP8 GEMM's scales (slots 16 bytes apart)
   std::map<Key, std::unique_ptr<Plan>> plans_;  // a null entry: no algorithm
   std::map<Fp8Key, std::unique_ptr<Plan>> fp8_plans_;
 };

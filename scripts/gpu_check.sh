@@ -228,7 +228,7 @@ else
     mkdir -p "$BUILD/tests/gpu" "$BUILD/bench/gpu"
     install -m 755 .gpu_prebuilt/amp_ddp "$BUILD/amp_ddp"
     install -m 755 .gpu_prebuilt/amp_gpu_tests "$TESTS"
-    install -m 755 .gpu_prebuilt/bench_gpu_step .gpu_prebuilt/bench_gpu_gemm "$BUILD/bench/gpu/"
+    install -m 755 .gpu_prebuilt/bench_gpu_step .gpu_prebuilt/bench_gpu_gemm .gpu_prebuilt/probe_fp8_gemm "$BUILD/bench/gpu/"
     say "prebuilt: $(paste -sd ';' .gpu_prebuilt/MANIFEST)"
     BINS=("$BUILD/amp_ddp" "$TESTS" "$BUILD/bench/gpu/bench_gpu_step" "$BUILD/bench/gpu/bench_gpu_gemm")
     # Where a CUDA toolkit or PyTorch's wheels (nvidia/<library>/lib, nvidia/cu13/lib) keep
@@ -305,7 +305,7 @@ PY
   fi
   HAVE_NCCL=0
   grep -qE "NCCL +: ON" "$LOGS/configure.log" && HAVE_NCCL=1
-  TARGETS=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm)
+  TARGETS=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm)
   fi
 fi
 if [ "${PREBUILT:-0}" = 1 ]; then :
@@ -409,6 +409,11 @@ for variant in fused fused_recompute torch fp8 fp8_emulated; do
     else rc=$?; note "PyTorch GPT-2 peer failed ($(why $rc))"; fi
     grep -h '^{' "$LOGS/torch_gpt2.log" >> "$BENCH"
     continue
+  fi
+  # Before the FP8 runs: which forms of cuBLASLt's FP8 GEMM this GPU runs (a diagnostic, not a test).
+  if [ $variant = fp8 ] && [ $DRY = 0 ]; then
+    run_logged "$LOGS/probe_fp8_gemm.log" 30 "$HEADLINE_END" -- "$BUILD/bench/gpu/probe_fp8_gemm"
+    note "cuBLASLt FP8 forms: $(grep -c ' 0 of ' "$LOGS/probe_fp8_gemm.log") of $(grep -c 'algorithms ran' "$LOGS/probe_fp8_gemm.log") ran no algorithm (probe_fp8_gemm.log)"
   fi
   VSETS=(--set model.attention=fused)
   [ $variant = fused_recompute ] && VSETS+=(--set model.recompute=block)
