@@ -491,7 +491,31 @@ else
 fi
 phase_done e2e
 
-# ================================================================ phase 5: MLP benchmarks (not tests)
+# ================================================================ phase 5: benchmarks (not tests)
+# Where fused attention overtakes the explicit path on this GPU: GPT-2 124M at 16 x 1024 tokens per
+# step split into T = 256 .. 2048 (batch 64 .. 8), 12 steps of each path, steady step time from
+# the logged intervals (scripts/scaling_model.py --mfu). The dry run: T = 32 and 64 on the tiny GPT.
+CROSS=("256:64" "512:32" "1024:16" "2048:8")
+[ $DRY = 1 ] && CROSS=("32:8" "64:4")
+for tb in "${CROSS[@]}"; do
+  T=${tb%%:*}; B=${tb##*:}
+  for attn in explicit fused; do
+    name=cross_${attn}_$T
+    if run_logged "$LOGS/$name.log" 60 -- "$AMP" configs/gpt2_124m.yaml --set run.device=$DEVICE \
+         --set "data.train_tokens=[\"$GPT2_SHARD\"]" --set "data.eval_tokens=[]" --set run.steps=12 \
+         --set run.eval_interval=0 --set run.sample_interval=0 --set sample.tokens=0 --set run.log_interval=4 \
+         --set run.progress=off --set checkpoint.final=false --set run.out_dir="$LOGS/$name" "${GPT2_SETS[@]}" \
+         --set model.seq_len=$T --set data.batch_size=$B --set model.attention=$attn; then
+      bounded 20 -- python3 scripts/scaling_model.py --mfu "$LOGS/$name/summary.json" 2>/dev/null |
+        grep -h '^{' | sed "s/^{/{\"crossover\": \"$attn\", \"seq\": $T, \"batch\": $B, /" >> "$BENCH"
+    else
+      rc=$?
+      if [ $rc = 125 ]; then note "attention crossover T=$T $attn not run (time budget)"
+      else fail "attention crossover T=$T $attn ($(why $rc))"; show_tail "$LOGS/$name.log" 15; fi
+    fi
+  done
+done
+
 if [ $DRY = 1 ]; then
   note "MLP benchmarks: dry run (bench_gpu_step, bench_gpu_gemm and their PyTorch peer need a GPU)"
 else
@@ -571,6 +595,18 @@ if mfu or tg2:
         cells = ["-", "-", "-"] if not ours else [f"{flops:.1f}", f"{flops / 989:.1%}", f"{r['step_ms'] / ours['step_ms']:.2f}x"]
         print(f"| PyTorch {r['torch']} autocast, {r['attention']} attention, {r['optimizer']} AdamW | {r['step_ms']:.1f} "
               f"| {r['tokens_per_s']:,.0f} | " + " | ".join(cells) + " |")
+cross = {}
+for r in rows:
+    if "crossover" in r:
+        cross.setdefault((r["seq"], r["batch"]), {})[r["crossover"]] = r["step_ms"]
+if cross:
+    print()
+    print("| attention crossover, GPT-2 124M, T | batch | explicit step ms | fused step ms | fused / explicit |")
+    print("|---|---|---|---|---|")
+    for (t, b), v in sorted(cross.items()):
+        e, f = v.get("explicit"), v.get("fused")
+        cells = [f"{e:.1f}" if e else "-", f"{f:.1f}" if f else "-", f"{f / e:.2f}" if e and f else "-"]
+        print(f"| {t} | {b} | " + " | ".join(cells) + " |")
 for r in rows:
     if r.get("bench") == "amp_ddp":
         print(f"\namp_ddp end to end (784-1024-1024-10 MLP, synthetic MSE data, fp16, batch 128, CUDA graph): "
