@@ -59,6 +59,9 @@ check(re.search(r"^note: gpt-2 124m on cpu, fp8_emulated: the fp8 run", report, 
       "the emulated FP8 variant is the fp8 run on the CPU (noted)")
 for what in ("amp_ddp on cpu: done", "gpt on cpu: done", "gradient accumulation on cpu: 8 x 2 micro-batches == 16"):
     check(f"PASS: {what}" in report, f"end to end: {what}")
+check(re.search(r"^\| 32 \| 8 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", report, re.M) is not None and
+      re.search(r"^\| 64 \| 4 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", report, re.M) is not None,
+      "the attention crossover table has both paths' step times at both lengths")
 check(re.search(r"^gpu_check: 0 failure\(s\)", report, re.M) is not None, "the summary counts no failure")
 summ = open(os.path.join(out, "gpu_check_summary.txt")).read()
 check(summ.startswith("== summary (final") and "gpu_check: 0 failure(s)" in summ, "the summary file is the final one")
