@@ -226,9 +226,12 @@ else
   fi
   if [ $PREBUILT = 1 ]; then
     mkdir -p "$BUILD/tests/gpu" "$BUILD/bench/gpu"
-    install -m 755 .gpu_prebuilt/amp_ddp "$BUILD/amp_ddp"
-    install -m 755 .gpu_prebuilt/amp_gpu_tests "$TESTS"
-    install -m 755 .gpu_prebuilt/bench_gpu_step .gpu_prebuilt/bench_gpu_gemm .gpu_prebuilt/probe_fp8_gemm "$BUILD/bench/gpu/"
+    if ! { install -m 755 .gpu_prebuilt/amp_ddp "$BUILD/amp_ddp" && install -m 755 .gpu_prebuilt/amp_gpu_tests "$TESTS" &&
+           install -m 755 .gpu_prebuilt/bench_gpu_step .gpu_prebuilt/bench_gpu_gemm .gpu_prebuilt/probe_fp8_gemm \
+             "$BUILD/bench/gpu/"; } 2> "$LOGS/install.log"; then
+      fail "prebuilt binaries: $(head -1 "$LOGS/install.log") (scripts/gpu_prepare.sh --prebuilt makes them all)"
+      finish
+    fi
     say "prebuilt: $(paste -sd ';' .gpu_prebuilt/MANIFEST)"
     BINS=("$BUILD/amp_ddp" "$TESTS" "$BUILD/bench/gpu/bench_gpu_step" "$BUILD/bench/gpu/bench_gpu_gemm")
     # Where a CUDA toolkit or PyTorch's wheels (nvidia/<library>/lib, nvidia/cu13/lib) keep
@@ -257,20 +260,20 @@ for root in nvidia.__path__:
     HAVE_NCCL=$(sed -n 's/^nccl //p' .gpu_prebuilt/MANIFEST)
     pass "prebuilt binaries load: $(grep -E 'lib(cudart|cublas|nccl)\.so' "$LOGS/ldd.txt" | awk '{print $1 " -> " $3}' | sort -u | paste -sd ';')"
   else
-  CMAKE=${SYS_CMAKE:-$(command -v cmake || true)}
-  if ! cmake_runs "$CMAKE"; then
-    fail "no cmake that runs (neither the image's nor .gpu_debs/'s${CMAKE:+: $CMAKE})"
-    [ -n "$CMAKE" ] && ldd "$CMAKE" 2>&1 | grep "not found" | tee -a "$REPORT"
-    finish
-  fi
-  say "cmake: $(bounded 20 -- "$CMAKE" --version | head -1) ($CMAKE)"
-  # NCCL: the toolkit's, else PyTorch's wheel (nvidia-nccl-cu12/-cu13 install nvidia/nccl/ or
-  # nvidia/cu13/; nvidia is a namespace package without __file__).
-  NCCL_ARGS=()
-  if [ -f /usr/local/cuda/include/nccl.h ] || [ -f /usr/include/nccl.h ]; then
-    say "NCCL: system"
-  else
-    nccl_dir=$(bounded 30 -- python3 - 2>/dev/null <<'PY' || true
+    CMAKE=${SYS_CMAKE:-$(command -v cmake || true)}
+    if ! cmake_runs "$CMAKE"; then
+      fail "no cmake that runs (neither the image's nor .gpu_debs/'s${CMAKE:+: $CMAKE})"
+      [ -n "$CMAKE" ] && ldd "$CMAKE" 2>&1 | grep "not found" | tee -a "$REPORT"
+      finish
+    fi
+    say "cmake: $(bounded 20 -- "$CMAKE" --version | head -1) ($CMAKE)"
+    # NCCL: the toolkit's, else PyTorch's wheel (nvidia-nccl-cu12/-cu13 install nvidia/nccl/ or
+    # nvidia/cu13/; nvidia is a namespace package without __file__).
+    NCCL_ARGS=()
+    if [ -f /usr/local/cuda/include/nccl.h ] || [ -f /usr/include/nccl.h ]; then
+      say "NCCL: system"
+    else
+      nccl_dir=$(bounded 30 -- python3 - 2>/dev/null <<'PY' || true
 import glob, os
 import nvidia
 for root in list(nvidia.__path__):
@@ -279,33 +282,33 @@ for root in list(nvidia.__path__):
             print(d)
             raise SystemExit(0)
 PY
-)
-    nccl_lib=$(ls "$nccl_dir"/lib/libnccl.so* 2>/dev/null | head -1)
-    if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ] && [ -n "$nccl_lib" ]; then
-      NCCL_ARGS=(-DNCCL_INCLUDE_DIR="$nccl_dir/include" -DNCCL_LIBRARY="$nccl_lib")
-      say "NCCL: $nccl_lib (PyTorch's wheel)"
-    else
-      say "NCCL: not found (the NCCL communicator is not built)"
+      )
+      nccl_lib=$(ls "$nccl_dir"/lib/libnccl.so* 2>/dev/null | head -1)
+      if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ] && [ -n "$nccl_lib" ]; then
+        NCCL_ARGS=(-DNCCL_INCLUDE_DIR="$nccl_dir/include" -DNCCL_LIBRARY="$nccl_lib")
+        say "NCCL: $nccl_lib (PyTorch's wheel)"
+      else
+        say "NCCL: not found (the NCCL communicator is not built)"
+      fi
     fi
-  fi
-  MPI_ARGS=()
-  if [ -x "$PREFIX/usr/bin/mpicxx.openmpi" ]; then
-    MPI_ARGS=(-DMPI_C_COMPILER="$PREFIX/usr/bin/mpicc.openmpi" -DMPI_CXX_COMPILER="$PREFIX/usr/bin/mpicxx.openmpi"
-              -DMPIEXEC_EXECUTABLE="$PREFIX/usr/bin/mpirun.openmpi")
-  fi
-  POLICY_ARGS=()  # CMake 4 refuses package files that ask for policies older than 3.5
-  [ "$(bounded 20 -- "$CMAKE" --version | head -1 | sed -E 's/[^0-9]*([0-9]+).*/\1/')" -ge 4 ] 2>/dev/null &&
-    POLICY_ARGS=(-DCMAKE_POLICY_VERSION_MINIMUM=3.5)
-  if run_logged "$LOGS/configure.log" 120 "$BUILD_END" -- "$CMAKE" -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
-       -DAMP_CUDA=ON -DAMP_NCCL=AUTO -DAMP_GPU_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$NVCC" \
-       -DCMAKE_CXX_COMPILER="$CXX_BIN" "${NCCL_ARGS[@]}" "${MPI_ARGS[@]}" "${POLICY_ARGS[@]}"; then
-    pass "configure ($(grep -E "CUDA  |NCCL  " "$LOGS/configure.log" | sed 's/^-- *//' | tr -s ' ' | paste -sd';'))"
-  else
-    rc=$?; fail "configure ($(why $rc))"; show_tail "$LOGS/configure.log" 40; finish
-  fi
-  HAVE_NCCL=0
-  grep -qE "NCCL +: ON" "$LOGS/configure.log" && HAVE_NCCL=1
-  TARGETS=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm)
+    MPI_ARGS=()
+    if [ -x "$PREFIX/usr/bin/mpicxx.openmpi" ]; then
+      MPI_ARGS=(-DMPI_C_COMPILER="$PREFIX/usr/bin/mpicc.openmpi" -DMPI_CXX_COMPILER="$PREFIX/usr/bin/mpicxx.openmpi"
+                -DMPIEXEC_EXECUTABLE="$PREFIX/usr/bin/mpirun.openmpi")
+    fi
+    POLICY_ARGS=()  # CMake 4 refuses package files that ask for policies older than 3.5
+    [ "$(bounded 20 -- "$CMAKE" --version | head -1 | sed -E 's/[^0-9]*([0-9]+).*/\1/')" -ge 4 ] 2>/dev/null &&
+      POLICY_ARGS=(-DCMAKE_POLICY_VERSION_MINIMUM=3.5)
+    if run_logged "$LOGS/configure.log" 120 "$BUILD_END" -- "$CMAKE" -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+         -DAMP_CUDA=ON -DAMP_NCCL=AUTO -DAMP_GPU_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$NVCC" \
+         -DCMAKE_CXX_COMPILER="$CXX_BIN" "${NCCL_ARGS[@]}" "${MPI_ARGS[@]}" "${POLICY_ARGS[@]}"; then
+      pass "configure ($(grep -E "CUDA  |NCCL  " "$LOGS/configure.log" | sed 's/^-- *//' | tr -s ' ' | paste -sd';'))"
+    else
+      rc=$?; fail "configure ($(why $rc))"; show_tail "$LOGS/configure.log" 40; finish
+    fi
+    HAVE_NCCL=0
+    grep -qE "NCCL +: ON" "$LOGS/configure.log" && HAVE_NCCL=1
+    TARGETS=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm)
   fi
 fi
 if [ "${PREBUILT:-0}" = 1 ]; then :
