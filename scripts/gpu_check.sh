@@ -233,7 +233,7 @@ else
       finish
     fi
     say "prebuilt: $(paste -sd ';' .gpu_prebuilt/MANIFEST)"
-    BINS=("$BUILD/amp_ddp" "$TESTS" "$BUILD/bench/gpu/bench_gpu_step" "$BUILD/bench/gpu/bench_gpu_gemm")
+    BINS=("$BUILD/amp_ddp" "$TESTS" "$BUILD"/bench/gpu/{bench_gpu_step,bench_gpu_gemm,probe_fp8_gemm})
     # Where a CUDA toolkit or PyTorch's wheels (nvidia/<library>/lib, nvidia/cu13/lib) keep
     # libcudart, libcublas(Lt) and libnccl: each library the loader cannot find is looked up there,
     # in this order, and its folder appended to LD_LIBRARY_PATH.
