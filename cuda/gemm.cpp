@@ -1,7 +1,5 @@
 #include "cuda/gemm.h"
 
-#include <vector>
-
 #include "core/error.h"
 #include "cuda/cublaslt_util.h"
 
@@ -63,9 +61,6 @@ struct LtGemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  // The heuristic's further candidates, best first (FP8 plans): cuBLASLt can refuse an algorithm
-  // its heuristic offered (CUBLAS_STATUS_NOT_SUPPORTED at the call), then the next one runs.
-  std::vector<cublasLtMatmulAlgo_t> fallbacks;
   ~Plan() {
     const auto warn = [](cublasStatus_t s, const char* what) {
       if (s != CUBLAS_STATUS_SUCCESS) warn_device_error(__FILE__, __LINE__, what, cublas_error_string(s));
@@ -80,25 +75,21 @@ struct LtGemm::Plan {
 LtGemm::LtGemm(size_t workspace_bytes) : workspace_(workspace_bytes), scale_slots_(8) {}
 
 // The heuristic's first algorithm for the plan's descriptor and layouts (C and D alike), under the
-// project's preferences, and up to candidates - 1 more as fallbacks; false (and why, when asked)
-// when it has none.
-bool LtGemm::pick_algorithm(Plan& p, uint32_t align_a, uint32_t align_b, uint32_t align_d, std::string* why,
-                            int candidates) {
+// project's preferences; false (and why, when asked) when it has none.
+bool LtGemm::pick_algorithm(Plan& p, uint32_t align_a, uint32_t align_b, uint32_t align_d, std::string* why) {
   cublasLtMatmulPreference_t pref = nullptr;
   AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(candidates));
+  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   cublasStatus_t st = set_preferences(pref, workspace_.bytes(), align_a, align_b, align_d);
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulAlgoGetHeuristic(handle_.get(), p.desc, p.a, p.b, p.d, p.d, pref, candidates, results.data(),
-                                        &found);
+    st = cublasLtMatmulAlgoGetHeuristic(handle_.get(), p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     if (why) *why = st != CUBLAS_STATUS_SUCCESS ? cublas_error_string(st) : std::string("no heuristic result");
     return false;
   }
-  p.algo = results[0].algo;
-  for (int i = 1; i < found; ++i) p.fallbacks.push_back(results[size_t(i)].algo);
+  p.algo = result.algo;
   return true;
 }
 LtGemm::~LtGemm() = default;
@@ -192,7 +183,7 @@ LtGemm::Plan* LtGemm::find_fp8_plan(const Fp8GemmArgs& g, std::string* why) {
   AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, fp8_type(g.b_format), uint64_t(g.k), uint64_t(g.n), g.k));
   AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, fp8_type(g.a_format), uint64_t(g.k), uint64_t(g.m), g.k));
   AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, cuda_type(g.c_type), uint64_t(g.n), uint64_t(g.m), g.n));
-  if (!pick_algorithm(*p, alignment_of(g.b), alignment_of(g.a), alignment_of(g.c), why, 8)) {
+  if (!pick_algorithm(*p, alignment_of(g.b), alignment_of(g.a), alignment_of(g.c), why)) {
     fp8_plans_.emplace(key, nullptr);
     return nullptr;
   }
@@ -233,19 +224,13 @@ void LtGemm::run_fp8(const Fp8GemmArgs& g, cudaStream_t stream) {
   set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, aligned_scale(g.a_inv_scale, 1, stream));
   if (g.bias) set_desc(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   const float alpha = 1.0f, beta = 0.0f;
-  // An algorithm refused at the call (validation: nothing was enqueued) gives way to the
-  // heuristic's next candidate, for this call and the plan's later ones.
-  cublasStatus_t st;
-  while ((st = cublasLtMatmul(handle_.get(), p->desc, &alpha, g.b, p->a, g.a, p->b, &beta, g.c, p->d, g.c, p->d,
-                              &p->algo, workspace_.get(), workspace_.bytes(), stream)) == CUBLAS_STATUS_NOT_SUPPORTED &&
-         !p->fallbacks.empty()) {
-    p->algo = p->fallbacks.front();
-    p->fallbacks.erase(p->fallbacks.begin());
-  }
+  const cublasStatus_t st = cublasLtMatmul(handle_.get(), p->desc, &alpha, g.b, p->a, g.a, p->b, &beta, g.c, p->d,
+                                           g.c, p->d, &p->algo, workspace_.get(), workspace_.bytes(), stream);
   if (st != CUBLAS_STATUS_SUCCESS)
     throw Error(ErrorKind::Device, strcat("cublasLtMatmul (FP8, m=", g.m, " n=", g.n, " k=", g.k, ", ",
-                                          g.bias ? "bias, " : "", dtype_name(g.c_type), " output) failed with every ",
-                                          "algorithm the heuristic offered: ", cublas_error_string(st)));
+                                          g.bias ? "bias, " : "", dtype_name(g.c_type), " output) failed: ",
+                                          cublas_error_string(st), " (bench/gpu/probe_fp8_gemm shows which forms ",
+                                          "this GPU and cuBLASLt run)"));
 }
 
 }  // namespace amp::cuda

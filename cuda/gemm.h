@@ -71,8 +71,7 @@ class LtGemm {
                          uint32_t, uint32_t, uint32_t, uint32_t>;
   Key key_of(const GemmCall& c) const;
   Plan* find_plan(const GemmCall& c, std::string* why);  // nullptr (and why) when there is none
-  bool pick_algorithm(Plan& p, uint32_t align_a, uint32_t align_b, uint32_t align_d, std::string* why,
-                      int candidates = 1);
+  bool pick_algorithm(Plan& p, uint32_t align_a, uint32_t align_b, uint32_t align_d, std::string* why);
   Plan& plan_for(const GemmCall& c);                     // throws when there is none
   using Fp8Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, bool, uint32_t, uint32_t, uint32_t>;
   Plan* find_fp8_plan(const Fp8GemmArgs& g, std::string* why);

@@ -8,9 +8,10 @@
 //   thread, each a single-threaded product (oneDNN's own threading of one product ran 1.10-1.25x
 //   slower at 2 threads than the halves side by side, docs/benchmarks.md). Each element of C is
 //   the same dot over K whichever slice computes it.
-// - jit GEMM (AVX2-only CPUs, and strided operands anywhere): it orders an element's sum over K by the shape it is given, and
-//   threaded by itself cuts K for some shapes, so C is cut into tiles chosen by the product's
-//   shape alone, each tile a single-threaded product, whatever the thread count (1 included).
+// - jit GEMM (AVX2-only CPUs, and strided operands anywhere): it orders an element's sum over K
+//   by the shape it is given, and threaded by itself cuts K for some shapes, so C is cut into
+//   tiles chosen by the product's shape alone, each tile a single-threaded product, whatever the
+//   thread count (1 included).
 #pragma once
 
 #include <cstddef>

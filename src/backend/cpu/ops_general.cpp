@@ -265,8 +265,8 @@ void CpuOps::gemm(const GemmArgs& g) {
     DnnlMatmul::Batch batch;
     batch.count = size_t(g.batch);
     if (direct) {
-      batch.stride_a = size_t(batch_of(g.batch, g.stride_a) == 1 ? 0 : g.stride_a);
-      batch.stride_b = size_t(batch_of(g.batch, g.stride_b) == 1 ? 0 : g.stride_b);
+      batch.stride_a = size_t(g.stride_a);  // 0 repeats the matrix, as in GemmArgs
+      batch.stride_b = size_t(g.stride_b);
       batch.stride_c = size_t(g.stride_c);
       matmul_.run_batch(matmul_shape(g, true), batch, g.A, g.B, nullptr, g.C);
       return;
