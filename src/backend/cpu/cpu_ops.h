@@ -19,9 +19,10 @@
 // The transformer ops use the same per-element functions (amp::tmath) and fixed reduction orders
 // as the CUDA twin, so results are bit-identical to it and independent of the OpenMP thread count
 // (the caller's: omp_set_num_threads). Parallelism: rows (layer norm, softmax, embedding forward),
-// blocks of elements (GELU), row lanes for the layer norm backward (dx and the dgamma/dbeta
-// partials in one pass; (column tile, row lane) pairs, then rows, where the lanes would not share
-// the threads evenly), (column tile, row lane) pairs for row_sum, (token, column tile) and
+// blocks of elements (GELU), ranges of row lanes for the layer norm backward (dx and the
+// dgamma/dbeta partials in one pass, each thread's rows in increasing order; (column tile, row
+// lane) pairs, then rows, where the lanes would not share the threads evenly), (group of row lanes,
+// column range) pairs for row_sum, each group's rows in increasing order, (token, column tile) and
 // (position, column tile) pairs for the embedding's gradients; every work item computes its
 // outputs alone, in the fixed order. Per-element and per-row math of GELU and the softmax runs in
 // the widest kernel set of row_kernels.h the CPU has.

@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_ops.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -323,21 +324,33 @@ void CpuOps::row_sum(const RowSumArgs& r) {
   if (r.cols == 0) return;
   std::lock_guard<std::mutex> lock(plans_->mu);
   // partial[l][j]: lane l's sum of rows l, l + L, ... of column j (the order ops_args.h fixes).
-  // Work items are (column tile, lane) pairs, so even a single column uses kRowSumLanes threads.
+  // A work item is a group of consecutive lanes and a range of columns; it visits its rows in
+  // increasing order (each lane still adds its own rows in increasing order), whole row ranges at
+  // a time. (Lane by lane, rows L apart, the reads missed the cache on every row.) One lane group
+  // per thread where the lanes allow (up to L), then column ranges for the threads left.
   constexpr int64_t L = kRowSumLanes;
   auto& partial = plans_->partial;
   partial.assign(size_t(L * r.cols), 0.0f);
-  const int64_t tiles = (r.cols + kTile - 1) / kTile, items = tiles * L;
-#pragma omp parallel for schedule(static) if (r.rows * r.cols >= kParallelMin && items > 1)
+  const int64_t tiles = (r.cols + kTile - 1) / kTile;
+  const bool parallel = r.rows * r.cols >= kParallelMin;
+  const int64_t threads = parallel ? omp_get_max_threads() : 1;
+  int64_t groups = 1;  // a power of two dividing L
+  while (groups < L && groups < threads) groups *= 2;
+  const int64_t ranges = std::min(tiles, (threads + groups - 1) / groups);
+  const int64_t per_group = L / groups, items = groups * ranges;
+#pragma omp parallel for schedule(static) if (parallel && items > 1)
   for (int64_t w = 0; w < items; ++w) {
-    const int64_t tile = w / L, lane = w % L;
-    const int64_t c0 = tile * kTile, len = std::min(kTile, r.cols - c0);
-    float* acc = partial.data() + lane * r.cols + c0;
+    const int64_t l0 = (w / ranges) * per_group, range = w % ranges;
+    const int64_t t0 = tiles * range / ranges, t1 = tiles * (range + 1) / ranges;
     alignas(64) float v[kTile];
-    for (int64_t i = lane; i < r.rows; i += L) {
-      convert(at(r.x, r.x_type, i * r.ldx + c0), r.x_type, v, DType::F32, size_t(len));
-      for (int64_t j = 0; j < len; ++j) acc[j] += v[j];
-    }
+    for (int64_t base = 0; base < r.rows; base += L)
+      for (int64_t lane = l0; lane < l0 + per_group && base + lane < r.rows; ++lane)
+        for (int64_t tile = t0; tile < t1; ++tile) {
+          const int64_t i = base + lane, c0 = tile * kTile, len = std::min(kTile, r.cols - c0);
+          float* acc = partial.data() + lane * r.cols + c0;
+          convert(at(r.x, r.x_type, i * r.ldx + c0), r.x_type, v, DType::F32, size_t(len));
+          for (int64_t j = 0; j < len; ++j) acc[j] += v[j];
+        }
   }
   std::vector<float> sum(size_t(r.cols));
   for (int64_t j = 0; j < r.cols; ++j) {
