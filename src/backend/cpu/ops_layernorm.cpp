@@ -70,6 +70,7 @@ class LnBackwardRows {
     float* n = n_.data();
     float* dn = dn_.data();
     float* p = prod_.data();
+#pragma GCC ivdep
     for (int64_t j = 0; j < C; ++j) {
       n[j] = tmath::ln_norm(x[j], mean, rstd);
       dn[j] = g_[j] * dy_[j];
@@ -80,8 +81,10 @@ class LnBackwardRows {
     const float* old = a_.accumulate_dx ? row_in(a_.dx, a_.type, r * C, C, old_.data()) : nullptr;
     float* dx = row_out(a_.dx, a_.type, r * C, out_.data());  // FP32: old[j] is read before dx[j] is written
     if (old) {
+#pragma GCC ivdep
       for (int64_t j = 0; j < C; ++j) dx[j] = old[j] + tmath::ln_dx(dn[j], ma, n[j], mb, rstd);
     } else {
+#pragma GCC ivdep
       for (int64_t j = 0; j < C; ++j) dx[j] = tmath::ln_dx(dn[j], ma, n[j], mb, rstd);
     }
     row_store(out_.data(), a_.dx, a_.type, r * C, C);
@@ -90,6 +93,7 @@ class LnBackwardRows {
   // The last row's terms of dgamma and dbeta added to a lane's partials: ag += n * dy, ab += dy.
   void add_param_terms(float* ag, float* ab) const {
     const float* n = n_.data();
+#pragma GCC ivdep
     for (int64_t j = 0; j < a_.C; ++j) {
       ag[j] += n[j] * dy_[j];
       ab[j] += dy_[j];
