@@ -403,8 +403,10 @@ fi
 # answers): step time, MFU and activation bytes next to the explicit run's and PyTorch's fused SDPA;
 # and with FP8 linear layers (precision.compute fp8): on FP8 tensor cores (cuBLASLt FP8 GEMMs on FP8
 # codes, precision.fp8.gemm auto: never run on a GPU before this check) and emulated (FP8-quantized
-# values in BF16 GEMMs), their losses side by side in the logs.
-for variant in fused fused_recompute torch fp8 fp8_emulated; do
+# values in BF16 GEMMs), their losses side by side in the logs. Last, in what time the headline has
+# left, explicit attention with recomputed blocks (the memory answer that keeps cuBLAS's products;
+# never measured on a GPU yet): noted, not failed, when no time is left for it.
+for variant in fused fused_recompute torch fp8 fp8_emulated explicit_recompute; do
   # the PyTorch peer before the FP8 runs: the comparison the headline exists for
   if [ $variant = torch ]; then
     if run_logged "$LOGS/torch_gpt2.log" 120 "$HEADLINE_END" -- env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" \
@@ -420,6 +422,7 @@ for variant in fused fused_recompute torch fp8 fp8_emulated; do
   fi
   VSETS=(--set model.attention=fused)
   [ $variant = fused_recompute ] && VSETS+=(--set model.recompute=block)
+  [ $variant = explicit_recompute ] && VSETS=(--set model.recompute=block)
   [ $variant = fp8 ] && VSETS=(--set precision.compute=fp8)
   [ $variant = fp8_emulated ] && VSETS=(--set precision.compute=fp8 --set precision.fp8.gemm=emulated)
   # The CPU has no FP8 GEMMs: its fp8 run is already the emulation.
@@ -433,7 +436,9 @@ for variant in fused fused_recompute torch fp8 fp8_emulated; do
     pass "gpt-2 124m on $DEVICE, $variant: $(head -1 "$LOGS/gpt2_${variant}_mfu.txt"); $(grep -m1 -o 'activations [0-9.]* [KMGT]iB' "$LOGS/amp_ddp_gpt2_$variant.log")"
     grep -h '^{' "$LOGS/gpt2_${variant}_mfu.txt" | sed "s/^{/{\"variant\": \"$variant\", /" >> "$BENCH"
   else
-    rc=$?; fail "gpt-2 124m on $DEVICE, $variant ($(why $rc))"; show_tail "$LOGS/amp_ddp_gpt2_$variant.log" 30
+    rc=$?
+    if [ $variant = explicit_recompute ] && [ $rc = 125 ]; then note "gpt-2 124m on $DEVICE, $variant: $(why $rc)"; continue; fi
+    fail "gpt-2 124m on $DEVICE, $variant ($(why $rc))"; show_tail "$LOGS/amp_ddp_gpt2_$variant.log" 30
   fi
 done
 phase_done headline

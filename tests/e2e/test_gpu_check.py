@@ -52,7 +52,7 @@ for g in GROUPS:
 check(re.search(r"^note: tests \[nccl\]: not built", report, re.M) is not None, "[nccl] noted as not built")
 check(re.search(r"^PASS: gpt-2 124m on cpu: .*model FLOP utilization", report, re.M) is not None,
       "the headline measures a step and its MFU")
-for variant in ("fused", "fused_recompute", "fp8"):
+for variant in ("fused", "fused_recompute", "fp8", "explicit_recompute"):
     check(re.search(rf"^PASS: gpt-2 124m on cpu, {variant}: .*model FLOP utilization.*; activations [0-9.]+ [KMGT]iB",
                     report, re.M) is not None, f"the headline measures the step with {variant} attention, its MFU and activations")
 check(re.search(r"^note: gpt-2 124m on cpu, fp8_emulated: the fp8 run", report, re.M) is not None,

@@ -351,20 +351,22 @@ TEST_CASE("attention: BF16 heads follow the specification's pair order through t
           "[attention]") {
   // The op on BF16 inputs against the scalar specification run on the same (widened) heads: every
   // output bit, with the forward's rounded output feeding the backward as in the op. One head
-  // holds a value below 2^-55 (no native products for it); the natural order must differ
-  // somewhere (else this test could not tell the orders apart).
+  // holds a key below 2^-55 (no native score products for it) and another a value (no native dP
+  // product: its V is then widened and transposed, the others' are not); the natural order must
+  // differ somewhere (else this test could not tell the orders apart).
   cpu::CpuOps ops;
   const int64_t B = 2, T = 70, H = 2, D = 20, C = H * D;
   OpCase c(B, T, H, D, DType::BF16, 31);
-  c.qkv.set(size_t((1 * T + 9) * 3 * C + C + 1 * D + 4), 3e-20f);  // a key of sequence 1, head 1
+  c.qkv.set(size_t((1 * T + 9) * 3 * C + C + 1 * D + 4), 3e-20f);       // a key of sequence 1, head 1
+  c.qkv.set(size_t((0 * T + 17) * 3 * C + 2 * C + 0 * D + 3), 3e-20f);  // a value of sequence 0, head 0
   const int64_t before = cpu::attention_native_bf16_products();
   const OpResult r = run_op(ops, c);
   const int64_t native = cpu::attention_native_bf16_products() - before;
   const bool has_native = cpu::active_attention_kernels().bf16_dots;
   INFO("native products " << native << " (kernels " << cpu::active_attention_kernels().isa << ")");
   // 4 heads: 4 score products forward, 4 score and 4 dP products backward; the tiny key's head
-  // runs its 2 score products in FP32 FMAs.
-  CHECK(native == (has_native ? 10 : 0));
+  // runs its 2 score products in FP32 FMAs, the tiny value's head its dP product.
+  CHECK(native == (has_native ? 9 : 0));
   const cpu::AttnKernels& spec = cpu::available_attention_kernels().front();
   size_t differ_natural = 0;
   BitCheck bits;

@@ -1,8 +1,10 @@
 // The fused causal attention (backend/attention_args.h) on the CPU: one (sequence, head) per work
 // item, in parallel; each item widens its head's rows to FP32 (K and V also transposed, for the
-// score rows; for native BF16 products also Q's and dO's BF16 rows and K's and V's BF16 pairs,
-// where bf16_dots_allowed holds), runs the kernels of attention_kernels.h (the widest the CPU has)
-// and rounds its outputs once. Work items write disjoint outputs, each element by its fixed chain,
+// score and dP products), runs the kernels of attention_kernels.h (the widest the CPU has) and
+// rounds its outputs once. Where those products run natively in BF16 (the kernels can and
+// bf16_dots_allowed holds for both operands) they read Q's and dO's BF16 rows and K's and V's BF16
+// pairs instead, and the FP32 copies only they would read are not made (K's in the forward, K
+// transposed and V in the backward). Work items write disjoint outputs, each element by its fixed chain,
 // so the bits do not depend on the thread count.
 #include "backend/cpu/no_fp_contract.h"  // first: no FMA contraction in this file
 
@@ -100,15 +102,22 @@ void transpose(const E* src, int64_t T, int64_t D, int64_t ld_src, E* dst_t, int
     for (int64_t d = 0; d < D; ++d) std::memcpy(dst_t + d * ld_dst + t0, src + t0 * ld_src + d, 4);
 }
 
-// Rows t = 0 .. T-1 of one head's D columns at element offset `col` of a [B*T, ld] tensor, from
-// sequence b, into dst [T][Dp] (and, when dst_t is given, transposed into [D][Tp]). 16-bit rows
-// are copied into one [T][Dp] array and widened by one call of the bulk conversion (per-row calls
-// cost as much as the kernels at D = 64). BF16 only: with rows16 the 16-bit rows are kept there
-// (else s.half) and the result says whether they may enter native BF16 dot products
-// (bf16_dots_allowed); with pairs_t they are also transposed as pairs into [D/2][Tp].
-bool gather(const void* src, DType type, int64_t ld, int64_t b, int64_t col, HeadScratch& s, float* dst, float* dst_t,
-            uint16_t* rows16 = nullptr, uint32_t* pairs_t = nullptr) {
-  bool allowed = false;
+// The rows t = 0 .. T-1 of one head's D 16-bit columns at element offset `col` of a [B*T, ld]
+// tensor, from sequence b, into rows16 [T][Dp].
+void copy16(const void* src, int64_t ld, int64_t b, int64_t col, const HeadScratch& s, uint16_t* rows16) {
+  const int64_t T = s.T, D = s.D, Dp = s.Dp;
+  const uint16_t* x = static_cast<const uint16_t*>(src) + b * T * ld + col;
+  for (int64_t t = 0; t < T; ++t) {
+    if (t + kPrefetchRows < T) prefetch_row(x + (t + kPrefetchRows) * ld, D * 2);
+    for (int64_t d = 0; d < D; ++d) rows16[t * Dp + d] = x[t * ld + d];
+  }
+}
+
+// Those rows (FP32 or 16-bit, then widened by one call of the bulk conversion: per-row calls cost
+// as much as the kernels at D = 64) into dst [T][Dp], and when dst_t is given transposed into
+// [D][Tp].
+void gather(const void* src, DType type, int64_t ld, int64_t b, int64_t col, HeadScratch& s, float* dst,
+            float* dst_t) {
   const int64_t T = s.T, D = s.D, Dp = s.Dp;
   if (type == DType::F32) {
     const float* x = static_cast<const float*>(src) + b * T * ld + col;
@@ -117,21 +126,29 @@ bool gather(const void* src, DType type, int64_t ld, int64_t b, int64_t col, Hea
       for (int64_t d = 0; d < D; ++d) dst[t * Dp + d] = x[t * ld + d];
     }
   } else {
-    const uint16_t* x = static_cast<const uint16_t*>(src) + b * T * ld + col;
-    uint16_t* h = rows16 ? rows16 : s.half.data();
-    for (int64_t t = 0; t < T; ++t) {
-      if (t + kPrefetchRows < T) prefetch_row(x + (t + kPrefetchRows) * ld, D * 2);
-      for (int64_t d = 0; d < D; ++d) h[t * Dp + d] = x[t * ld + d];
-    }
-    convert(h, type, dst, DType::F32, size_t(T * Dp));  // the padding's zero bits widen to +0
-    if (rows16) {
-      // (uint32_t pointers into 16-bit rows: transpose only moves their bytes, by intrinsics or memcpy)
-      if (pairs_t) transpose(reinterpret_cast<const uint32_t*>(h), T, D / 2, Dp / 2, pairs_t, s.Tp);
-      allowed = bf16_dots_allowed(h, T * Dp);
-    }
+    copy16(src, ld, b, col, s, s.half.data());
+    convert(s.half.data(), type, dst, DType::F32, size_t(T * Dp));  // the padding's zero bits widen to +0
   }
   if (dst_t) transpose(dst, T, D, Dp, dst_t, s.Tp);
-  return allowed;
+}
+
+// For native BF16 products, the BF16 rows kept (rows16 [T][Dp]) and three steps on them:
+// copy_rows16 copies them and says whether they may enter native products (bf16_dots_allowed);
+// widen_rows16 widens them into dst (and dst_t transposed, when given), as gather would;
+// pair_columns transposes them as pairs into [D/2][Tp] (uint32_t pointers into 16-bit rows:
+// transpose only moves their bytes, by intrinsics or memcpy).
+bool copy_rows16(const void* src, int64_t ld, int64_t b, int64_t col, const HeadScratch& s, uint16_t* rows16) {
+  copy16(src, ld, b, col, s, rows16);
+  return bf16_dots_allowed(rows16, s.T * s.Dp);
+}
+
+void widen_rows16(const uint16_t* rows16, const HeadScratch& s, float* dst, float* dst_t) {
+  convert(rows16, DType::BF16, dst, DType::F32, size_t(s.T * s.Dp));
+  if (dst_t) transpose(dst, s.T, s.D, s.Dp, dst_t, s.Tp);
+}
+
+void pair_columns(const uint16_t* rows16, const HeadScratch& s, uint32_t* pairs_t) {
+  transpose(reinterpret_cast<const uint32_t*>(rows16), s.T, s.D / 2, s.Dp / 2, pairs_t, s.Tp);
 }
 
 // Whether this call's heads may run native BF16 products (each head then also by its inputs).
@@ -177,15 +194,30 @@ void CpuOps::attention_forward(const AttentionArgs& a) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t b = item / a.H, h = item % a.H;
-      const bool q_ok = gather(a.qkv, a.type, 3 * C, b, h * a.D, s, s.q.data(), nullptr, native ? s.q16.data() : nullptr);
-      const bool k_ok = gather(a.qkv, a.type, 3 * C, b, C + h * a.D, s, s.a.data(), s.kt.data(),  // K only transposed
-                               native ? s.half.data() : nullptr, native ? s.kp.data() : nullptr);
+      // The score product: natively from Q's BF16 rows and K's pairs where both may (then neither
+      // is widened: the forward reads K only in that product), else in FP32 from Q's rows and K
+      // transposed.
+      bool use_native = false;
+      if (native) {
+        const bool q_ok = copy_rows16(a.qkv, 3 * C, b, h * a.D, s, s.q16.data());
+        const bool k_ok = copy_rows16(a.qkv, 3 * C, b, C + h * a.D, s, s.half.data());
+        use_native = q_ok && k_ok;
+        if (use_native) {
+          pair_columns(s.half.data(), s, s.kp.data());
+        } else {
+          widen_rows16(s.q16.data(), s, s.q.data(), nullptr);
+          widen_rows16(s.half.data(), s, s.a.data(), s.kt.data());  // K only transposed
+        }
+      } else {
+        gather(a.qkv, a.type, 3 * C, b, h * a.D, s, s.q.data(), nullptr);
+        gather(a.qkv, a.type, 3 * C, b, C + h * a.D, s, s.a.data(), s.kt.data());  // K only transposed
+      }
       gather(a.qkv, a.type, 3 * C, b, 2 * C + h * a.D, s, s.v.data(), nullptr);
       AttnHead head;
       head.T = s.T, head.D = s.D, head.Dp = s.Dp, head.Tp = s.Tp, head.scale = a.scale;
       head.q = s.q.data(), head.kt = s.kt.data(), head.v = s.v.data();
       head.pair_dots = a.type == DType::BF16;
-      if (q_ok && k_ok) head.q16 = s.q16.data(), head.kp16 = s.kp.data(), ++native_products;
+      if (use_native) head.q16 = s.q16.data(), head.kp16 = s.kp.data(), ++native_products;
       head.out = s.a.data(), head.m_out = a.row_max + item * a.T, head.l_out = a.row_sum + item * a.T;
       kern.forward(head);
       scatter(s.a.data(), a.out, a.type, C, b, h * a.D, s);
@@ -206,20 +238,40 @@ void CpuOps::attention_backward(const AttentionBackwardArgs& a) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t b = item / a.H, h = item % a.H;
-      const bool q_ok = gather(a.qkv, a.type, 3 * C, b, h * a.D, s, s.q.data(), nullptr, native ? s.q16.data() : nullptr);
-      const bool k_ok = gather(a.qkv, a.type, 3 * C, b, C + h * a.D, s, s.k.data(), s.kt.data(),
-                               native ? s.half.data() : nullptr, native ? s.kp.data() : nullptr);
-      const bool v_ok = gather(a.qkv, a.type, 3 * C, b, 2 * C + h * a.D, s, s.a.data(), s.vt.data(),  // V only transposed
-                               native ? s.half.data() : nullptr, native ? s.vp.data() : nullptr);
+      // Q's, K's and dO's rows are read in FP32 (dK's, dQ's and dV's products), V's only by the dP
+      // product. The score product runs natively from Q's BF16 rows and K's pairs where both may,
+      // dP from dO's rows and V's pairs (then V is never widened); otherwise from K and V
+      // transposed in FP32.
+      bool qk_native = false, dv_native = false;
+      if (native) {
+        const bool q_ok = copy_rows16(a.qkv, 3 * C, b, h * a.D, s, s.q16.data());
+        widen_rows16(s.q16.data(), s, s.q.data(), nullptr);
+        const bool k_ok = copy_rows16(a.qkv, 3 * C, b, C + h * a.D, s, s.half.data());
+        qk_native = q_ok && k_ok;
+        widen_rows16(s.half.data(), s, s.k.data(), qk_native ? nullptr : s.kt.data());
+        if (qk_native) pair_columns(s.half.data(), s, s.kp.data());
+        const bool do_ok = copy_rows16(a.dout, C, b, h * a.D, s, s.dout16.data());
+        widen_rows16(s.dout16.data(), s, s.dout.data(), nullptr);
+        const bool v_ok = copy_rows16(a.qkv, 3 * C, b, 2 * C + h * a.D, s, s.half.data());
+        dv_native = do_ok && v_ok;
+        if (dv_native)
+          pair_columns(s.half.data(), s, s.vp.data());
+        else
+          widen_rows16(s.half.data(), s, s.a.data(), s.vt.data());  // V only transposed
+      } else {
+        gather(a.qkv, a.type, 3 * C, b, h * a.D, s, s.q.data(), nullptr);
+        gather(a.qkv, a.type, 3 * C, b, C + h * a.D, s, s.k.data(), s.kt.data());
+        gather(a.qkv, a.type, 3 * C, b, 2 * C + h * a.D, s, s.a.data(), s.vt.data());  // V only transposed
+        gather(a.dout, a.type, C, b, h * a.D, s, s.dout.data(), nullptr);
+      }
       gather(a.out, a.type, C, b, h * a.D, s, s.o.data(), nullptr);
-      const bool do_ok = gather(a.dout, a.type, C, b, h * a.D, s, s.dout.data(), nullptr, native ? s.dout16.data() : nullptr);
       AttnHead head;
       head.T = s.T, head.D = s.D, head.Dp = s.Dp, head.Tp = s.Tp, head.scale = a.scale;
       head.q = s.q.data(), head.k = s.k.data(), head.kt = s.kt.data(), head.vt = s.vt.data();
       head.o = s.o.data(), head.dout = s.dout.data();
       head.pair_dots = a.type == DType::BF16;
-      if (q_ok && k_ok) head.q16 = s.q16.data(), head.kp16 = s.kp.data(), ++native_products;
-      if (do_ok && v_ok) head.dout16 = s.dout16.data(), head.vp16 = s.vp.data(), ++native_products;
+      if (qk_native) head.q16 = s.q16.data(), head.kp16 = s.kp.data(), ++native_products;
+      if (dv_native) head.dout16 = s.dout16.data(), head.vp16 = s.vp.data(), ++native_products;
       head.m = a.row_max + item * a.T, head.l = a.row_sum + item * a.T, head.delta = a.delta + item * a.T;
       head.dq = s.a.data(), head.dk = s.b.data(), head.dv = s.c.data();
       kern.backward(head);
