@@ -4,8 +4,8 @@
 // rounds its outputs once. Where those products run natively in BF16 (the kernels can and
 // bf16_dots_allowed holds for both operands) they read Q's and dO's BF16 rows and K's and V's BF16
 // pairs instead, and the FP32 copies only they would read are not made (K's in the forward, K
-// transposed and V in the backward). Work items write disjoint outputs, each element by its fixed chain,
-// so the bits do not depend on the thread count.
+// transposed and V in the backward). Work items write disjoint outputs, each element by its fixed
+// chain, so the bits do not depend on the thread count.
 #include "backend/cpu/no_fp_contract.h"  // first: no FMA contraction in this file
 
 #if defined(__AVX2__)
