@@ -327,6 +327,31 @@ TEST_CASE("row_sum gives the same bits with 1 and 2 threads, gemm stays within i
   OPS_REQUIRE_GEMM(cs, prods[1], 1.0);
 }
 
+TEST_CASE("row_sum: the specification's bits at 1, 2, 3, 5 and 32 threads", "[ops]") {
+  // The work items are lane groups (16 lanes down to 1 per group) and column ranges (more than one
+  // from 32 threads on at 3 column tiles); rows not a multiple of the 16 lanes, a padded stride.
+  cpu::CpuOps ops;
+  struct Shape {
+    int64_t rows, cols, ldx;
+  };
+  const Shape shapes[] = {{301, 700, 701}, {1000, 1, 1}, {37, 513, 513}};
+  uint64_t seed = 6100;
+  const int saved = omp_get_max_threads();
+  for (const Shape& s : shapes) {
+    Raw x(DType::BF16, size_t(s.rows * s.ldx));
+    ops_ref::fill_random(x, ++seed);
+    const Raw spec = ops_ref::row_sum_spec(x, s.rows, s.cols, s.ldx, DType::F32);
+    for (int threads : {1, 2, 3, 5, 32}) {
+      INFO("rows " << s.rows << " cols " << s.cols << ", " << threads << " threads");
+      omp_set_num_threads(threads);
+      Raw out(DType::F32, size_t(s.cols));
+      ops.row_sum(RowSumArgs{x.data(), DType::BF16, s.rows, s.cols, s.ldx, out.data(), DType::F32});
+      CHECK(out.bytes == spec.bytes);
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 TEST_CASE("gemm: the same bits at 1, 2 and 3 threads, batched and single, strided and widened", "[ops]") {
   // The explicit attention's batched products and the LM head's single ones (alpha 1, beta 0).
   struct Shape { int64_t m, n, k, batch; bool ta, tb; };

@@ -1256,8 +1256,9 @@ TEST_CASE("tops embedding_backward: every position the same token, and the reser
 // ---------------------------------------------------------------- determinism
 
 // 3 threads also take the layer norm backward's two-pass path (16 lanes do not share 3 threads
-// evenly), 1 and 2 its one-pass path: the same bits.
-TEST_CASE("tops determinism: two runs and 1, 2 or 3 OpenMP threads give the same bits", "[tops]") {
+// evenly), 1, 2, 4 and 16 its one-pass path (a thread's range of lanes from 16 down to 1): the
+// same bits.
+TEST_CASE("tops determinism: two runs and 1, 2, 3, 4 or 16 OpenMP threads give the same bits", "[tops]") {
   const DType t = DType::BF16;
   const int64_t rows = 96, C = 512, batch = 4, T = 128, n = 50000, B = 4, Tt = 64, Ce = 192, V = 37;
   const Raw x = random_raw(t, size_t(rows * C), 1, 2.0, 1.5), g = random_raw(t, size_t(C), 2, 0.5, 1.0);
@@ -1302,11 +1303,14 @@ TEST_CASE("tops determinism: two runs and 1, 2 or 3 OpenMP threads give the same
   const char* names[] = {"ln y", "ln mean/rstd", "ln dx", "ln dgamma", "ln dbeta", "softmax P", "softmax dS",
                          "gelu y", "gelu dx", "embedding x", "dwte", "dwpe"};
   const auto one = run_all(1), two = run_all(2), again = run_all(2), three = run_all(3);
+  const auto four = run_all(4), sixteen = run_all(16);
   REQUIRE(one.size() == 12);
   for (size_t k = 0; k < one.size(); ++k) {
     INFO(names[k]);
     REQUIRE(one[k].bytes == two[k].bytes);
     REQUIRE(two[k].bytes == again[k].bytes);
     REQUIRE(one[k].bytes == three[k].bytes);
+    REQUIRE(one[k].bytes == four[k].bytes);
+    REQUIRE(one[k].bytes == sixteen[k].bytes);
   }
 }
