@@ -378,6 +378,14 @@ TORCH_GPT2_ARGS=()
 [ $DRY = 1 ] && GPT2_SETS=(--set model.n_layer=2 --set model.n_head=2 --set model.n_embd=64 --set model.seq_len=128
                            --set data.batch_size=2 --set run.steps=6 --set run.log_interval=2 --set run.threads=1)
 [ $DRY = 1 ] && TORCH_GPT2_ARGS=(--layers 2 --heads 2 --embd 64 --seq 128 --batch 2)
+# What every GPT-2 run below shares: the config on this device, the random-token shard written
+# next, no evaluation, sampling or final checkpoint (each run adds its steps, logging and folder,
+# then GPT2_SETS, then its own settings).
+GPT2_RUN=("$AMP" configs/gpt2_124m.yaml --set run.device=$DEVICE --set "data.train_tokens=[\"$GPT2_SHARD\"]"
+          --set "data.eval_tokens=[]" --set run.eval_interval=0 --set run.sample_interval=0 --set sample.tokens=0
+          --set checkpoint.final=false)
+# The headline's runs: 30 steps, logged every 10.
+HEADLINE_STEPS=(--set run.steps=30 --set run.log_interval=10 --set run.progress=lines)
 bounded 30 "$HEADLINE_END" -- python3 - "$GPT2_SHARD" $([ $DRY = 1 ] && echo 20000 || echo 2097152) <<'PY'
 import array, random, sys
 n = int(sys.argv[2])
@@ -389,10 +397,8 @@ with open(sys.argv[1], "wb") as f:
     header.tofile(f)
     tokens.tofile(f)
 PY
-if run_logged "$LOGS/amp_ddp_gpt2.log" 150 "$HEADLINE_END" -- "$AMP" configs/gpt2_124m.yaml --set run.device=$DEVICE \
-     --set "data.train_tokens=[\"$GPT2_SHARD\"]" --set "data.eval_tokens=[]" --set run.steps=30 \
-     --set run.eval_interval=0 --set run.sample_interval=0 --set sample.tokens=0 --set run.log_interval=10 \
-     --set run.progress=lines --set checkpoint.final=false --set run.out_dir="$LOGS/gpt2" "${GPT2_SETS[@]}"; then
+if run_logged "$LOGS/amp_ddp_gpt2.log" 150 "$HEADLINE_END" -- "${GPT2_RUN[@]}" "${HEADLINE_STEPS[@]}" \
+     --set run.out_dir="$LOGS/gpt2" "${GPT2_SETS[@]}"; then
   bounded 20 -- python3 scripts/scaling_model.py --mfu "$LOGS/gpt2/summary.json" > "$LOGS/gpt2_mfu.txt" 2>&1
   pass "gpt-2 124m on $DEVICE: $(head -1 "$LOGS/gpt2_mfu.txt")"
   grep -h '^{' "$LOGS/gpt2_mfu.txt" >> "$BENCH"
@@ -427,11 +433,8 @@ for variant in fused fused_recompute torch fp8 fp8_emulated explicit_recompute; 
   [ $variant = fp8_emulated ] && VSETS=(--set precision.compute=fp8 --set precision.fp8.gemm=emulated)
   # The CPU has no FP8 GEMMs: its fp8 run is already the emulation.
   if [ $variant = fp8_emulated ] && [ $DRY = 1 ]; then note "gpt-2 124m on $DEVICE, fp8_emulated: the fp8 run (no FP8 GEMMs here)"; continue; fi
-  if run_logged "$LOGS/amp_ddp_gpt2_$variant.log" 150 "$HEADLINE_END" -- "$AMP" configs/gpt2_124m.yaml \
-       --set run.device=$DEVICE --set "data.train_tokens=[\"$GPT2_SHARD\"]" --set "data.eval_tokens=[]" --set run.steps=30 \
-       --set run.eval_interval=0 --set run.sample_interval=0 --set sample.tokens=0 --set run.log_interval=10 \
-       --set run.progress=lines --set checkpoint.final=false --set run.out_dir="$LOGS/gpt2_$variant" \
-       "${GPT2_SETS[@]}" "${VSETS[@]}"; then
+  if run_logged "$LOGS/amp_ddp_gpt2_$variant.log" 150 "$HEADLINE_END" -- "${GPT2_RUN[@]}" "${HEADLINE_STEPS[@]}" \
+       --set run.out_dir="$LOGS/gpt2_$variant" "${GPT2_SETS[@]}" "${VSETS[@]}"; then
     bounded 20 -- python3 scripts/scaling_model.py --mfu "$LOGS/gpt2_$variant/summary.json" > "$LOGS/gpt2_${variant}_mfu.txt" 2>&1
     pass "gpt-2 124m on $DEVICE, $variant: $(head -1 "$LOGS/gpt2_${variant}_mfu.txt"); $(grep -m1 -o 'activations [0-9.]* [KMGT]iB' "$LOGS/amp_ddp_gpt2_$variant.log")"
     grep -h '^{' "$LOGS/gpt2_${variant}_mfu.txt" | sed "s/^{/{\"variant\": \"$variant\", /" >> "$BENCH"
@@ -509,10 +512,8 @@ for tb in "${CROSS[@]}"; do
   T=${tb%%:*}; B=${tb##*:}
   for attn in explicit fused; do
     name=cross_${attn}_$T
-    if run_logged "$LOGS/$name.log" 60 -- "$AMP" configs/gpt2_124m.yaml --set run.device=$DEVICE \
-         --set "data.train_tokens=[\"$GPT2_SHARD\"]" --set "data.eval_tokens=[]" --set run.steps=12 \
-         --set run.eval_interval=0 --set run.sample_interval=0 --set sample.tokens=0 --set run.log_interval=4 \
-         --set run.progress=off --set checkpoint.final=false --set run.out_dir="$LOGS/$name" "${GPT2_SETS[@]}" \
+    if run_logged "$LOGS/$name.log" 60 -- "${GPT2_RUN[@]}" --set run.steps=12 --set run.log_interval=4 \
+         --set run.progress=off --set run.out_dir="$LOGS/$name" "${GPT2_SETS[@]}" \
          --set model.seq_len=$T --set data.batch_size=$B --set model.attention=$attn; then
       bounded 20 -- python3 scripts/scaling_model.py --mfu "$LOGS/$name/summary.json" 2>/dev/null |
         grep -h '^{' | sed "s/^{/{\"crossover\": \"$attn\", \"seq\": $T, \"batch\": $B, /" >> "$BENCH"
