@@ -6,7 +6,8 @@
 //   ops_layernorm.cu, ops_softmax.cu, ops_gelu.cu, ops_embedding.cu (+ ops_embedding.cpp)
 //                       the transformer ops (backend/transformer_args.h), with the warp reductions
 //                       of row_kernels.cuh
-//   ops_attention.cu    the fused causal attention (backend/attention_args.h)
+//   ops_attention.cu    the fused causal attention (backend/attention_args.h); its tensor-core
+//                       path in ops_attention_tc.cu (attention_tc.h)
 //   ops_fp8.cu          the FP8 operand quantization and the scale update (precision.compute fp8)
 //
 // gemm: cuBLASLt with strided-batched matrix layouts (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
@@ -103,6 +104,9 @@ class CudaOps final : public ComputeOps {
   std::string gemm_path(const GemmArgs& g);
   // Tests: send every general GEMM to the cublasGemmStridedBatchedEx path.
   void set_force_cublas(bool on);
+  // The fused attention's path for F16/BF16 at head dimension 64: tensor cores (the default,
+  // cuda/attention_tc.h) or, when on, the specification's FP32 chains (the CPU twin's bits).
+  void set_exact_attention(bool on) { exact_attention_ = on; }
   // Device bytes held as embedding_backward's scratch.
   size_t embedding_scratch_bytes() const;
 
@@ -137,6 +141,7 @@ class CudaOps final : public ComputeOps {
   DeviceBuffer<float> gemm_scratch_;
   std::vector<DeviceBuffer<float>> retired_scratch_;
   bool warned_bias_ = false;
+  bool exact_attention_ = false;
   // embedding_backward's sort (ops_embedding.cpp).
   int64_t max_tokens_ = 0, vocab_ = 0;
   DeviceBuffer<uint32_t> keys_in_, keys_out_;  // [max_tokens]

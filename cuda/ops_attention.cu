@@ -13,6 +13,7 @@
 // - any other head dimension: the plain per-thread kernels below, reading global memory.
 #include <type_traits>
 
+#include "cuda/attention_tc.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernel_util.cuh"
 
@@ -363,6 +364,10 @@ void CudaOps::attention_forward(const AttentionArgs& a) {
   check_args(a);
   if (a.B * a.T * a.H * a.D == 0) return;
   const Geometry g{a.B, a.T, a.H, a.D, a.scale};
+  if (!exact_attention_ && attention_tc_fits(a.type, a.D, {a.qkv, a.out})) {
+    attention_tc_forward(a, stream_);
+    return;
+  }
   dispatch_float(a.type, "attention_forward", [&](auto et) {
     using E = decltype(et);
     if (a.D == 64) {
@@ -390,6 +395,10 @@ void CudaOps::attention_backward(const AttentionBackwardArgs& a) {
     E* dqkv = static_cast<E*>(a.dqkv);
     attention_delta_kernel<E><<<blocks, kAttnThreads, 0, stream_>>>(static_cast<const E*>(a.out), dout, a.delta, g);
     AMP_CHECK_LAUNCH("attention_delta_kernel");
+    if (!exact_attention_ && attention_tc_fits(a.type, a.D, {a.qkv, a.out, a.dout, a.dqkv})) {
+      attention_tc_backward(a, stream_);
+      return;
+    }
     if (a.D == 64) {
       const unsigned tiles = tiled_blocks(g, "attention_backward");
       attention_dq_tiled<E, 64><<<tiles, kTileRows, 0, stream_>>>(qkv, dout, a.row_max, a.row_sum, a.delta, dqkv, g);

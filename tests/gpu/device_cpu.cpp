@@ -14,6 +14,10 @@ std::vector<std::string> gemm_paths() { return {"oneDNN"}; }
 
 void select_gemm_path(amp::Backend& /*dev*/, size_t i) { REQUIRE(i == 0); }
 
+std::vector<AttentionPath> attention_paths() { return {{"the specification", true}}; }
+
+void select_attention_path(amp::Backend& /*dev*/, size_t i) { REQUIRE(i == 0); }
+
 std::string gemm_path(amp::Backend& dev, const amp::GemmArgs& g) {
   auto* c = dynamic_cast<amp::CpuBackend*>(&dev);
   REQUIRE(c != nullptr);

@@ -30,6 +30,12 @@ void select_gemm_path(amp::Backend& dev, size_t i) { cuda_of(dev).cuda_ops().set
 
 std::string gemm_path(amp::Backend& dev, const amp::GemmArgs& g) { return cuda_of(dev).cuda_ops().gemm_path(g); }
 
+std::vector<AttentionPath> attention_paths() {
+  return {{"tensor cores where they take the shape", false}, {"the specification forced", true}};
+}
+
+void select_attention_path(amp::Backend& dev, size_t i) { cuda_of(dev).cuda_ops().set_exact_attention(i == 1); }
+
 DeviceComm::DeviceComm(amp::Backend& dev) {
 #if AMP_TEST_WITH_NCCL
   auto* stream = dynamic_cast<amp::DeviceStream*>(&dev);

@@ -51,6 +51,16 @@ std::vector<std::string> gemm_paths();
 void select_gemm_path(amp::Backend& dev, size_t i);
 // Which library runs these arguments on the device (planning only, nothing runs).
 std::string gemm_path(amp::Backend& dev, const amp::GemmArgs& g);
+// The device's fused-attention paths a test can force, in order (CUDA: tensor cores where they
+// take the shape (F16/BF16, head dimension 64, cuda/attention_tc.h), then the specification's
+// chains everywhere; CPU: the specification); exact: the path gives the CPU twin's bits.
+// select_attention_path makes the i-th the device's from now on.
+struct AttentionPath {
+  std::string name;
+  bool exact;
+};
+std::vector<AttentionPath> attention_paths();
+void select_attention_path(amp::Backend& dev, size_t i);
 
 // The communicator a trainer would reduce the device's gradients with: NCCL over the device's
 // stream, or the MPI world itself (host memory) for the CPU. Owned here when it was created.

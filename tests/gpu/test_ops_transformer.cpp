@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "../unit/attention_ref.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -47,6 +49,57 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed, int3
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& v : t) v = rng.uniform() < 0.5 ? frequent : int32_t(rng.below(uint64_t(vocab)));
   return t;
+}
+
+// The fused attention's results (out [B*T, H*D], dqkv [B*T, 3*H*D]) against the float64 reference
+// of every head, from the stored inputs: |got - want| <= (4u + 2^-18) mag + 2u |want| + tiny, u the
+// dtype's unit roundoff and mag the sum of the terms' magnitudes (attention_ref.h). Rounding P and dS
+// to the dtype before their products (the tensor-core path, cuda/attention_tc.h) moves a result by
+// at most 2u mag; the FP32 chains' own error stays far below 2^-18 mag at these lengths; the output's
+// rounding is the 2u |want|. Reports the worst element of each result.
+void check_attention_bound(int64_t B, int64_t T, int64_t H, int64_t D, float scale, const Raw& qkv, const Raw& dout,
+                           const Raw& out, const Raw& dqkv) {
+  const int64_t C = H * D;
+  const double u = ops_ref::unit_roundoff(qkv.t), tiny = ops_ref::tiny_of(qkv.t);
+  const char* names[] = {"out", "dq", "dk", "dv"};
+  double worst[4] = {0, 0, 0, 0};
+  std::string where[4];
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> q, k, v, go;
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t row = size_t((b * T + i) * 3 * C);
+          q.push_back(qkv.get(row + size_t(h * D + d)));
+          k.push_back(qkv.get(row + size_t(C + h * D + d)));
+          v.push_back(qkv.get(row + size_t(2 * C + h * D + d)));
+          go.push_back(dout.get(size_t((b * T + i) * C + h * D + d)));
+        }
+      const attention_ref::Head ref = attention_ref::reference_head(q, k, v, go, T, D, double(scale));
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t e = size_t(i * D + d), row = size_t((b * T + i) * 3 * C);
+          const double got[4] = {out.get(size_t((b * T + i) * C + h * D + d)), dqkv.get(row + size_t(h * D + d)),
+                                 dqkv.get(row + size_t(C + h * D + d)), dqkv.get(row + size_t(2 * C + h * D + d))};
+          const double want[4] = {ref.out[e], ref.dq[e], ref.dk[e], ref.dv[e]};
+          const double mag[4] = {ref.mag_out[e], ref.mag_dq[e], ref.mag_dk[e], ref.mag_dv[e]};
+          for (int r = 0; r < 4; ++r) {
+            const double bound = (4 * u + 0x1p-18) * mag[r] + 2 * u * std::fabs(want[r]) + tiny;
+            const double ratio = std::fabs(got[r] - want[r]) / bound;
+            if (!(ratio <= worst[r])) {  // NaN too
+              worst[r] = ratio;
+              std::ostringstream w;
+              w << "b " << b << " h " << h << " t " << i << " d " << d << ": got " << got[r] << " want " << want[r]
+                << " magnitude " << mag[r];
+              where[r] = w.str();
+            }
+          }
+        }
+    }
+  for (int r = 0; r < 4; ++r) {
+    INFO(names[r] << " against float64: worst error " << worst[r] << " of the bound at " << where[r]);
+    CHECK(worst[r] <= 1.0);
+  }
 }
 
 }  // namespace
@@ -151,10 +204,14 @@ TEST_CASE("cuda tops causal softmax forward and backward: bit-identical to the C
         }
 }
 
-TEST_CASE("cuda tops fused attention forward and backward: bit-identical to the CPU twin", "[.cuda][tops][attention]") {
-  // Both twins transcribe backend/attention_args.h's chains (tmath::exp_f32, explicit FMAs), so
-  // out, the statistics and every gradient agree bit for bit; lengths across the 64-key tile,
-  // head dimensions that are and are not multiples of the CPU's vector width.
+TEST_CASE("cuda tops fused attention forward and backward: every path against float64, the exact one bit-identical to the CPU twin",
+          "[.cuda][tops][attention]") {
+  // Every path the device has (attention_paths) is checked against a float64 reference within the
+  // rounding of P and dS to the dtype (check_attention_bound); the specification's path, which
+  // transcribes backend/attention_args.h's chains (tmath::exp_f32, explicit FMAs) as the CPU twin
+  // does, must also give the CPU twin's out, statistics and gradients bit for bit. Lengths across
+  // the 64-key tile, head dimensions that are and are not multiples of the CPU's vector width and
+  // 64 (the tensor cores' shape).
   auto dev = make_device();
   cpu::CpuOps cpu_ops;
   struct Shape {
@@ -164,7 +221,6 @@ TEST_CASE("cuda tops fused attention forward and backward: bit-identical to the 
   uint64_t seed = 500;
   for (const Shape& sh : shapes)
     for (DType t : kTypes) {
-      INFO("B " << sh.B << " T " << sh.T << " H " << sh.H << " D " << sh.D << " " << dtype_name(t));
       const size_t C = size_t(sh.H * sh.D), rows = size_t(sh.B * sh.T), stats = size_t(sh.B * sh.H * sh.T);
       const float scale = 1.0f / std::sqrt(float(sh.D));
       const Raw qkv = random_raw(t, rows * 3 * C, ++seed, 1.5), dout = random_raw(t, rows * C, ++seed);
@@ -177,18 +233,31 @@ TEST_CASE("cuda tops fused attention forward and backward: bit-identical to the 
                               static_cast<const float*>(m.data()), static_cast<const float*>(l.data()),
                               static_cast<float*>(delta.data()), dqkv.data()};
       cpu_ops.attention_backward(g);
-      Dev gqkv(*dev, qkv), gdout(*dev, dout), gout(*dev, sentinel(t, rows * C)), gdqkv(*dev, sentinel(t, rows * 3 * C));
-      Dev gm(*dev, sentinel(DType::F32, stats)), gl(*dev, sentinel(DType::F32, stats)), gdelta(*dev, sentinel(DType::F32, stats));
-      dev->ops().attention_forward(AttentionArgs{sh.B, sh.T, sh.H, sh.D, scale, t, gqkv.get(), gout.get(),
-                                                 gm.as<float>(), gl.as<float>()});
-      dev->ops().attention_backward(AttentionBackwardArgs{sh.B, sh.T, sh.H, sh.D, scale, t, gqkv.get(), gout.get(),
-                                                          gdout.get(), gm.as<float>(), gl.as<float>(),
-                                                          gdelta.as<float>(), gdqkv.get()});
-      TWINS_REQUIRE_SAME(gout.read(t), out, "out");
-      TWINS_REQUIRE_SAME(gm.read(DType::F32), m, "row_max");
-      TWINS_REQUIRE_SAME(gl.read(DType::F32), l, "row_sum");
-      TWINS_REQUIRE_SAME(gdelta.read(DType::F32), delta, "delta");
-      TWINS_REQUIRE_SAME(gdqkv.read(t), dqkv, "dqkv");
+      const std::vector<AttentionPath> paths = attention_paths();
+      for (size_t path_i = 0; path_i < paths.size(); ++path_i) {
+        select_attention_path(*dev, path_i);
+        INFO("B " << sh.B << " T " << sh.T << " H " << sh.H << " D " << sh.D << " " << dtype_name(t)
+                  << ", device attention path: " << paths[path_i].name);
+        Dev gqkv(*dev, qkv), gdout(*dev, dout), gout(*dev, sentinel(t, rows * C)),
+            gdqkv(*dev, sentinel(t, rows * 3 * C));
+        Dev gm(*dev, sentinel(DType::F32, stats)), gl(*dev, sentinel(DType::F32, stats)),
+            gdelta(*dev, sentinel(DType::F32, stats));
+        dev->ops().attention_forward(AttentionArgs{sh.B, sh.T, sh.H, sh.D, scale, t, gqkv.get(), gout.get(),
+                                                   gm.as<float>(), gl.as<float>()});
+        dev->ops().attention_backward(AttentionBackwardArgs{sh.B, sh.T, sh.H, sh.D, scale, t, gqkv.get(),
+                                                            gout.get(), gdout.get(), gm.as<float>(), gl.as<float>(),
+                                                            gdelta.as<float>(), gdqkv.get()});
+        const Raw dev_out = gout.read(t), dev_dqkv = gdqkv.read(t), dev_l = gl.read(DType::F32);
+        check_attention_bound(sh.B, sh.T, sh.H, sh.D, scale, qkv, dout, dev_out, dev_dqkv);
+        for (size_t i = 0; i < stats; ++i) REQUIRE(dev_l.get(i) >= 1.0f);  // every row's sum written
+        if (!paths[path_i].exact) continue;
+        TWINS_REQUIRE_SAME(dev_out, out, "out");
+        TWINS_REQUIRE_SAME(gm.read(DType::F32), m, "row_max");
+        TWINS_REQUIRE_SAME(dev_l, l, "row_sum");
+        TWINS_REQUIRE_SAME(gdelta.read(DType::F32), delta, "delta");
+        TWINS_REQUIRE_SAME(dev_dqkv, dqkv, "dqkv");
+      }
+      select_attention_path(*dev, 0);
     }
 }
 
@@ -320,6 +389,10 @@ TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them
   const std::vector<int32_t> tok = random_tokens(rows, V, 9, 198);
   const Raw wte = random_raw(t, size_t(V * Ce), 10), wpe = random_raw(t, size_t(T * Ce), 11);
   const Raw edx = random_raw(t, size_t(rows * Ce), 12);
+  // The fused attention at GPT-2's head dimension (the tensor-core path on a GPU): H heads of 64
+  // over the rows as B sequences of rows / B.
+  const int64_t AH = 2, AD = 64, AC = AH * AD, AT = rows / B;
+  const Raw aqkv = random_raw(t, size_t(rows * 3 * AC), 13, 1.5), adout = random_raw(t, size_t(rows * AC), 14);
   auto dev = make_device();
   Dev gx(*dev, x), gg(*dev, g), gb(*dev, bb), gdy(*dev, dy), gs(*dev, s), gdp(*dev, dp), ghx(*dev, hx), ghdy(*dev, hdy), gtok(*dev, tok.data(), tok.size() * 4);
   Dev gwte(*dev, wte), gwpe(*dev, wpe), gwte0(*dev, wte), gedx(*dev, edx);
@@ -330,6 +403,9 @@ TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them
   // poisoned tails, and the comparisons below would fail on them).
   Dev hy(*dev, Raw(t, size_t(n))), hdx(*dev, Raw(t, size_t(n))), ex(*dev, Raw(t, size_t(rows * Ce))),
       dwpe(*dev, Raw(t, size_t(T * Ce)));
+  Dev gaqkv(*dev, aqkv), gadout(*dev, adout), aout(*dev, Raw(t, size_t(rows * AC))), adqkv(*dev, Raw(t, size_t(rows * 3 * AC)));
+  Dev amax(*dev, Raw(DType::F32, size_t(B * AH * AT))), asum(*dev, Raw(DType::F32, size_t(B * AH * AT))),
+      adelta(*dev, Raw(DType::F32, size_t(B * AH * AT)));
   dev->ops().reserve_embedding(rows, V);
   auto step = [&] {
     // dwte accumulates: start each step from the same values (a same-dtype cast is a copy).
@@ -355,8 +431,15 @@ TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them
     eb.B = B, eb.T = rows / B, eb.C = Ce, eb.vocab = V, eb.max_positions = T, eb.type = t;
     eb.tokens = gtok.as<int32_t>(), eb.dx = gedx.get(), eb.dwte = gwte.get(), eb.dwpe = dwpe.get();
     dev->ops().embedding_backward(eb);
+    const float ascale = 0.125f;
+    dev->ops().attention_forward(AttentionArgs{B, AT, AH, AD, ascale, t, gaqkv.get(), aout.get(), amax.as<float>(),
+                                               asum.as<float>()});
+    dev->ops().attention_backward(AttentionBackwardArgs{B, AT, AH, AD, ascale, t, gaqkv.get(), aout.get(),
+                                                        gadout.get(), amax.as<float>(), asum.as<float>(),
+                                                        adelta.as<float>(), adqkv.get()});
   };
-  const Dev* outs[] = {&y, &mean, &rstd, &dx, &dgam, &dbet, &p, &ds, &hy, &hdx, &ex, &gwte, &dwpe};
+  const Dev* outs[] = {&y,  &mean, &rstd, &dx,   &dgam, &dbet, &p,    &ds,   &hy,    &hdx,
+                       &ex, &gwte, &dwpe, &aout, &amax, &asum, &adelta, &adqkv};
   auto snapshot = [&] {
     std::vector<Raw> r;
     for (const Dev* d : outs) r.push_back(d->read(DType::U8));

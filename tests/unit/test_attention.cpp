@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_ref.h"
 #include "backend/attention_args.h"
 #include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/cpu_ops.h"
@@ -135,47 +136,6 @@ HeadResult run_head(const cpu::AttnKernels& kern, const HeadData& x, const Bf16H
   for (auto* a : {&r.out, &r.dq, &r.dk, &r.dv})
     for (int64_t t = 0; t < x.T; ++t)
       for (int64_t d = x.D; d < x.Dp; ++d) (*a)[size_t(t * x.Dp + d)] = 0.0f;
-  return r;
-}
-
-// float64 reference of one head: out = softmax_causal(scale Q K^T) V and the gradients.
-struct Reference {
-  std::vector<double> out, dq, dk, dv;
-};
-
-Reference reference_head(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
-                         const std::vector<double>& dout, int64_t T, int64_t D, double scale) {
-  Reference r;
-  r.out.assign(size_t(T * D), 0.0), r.dq = r.out, r.dk = r.out, r.dv = r.out;
-  std::vector<double> p(static_cast<size_t>(T)), dp(static_cast<size_t>(T));
-  for (int64_t i = 0; i < T; ++i) {
-    double m = -INFINITY;
-    for (int64_t j = 0; j <= i; ++j) {
-      double s = 0;
-      for (int64_t d = 0; d < D; ++d) s += q[size_t(i * D + d)] * k[size_t(j * D + d)];
-      p[size_t(j)] = scale * s;
-      m = std::max(m, p[size_t(j)]);
-    }
-    double sum = 0;
-    for (int64_t j = 0; j <= i; ++j) sum += p[size_t(j)] = std::exp(p[size_t(j)] - m);
-    for (int64_t j = 0; j <= i; ++j) p[size_t(j)] /= sum;
-    double dot = 0;
-    for (int64_t j = 0; j <= i; ++j) {
-      double a = 0;
-      for (int64_t d = 0; d < D; ++d) a += dout[size_t(i * D + d)] * v[size_t(j * D + d)];
-      dp[size_t(j)] = a;
-      dot += p[size_t(j)] * a;
-    }
-    for (int64_t j = 0; j <= i; ++j) {
-      const double ds = scale * p[size_t(j)] * (dp[size_t(j)] - dot);
-      for (int64_t d = 0; d < D; ++d) {
-        r.out[size_t(i * D + d)] += p[size_t(j)] * v[size_t(j * D + d)];
-        r.dv[size_t(j * D + d)] += p[size_t(j)] * dout[size_t(i * D + d)];
-        r.dq[size_t(i * D + d)] += ds * k[size_t(j * D + d)];
-        r.dk[size_t(j * D + d)] += ds * q[size_t(i * D + d)];
-      }
-    }
-  }
   return r;
 }
 
@@ -326,7 +286,7 @@ TEST_CASE("attention: forward and backward against the float64 reference in ever
             }
           // The backward's dP uses the rounded output (delta = dout . out): the reference of the
           // gradients is that of the exact softmax; the difference is within the output's rounding.
-          const Reference ref = reference_head(q, k, v, dout, s.T, s.D, double(c.scale()));
+          const attention_ref::Head ref = attention_ref::reference_head(q, k, v, dout, s.T, s.D, double(c.scale()));
           want_out.insert(want_out.end(), ref.out.begin(), ref.out.end());
           want_dq.insert(want_dq.end(), ref.dq.begin(), ref.dq.end());
           want_dk.insert(want_dk.end(), ref.dk.begin(), ref.dk.end());
