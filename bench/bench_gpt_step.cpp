@@ -1,11 +1,13 @@
-// Where a GPT training step's time goes on the CPU backend, and its model FLOP rate against the
-// bare GEMM rate of the same shapes and dtype through the same GEMM entry point (ComputeOps::gemm,
-// oneDNN), measured in the same run. The bare set is what the step would cost if it were only its
+// Where a GPT training step's time goes on the CPU backend (or a GPU: --device cuda), and its model
+// FLOP rate against the bare GEMM rate of the same shapes and dtype through the same GEMM entry
+// point (ComputeOps::gemm: oneDNN, or cuBLASLt), measured in the same run. The bare set is what the step would cost if it were only its
 // GEMMs, each at its best: the weight GEMMs over all B x T rows, the attention products as one
 // batched GEMM over all B x H heads. Usage:
 //   bench_gpt_step [--layers 4] [--embd 128] [--heads 4] [--seq 64] [--vocab 256] [--batch 16]
 //                  [--precision fp32] [--threads 1] [--steps 20] [--rounds 3]
-//                  [--attention explicit|fused] [--recompute 0|1]
+//                  [--attention explicit|fused] [--recompute 0|1] [--device cpu|cuda]
+// On a GPU every op and phase waits for the device before its time is read (nothing overlaps, no
+// CUDA graph): the per-op table is each kernel's own time plus a launch and a wait.
 // Each round times `steps` steps, then every bare GEMM (median of `steps`), so a ratio compares
 // two measurements a few seconds apart; the rounds' ratios and their median are printed (this is
 // a shared VM: its speed drifts by up to 20% over tens of seconds).
@@ -21,12 +23,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "step_phases.h"
 #include "timed_ops.h"
-#include "backend/cpu/cpu_backend.h"
+#include "backend/backend.h"
 #include "core/rng.h"
 #include "model/gpt.h"
 
@@ -51,7 +54,7 @@ int main(int argc, char** argv) {
   o.n_layer = 4;
   size_t batch = 16, steps = 20, rounds = 3;
   int threads = 1;
-  std::string prec = "fp32";
+  std::string prec = "fp32", device = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const size_t v = std::strtoul(argv[i + 1], nullptr, 10);
@@ -67,10 +70,13 @@ int main(int argc, char** argv) {
     else if (a == "--precision") prec = argv[i + 1];
     else if (a == "--attention") o.fused_attention = std::string(argv[i + 1]) == "fused";
     else if (a == "--recompute") o.recompute = v != 0;
+    else if (a == "--device") device = argv[i + 1];
   }
   const DType dt = prec == "fp32" ? DType::F32 : prec == "fp16" ? DType::F16 : DType::BF16;
-  CpuBackend be(threads);
-  bench::TimedOps timed(be.ops());
+  std::unique_ptr<Backend> backend = make_backend(device, 0, threads);
+  Backend& be = *backend;
+  const bool host = be.memory().host_accessible();
+  bench::TimedOps timed(be.ops(), host ? nullptr : &be.memory());
   Gpt model(be.memory(), timed, o, dt, batch);
   const size_t T = o.seq_len, C = o.n_embd, H = o.n_head, D = C / H, V = o.vocab, M = batch * T;
   Rng rng(2);
@@ -117,8 +123,10 @@ int main(int argc, char** argv) {
       Buffer a = be.memory().alloc(size_t(ea) * 4), b = be.memory().alloc(size_t(eb) * 4), c = be.memory().alloc(size_t(ec) * 4);
       std::vector<float> fill(size_t(std::max(ea, eb)));
       for (auto& x : fill) x = float(rng.normal());
-      be.ops().cast(fill.data(), DType::F32, a.data(), dt, size_t(ea));
-      be.ops().cast(fill.data(), DType::F32, b.data(), dt, size_t(eb));
+      Buffer f32 = be.memory().alloc(fill.size() * 4);
+      be.memory().upload(f32.data(), fill.data(), fill.size() * 4);
+      be.ops().cast(f32.data(), DType::F32, a.data(), dt, size_t(ea));
+      be.ops().cast(f32.data(), DType::F32, b.data(), dt, size_t(eb));
       GemmArgs g;
       g.m = sh.m, g.n = sh.n, g.k = sh.k, g.batch = sh.batch, g.trans_a = sh.ta, g.trans_b = sh.tb;
       g.A = a.data(), g.lda = sh.ta ? sh.m : sh.k, g.stride_a = sh.m * sh.k;
@@ -127,8 +135,10 @@ int main(int argc, char** argv) {
       g.ab = dt, g.c = DType::F32;
       std::vector<double> times;
       for (size_t r = 0; r < steps + 3; ++r) {
+        be.memory().synchronize();
         const double t0 = now();
         be.ops().gemm(g);
+        be.memory().synchronize();
         if (r >= 3) times.push_back(now() - t0);
       }
       std::sort(times.begin(), times.end());
@@ -144,9 +154,9 @@ int main(int argc, char** argv) {
     }
     ratios.push_back(bare / step);
   }
-  std::printf("\nstep phases (%s, %zu layers x %zu, %zu heads, T %zu, batch %zu, %d thread%s, %s attention%s, "
+  std::printf("\nstep phases (%s, %zu layers x %zu, %zu heads, T %zu, batch %zu, %s, %d thread%s, %s attention%s, "
               "activations %.1f MiB, mean of %zu steps):\n",
-              prec.c_str(), o.n_layer, C, H, T, batch, threads, threads == 1 ? "" : "s",
+              prec.c_str(), o.n_layer, C, H, T, batch, be.name().c_str(), threads, threads == 1 ? "" : "s",
               o.fused_attention ? "fused" : "explicit", o.recompute ? ", recompute" : "",
               double(model.buffer_bytes()) / 1048576.0, steps);
   phases.print();

@@ -1,6 +1,8 @@
-// The CPU step benchmarks' shared rig (bench_step: the MLP, bench_gpt_step: the GPT): the training
-// state of a model on one rank, and the phases of its step timed one by one (forward + loss,
-// backward, the unscale pass, the optimizer, the scale update), means over `steps` after a warm-up.
+// The step benchmarks' shared rig (bench_step: the MLP, bench_gpt_step: the GPT, on the CPU or a
+// GPU): the training state of a model on one rank, and the phases of its step timed one by one
+// (forward + loss, backward, the unscale pass, the optimizer, the scale update), means over `steps`
+// after a warm-up. Each phase ends with the backend's synchronize(), so an asynchronous device's
+// phase is timed to its completion (on the CPU the ops are synchronous and it costs nothing).
 #pragma once
 
 #include <chrono>
@@ -11,7 +13,7 @@
 #include <vector>
 
 #include "amp/mixed_precision.h"
-#include "backend/cpu/cpu_backend.h"
+#include "backend/backend.h"
 #include "model/model.h"
 
 namespace amp::bench {
@@ -23,8 +25,9 @@ inline double now() {
 class StepPhases {
  public:
   // The model's parameters initialized (seed 1) into FP32 masters and their working copy in dt.
-  StepPhases(CpuBackend& be, Model& model, DType dt, float init_scale)
+  StepPhases(Backend& be, Model& model, DType dt, float init_scale)
       : be_(be), model_(model), dt_(dt), n_(model.layout().total) {
+    sums_ = be.memory().alloc(2 * sizeof(float));
     master_ = be.memory().alloc(n_ * 4), lp_ = be.memory().alloc(n_ * dtype_size(dt)), grads_ = be.memory().alloc(n_ * dtype_size(dt));
     g32_ = be.memory().alloc(n_ * 4), m_ = be.memory().alloc(n_ * 4), v_ = be.memory().alloc(n_ * 4);
     const std::vector<float> w = model.init_params(1);
@@ -42,13 +45,16 @@ class StepPhases {
   double run(size_t rows, float inv_count, size_t warmup, size_t steps,
              const std::function<void()>& measure_start = {}) {
     const void* params = dt_ == DType::F32 ? master_.data() : lp_.data();
-    float loss = 0, lr = 1e-4f;
-    int32_t correct = 0;
+    float lr = 1e-4f;
+    const LossSums sums{sums_.as<float>(), reinterpret_cast<int32_t*>(sums_.as<float>() + 1)};
+    Buffer lr_buf = be_.memory().alloc(sizeof(float));  // the optimizer reads the rate where the backend computes
+    be_.memory().upload(lr_buf.data(), &lr, sizeof lr);
     OptimizerParams op;
     MixedPrecision& amp = *amp_;
     auto timed = [&](const char* name, auto&& fn) {
       const double t0 = now();
       fn();
+      be_.memory().synchronize();
       t_[name] += now() - t0;
     };
     for (size_t s = 0; s < warmup + steps; ++s) {
@@ -57,7 +63,8 @@ class StepPhases {
         if (measure_start) measure_start();
       }
       amp.begin_step();
-      timed("forward+loss", [&] { model_.forward_loss(params, rows, amp.scale(), inv_count, true, LossSums{&loss, &correct}); });
+      be_.memory().zero(sums_.data(), 2 * sizeof(float));
+      timed("forward+loss", [&] { model_.forward_loss(params, rows, amp.scale(), inv_count, true, sums); });
       timed("backward", [&] { model_.backward(params, grads_.data(), rows, [](int) {}); });
       timed("check+norm", [&] {
         amp.unscale_and_check(grads_.data());
@@ -68,7 +75,7 @@ class StepPhases {
         amp.unscale(grads_.data(), n_, g32_.as<float>());
         OptimizerStepArgs a;
         a.params = op;
-        a.lr = &lr;
+        a.lr = lr_buf.as<float>();
         a.master = master_.as<float>(), a.g32 = g32_.as<float>();
         a.state1 = m_.as<float>(), a.state2 = v_.as<float>(), a.n = n_;
         a.lp = dt_ == DType::F32 ? nullptr : lp_.data(), a.lp_dtype = dt_;
@@ -93,11 +100,11 @@ class StepPhases {
   }
 
  private:
-  CpuBackend& be_;
+  Backend& be_;
   Model& model_;
   DType dt_;
   size_t n_;
-  Buffer master_, lp_, grads_, g32_, m_, v_;
+  Buffer master_, lp_, grads_, g32_, m_, v_, sums_;
   std::unique_ptr<MixedPrecision> amp_;
   std::map<std::string, double> t_;
   size_t steps_ = 0;

@@ -109,7 +109,7 @@ TEST_CASE("fp8_update: the device's scales and histories follow the host's, skip
   CHECK(meta.recorded == 40 - 6);  // steps 3, 10, 17, 24, 31, 38 skipped
 }
 
-TEST_CASE("fp8_cast and fp8_gemm: the device's codes are the CPU's, its FP8 GEMM within one BF16 rounding",
+TEST_CASE("fp8_cast and fp8_gemm: the device's codes are the CPU's, its FP8 GEMM within one BF16 rounding and the FP8 accumulation's",
           "[.cuda][ops]") {
   auto gpu = make_device();
   CpuBackend cpu(2);
@@ -166,5 +166,26 @@ TEST_CASE("fp8_cast and fp8_gemm: the device's codes are the CPU's, its FP8 GEMM
     gg.a_inv_scale = sp + 2, gg.b_inv_scale = sp + 3, gg.bias = (dev ? Bias.g : Bias.c).data, gg.c = (dev ? C.g : C.c).data;
     be.ops().fp8_gemm(gg);
   }
-  GPU_REQUIRE_CLOSE(read(*gpu, C.g), read(cpu, C.c), 2 * eps_of(DType::BF16), 1e-6);
+  // Within one BF16 rounding of C (2 eps: both round once) plus 2^-14 of the magnitude of C's terms,
+  // sum_k |a_ik b_jk| + |bias_j| (from the inputs; their FP8 codes are within 2^-3 of them, 1.25
+  // covers it): FP8 tensor cores add their products keeping about 14 bits (DeepSeek-V3 technical
+  // report, section 3.3.2), so where C cancels (|C| far below its terms) the device differs from
+  // the CPU's FP32 sums by more than a rounding of C. The first H200 run found one such element:
+  // 3.81e-5 against 4.36e-5 with terms of about 1 (3.3 times a tolerance relative to C alone).
+  const std::vector<float> gc = read(*gpu, C.g), cc = read(cpu, C.c);
+  size_t bad = 0, worst_at = 0;
+  double worst = 0;
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      double mag = std::fabs(double(vbias[j]));
+      for (size_t q = 0; q < k; ++q) mag += std::fabs(double(va[i * k + q]) * double(vb[j * k + q]));
+      const size_t e = i * n + j;
+      const double tol = 2 * eps_of(DType::BF16) * std::fabs(double(cc[e])) + 1.25 * 0x1p-14 * mag;
+      const double ratio = std::fabs(double(gc[e]) - double(cc[e])) / tol;
+      if (!(ratio <= 1.0)) ++bad;  // NaN too
+      if (!(ratio <= worst)) worst = ratio, worst_at = e;
+    }
+  INFO(bad << " of " << cc.size() << " outside tolerance, worst " << worst << " x tol at " << worst_at << ": gpu "
+           << gc[worst_at] << " cpu " << cc[worst_at]);
+  CHECK(bad == 0);
 }
