@@ -45,6 +45,7 @@ struct Shape {
   const char* what;
   int count;         // times per step
   const char* kind;  // the model op that runs it (TimedOps' kind)
+  bool vocab = false;  // the LM head: a dimension of vocab rows or columns is laid out logits_ld() apart
 };
 
 }  // namespace
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
     else if (a == "--recompute") o.recompute = v != 0;
     else if (a == "--device") device = argv[i + 1];
   }
+  o.vocab_pad = vocab_pad_for(0, o.vocab);  // model.vocab_pad's default, as the trainer runs it
   const DType dt = prec == "fp32" ? DType::F32 : prec == "fp16" ? DType::F16 : DType::BF16;
   std::unique_ptr<Backend> backend = make_backend(device, 0, threads);
   Backend& be = *backend;
@@ -91,9 +93,9 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes;
   // (the GPT runs its tied LM head through the general gemm, the blocks' layers as linear ops)
   auto linear = [&](int64_t out, int64_t in, const char* what, int times, bool general = false) {
-    shapes.push_back({Mi, out, in, 1, false, true, what, times, general ? "gemm" : "linear_forward"});
-    shapes.push_back({Mi, in, out, 1, false, false, what, times, general ? "gemm" : "linear_backward_input"});
-    shapes.push_back({out, in, Mi, 1, true, false, what, times, general ? "gemm" : "linear_backward_weight"});
+    shapes.push_back({Mi, out, in, 1, false, true, what, times, general ? "gemm" : "linear_forward", general});
+    shapes.push_back({Mi, in, out, 1, false, false, what, times, general ? "gemm" : "linear_backward_input", general});
+    shapes.push_back({out, in, Mi, 1, true, false, what, times, general ? "gemm" : "linear_backward_weight", general});
   };
   linear(3 * Ci, Ci, "attn.qkv", l);
   linear(Ci, Ci, "attn.proj", l);
@@ -119,7 +121,12 @@ int main(int argc, char** argv) {
     bare_of.clear();
     if (last) std::printf("bare GEMMs (%s operands, FP32 accumulation; median of %zu):\n", prec.c_str(), steps);
     for (const Shape& sh : shapes) {
-      const int64_t ea = sh.m * sh.k * sh.batch, eb = sh.k * sh.n * sh.batch, ec = sh.m * sh.n * sh.batch;
+      // Leading dimensions as the model lays them out: the LM head's logits (and their gradient)
+      // have rows logits_ld() apart.
+      const auto ld = [&](int64_t cols) { return sh.vocab && cols == int64_t(V) ? int64_t(o.logits_ld()) : cols; };
+      const int64_t lda = ld(sh.ta ? sh.m : sh.k), ldb = ld(sh.tb ? sh.k : sh.n), ldc = ld(sh.n);
+      const int64_t ea = (sh.ta ? sh.k : sh.m) * lda * sh.batch, eb = (sh.tb ? sh.n : sh.k) * ldb * sh.batch,
+                    ec = sh.m * ldc * sh.batch;
       Buffer a = be.memory().alloc(size_t(ea) * 4), b = be.memory().alloc(size_t(eb) * 4), c = be.memory().alloc(size_t(ec) * 4);
       std::vector<float> fill(size_t(std::max(ea, eb)));
       for (auto& x : fill) x = float(rng.normal());
@@ -129,9 +136,9 @@ int main(int argc, char** argv) {
       be.ops().cast(f32.data(), DType::F32, b.data(), dt, size_t(eb));
       GemmArgs g;
       g.m = sh.m, g.n = sh.n, g.k = sh.k, g.batch = sh.batch, g.trans_a = sh.ta, g.trans_b = sh.tb;
-      g.A = a.data(), g.lda = sh.ta ? sh.m : sh.k, g.stride_a = sh.m * sh.k;
-      g.B = b.data(), g.ldb = sh.tb ? sh.k : sh.n, g.stride_b = sh.k * sh.n;
-      g.C = c.data(), g.ldc = sh.n, g.stride_c = sh.m * sh.n;
+      g.A = a.data(), g.lda = lda, g.stride_a = ea / sh.batch;
+      g.B = b.data(), g.ldb = ldb, g.stride_b = eb / sh.batch;
+      g.C = c.data(), g.ldc = ldc, g.stride_c = ec / sh.batch;
       g.ab = dt, g.c = DType::F32;
       std::vector<double> times;
       for (size_t r = 0; r < steps + 3; ++r) {

@@ -50,8 +50,9 @@ __global__ void __launch_bounds__(kThreads) softmax_xent_kernel(const L* logits,
                                                                 const int32_t* __restrict__ labels,
                                                                 const float* __restrict__ scale, float inv_count,
                                                                 G* dlogits, size_t rows, size_t c, size_t ld,
-                                                                size_t ld_d, double* part_loss,
+                                                                size_t ld_d, bool vec, double* part_loss,
                                                                 long long* part_hits) {
+  constexpr int kPack = int(16 / sizeof(L));
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const size_t total_warps = size_t(gridDim.x) * kWarpsPerBlock;
   const float gmul = *scale * inv_count;
@@ -59,14 +60,35 @@ __global__ void __launch_bounds__(kThreads) softmax_xent_kernel(const L* logits,
   long long hits = 0;
   for (size_t r = size_t(blockIdx.x) * kWarpsPerBlock + warp; r < rows; r += total_warps) {
     const L* row = logits + r * ld;
+    // The arg-max and the maximum in one pass. Neither depends on the order (better is a total
+    // order; the maximum ignores NaN, as the CPU's max_op), so where the rows are 16-byte aligned
+    // (vec) each lane reads kPack consecutive columns at a time, kPack * 32 columns per warp step,
+    // and the columns past the last whole step one by one.
     Best best{0.0f, -1};
-    for (size_t j = lane; j < c; j += 32) best = better(best, Best{to_f32(row[j]), (long long)j});
+    float lane_max = -INFINITY;
+    size_t j = lane;
+    if (vec) {
+      const size_t whole = c / (kPack * 32) * (kPack * 32);
+      for (size_t j0 = lane * kPack; j0 < whole; j0 += kPack * 32) {
+        const Pack<L, kPack> pk = *reinterpret_cast<const Pack<L, kPack>*>(row + j0);
+#pragma unroll
+        for (int u = 0; u < kPack; ++u) {
+          const float x = to_f32(pk.v[u]);
+          best = better(best, Best{x, (long long)(j0 + u)});
+          lane_max = fmaxf(lane_max, x);
+        }
+      }
+      j = whole + lane;
+    }
+    for (; j < c; j += 32) {
+      const float x = to_f32(row[j]);
+      best = better(best, Best{x, (long long)j});
+      lane_max = fmaxf(lane_max, x);
+    }
     best = warp_best(best);
     // The specification's softmax (backend/ops_args.h): the 32-lane maximum (NaN ignored, as the
     // CPU's max_op), the 32-lane sum of exp_f32(x - m), p = e / s, each lane taking the columns
     // lane, lane + 32, ... in order: the CPU twin's bits.
-    float lane_max = -INFINITY;
-    for (size_t j = lane; j < c; j += 32) lane_max = fmaxf(lane_max, to_f32(row[j]));
     const float m = rows::warp_max(lane_max);
     float lane_sum = 0.0f;
     for (size_t j = lane; j < c; j += 32) lane_sum = lane_sum + tmath::exp_f32(to_f32(row[j]) - m);
@@ -158,7 +180,8 @@ void softmax_xent(const Launch& l, const SoftmaxXentArgs& a, const LossScratch& 
       using G = decltype(gt);
       softmax_xent_kernel<L, G><<<blocks, kThreads, 0, l.stream>>>(
           static_cast<const L*>(a.logits), a.labels, a.scale, a.inv_count, static_cast<G*>(a.dlogits), rows, c,
-          size_t(a.ld_logits), size_t(a.ld_dlogits), scratch.loss, scratch.hits);
+          size_t(a.ld_logits), size_t(a.ld_dlogits),
+          aligned_to(a.logits, 16) && (size_t(a.ld_logits) * sizeof(L)) % 16 == 0, scratch.loss, scratch.hits);
       AMP_CHECK_LAUNCH("softmax_xent_kernel");
     });
   });

@@ -68,22 +68,39 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Block = 32 columns x kParamLanes row lanes: lane l sums rows l, l + kParamLanes, ... from +0,
-// then the lanes are added in lane order from +0 (row_sum's order).
+// Block = kParamCols columns x kParamLanes row lanes: lane l sums rows l, l + kParamLanes, ... from
+// +0, then the lanes are added in lane order from +0 (row_sum's order). A lane loads kParamUnroll
+// of its rows (dy, x and the row's statistics) before it adds their terms in order, so the loads
+// are in flight together; 16 columns per block (row_sum's reasons, cuda/ops_general.cu).
 template <typename T>
-__global__ void __launch_bounds__(32 * kParamLanes)
+__global__ void __launch_bounds__(kParamCols * kParamLanes)
     ln_backward_dparams_kernel(const T* __restrict__ dy, const T* __restrict__ x, const float* __restrict__ mean_in,
                                const float* __restrict__ rstd_in, T* __restrict__ dgamma, T* __restrict__ dbeta,
                                bool accumulate, int64_t rows, int64_t C) {
-  __shared__ float pg[kParamLanes][33], pb[kParamLanes][33];
-  const int64_t col = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  __shared__ float pg[kParamLanes][kParamCols + 1], pb[kParamLanes][kParamCols + 1];
+  const int64_t col = int64_t(blockIdx.x) * kParamCols + threadIdx.x;
   float g = 0.0f, b = 0.0f;
-  if (col < C)
-    for (int64_t r = threadIdx.y; r < rows; r += kParamLanes) {
+  if (col < C) {
+    int64_t r = threadIdx.y;
+    for (; r + (kParamUnroll - 1) * int64_t(kParamLanes) < rows; r += kParamUnroll * int64_t(kParamLanes)) {
+      float d[kParamUnroll], xv[kParamUnroll], mu[kParamUnroll], rs[kParamUnroll];
+#pragma unroll
+      for (int u = 0; u < kParamUnroll; ++u) {
+        const int64_t ru = r + u * int64_t(kParamLanes);
+        d[u] = to_f32(dy[ru * C + col]), xv[u] = to_f32(x[ru * C + col]), mu[u] = mean_in[ru], rs[u] = rstd_in[ru];
+      }
+#pragma unroll
+      for (int u = 0; u < kParamUnroll; ++u) {
+        g += tmath::ln_norm(xv[u], mu[u], rs[u]) * d[u];
+        b += d[u];
+      }
+    }
+    for (; r < rows; r += kParamLanes) {
       const float d = to_f32(dy[r * C + col]);
       g += tmath::ln_norm(to_f32(x[r * C + col]), mean_in[r], rstd_in[r]) * d;
       b += d;
     }
+  }
   pg[threadIdx.y][threadIdx.x] = g;
   pb[threadIdx.y][threadIdx.x] = b;
   __syncthreads();
@@ -123,11 +140,11 @@ void CudaOps::layernorm_backward(const LayerNormBackwardArgs& a) {
   const cudaStream_t stream = stream_;
   check_args(a);
   if (a.C == 0) return;
-  const int64_t tiles = (a.C + 31) / 32;
+  const int64_t tiles = (a.C + kParamCols - 1) / kParamCols;
   AMP_CHECK(tiles <= int64_t(INT32_MAX), "layernorm_backward: too many columns");
   dispatch_float(a.type, "layernorm_backward", [&](auto tt) {
     using T = decltype(tt);
-    ln_backward_dparams_kernel<T><<<unsigned(tiles), dim3(32, kParamLanes), 0, stream>>>(
+    ln_backward_dparams_kernel<T><<<unsigned(tiles), dim3(kParamCols, kParamLanes), 0, stream>>>(
         static_cast<const T*>(a.dy), static_cast<const T*>(a.x), a.mean, a.rstd, static_cast<T*>(a.dgamma),
         static_cast<T*>(a.dbeta), a.accumulate_dparams, a.rows, a.C);
     AMP_CHECK_LAUNCH("ln_backward_dparams_kernel");
