@@ -19,21 +19,24 @@
 //   algorithm (unusual leading dimensions or alignments) the call goes to
 //   cublasGemmStridedBatchedEx with the same mapping, math mode forbidding reduced-precision
 //   reductions. k == 0 runs a small kernel (C = beta * C).
-// add, row_sum, the bias gradient (row_sum's kernel): one thread block per 32-column tile with
-//   kRowSumLanes row lanes, the fixed order of ops_args.h; bit-identical to the CPU twins.
+// add, row_sum, the bias gradient (row_sum's kernel): one thread block per 16-column tile with
+//   kRowSumLanes row lanes, each lane loading 16 of its rows before adding them in order: the
+//   fixed order of ops_args.h; bit-identical to the CPU twins.
 // Transformer kernels: the same per-element functions as the CPU (amp::tmath, compiled with
 //   --fmad=false) and the same fixed reduction orders, so results are bit-identical to the CPU
 //   twin's (NaN payloads aside). No float atomics.
 //   - layer norm forward, its dx, the softmax forward and backward: one warp per row, lane l taking
 //     elements l, l + 32, ...; row sums and maxima by __shfl_xor_sync butterflies.
-//   - dgamma/dbeta: one block per 32-column tile with kRowSumLanes row lanes (row_sum's order).
+//   - dgamma/dbeta: one block per 16-column tile with kRowSumLanes row lanes (row_sum's order),
+//     8 rows loaded ahead of their adds.
 //   - GELU: grid-stride elementwise, 4 elements per thread (one vector load of 4 where aligned).
 //   - embedding backward: keys = tokens (out-of-range ones as `vocab`, sorted last and skipped),
 //     values = positions; CUB's stable radix sort of the pairs over the bits of `vocab`; one thread
 //     block per (run of a token, 256-column tile) sums the run's dx rows in order and adds the sum
 //     to dwte once; dwpe one thread per (position, column) summing over b. Deterministic.
 //   Not tuned yet: the row kernels read 32 consecutive elements per warp and step, and
-//   dgamma/dbeta run ceil(C/32) blocks whose lanes each walk rows/16 rows in order.
+//   dgamma/dbeta's and row_sum's parallelism is fixed at 16 lanes per column (each lane's rows
+//   are one chain in the specification).
 //
 // Every call only enqueues work on the stream (no allocation after the first call of a signature,
 // no host synchronization), so a step can be captured into a CUDA graph once each signature has

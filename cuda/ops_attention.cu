@@ -1,15 +1,18 @@
-// The fused causal attention (backend/attention_args.h) on the device: the twin of
-// src/backend/cpu/ops_attention.cpp, a direct transcription of the specification. One thread per
-// output row (a query's forward and dq; a key's dk and dv), each walking its fixed chain with FP32
-// accumulators: no [T, T] matrix, no atomics, the CPU twin's bits (tmath::exp_f32 and explicit
-// fmaf under --fmad=false). Two shapes of the same chains:
+// The fused causal attention (backend/attention_args.h) on the device. F16 and BF16 at head
+// dimension 64 go to the tensor-core kernels (cuda/attention_tc.h: not the specification's bits,
+// within the rounding of P and dS to the input type) unless CudaOps::set_exact_attention(true);
+// everything else runs here: the twin of src/backend/cpu/ops_attention.cpp, a direct
+// transcription of the specification. One thread per output row (a query's forward and dq; a
+// key's dk and dv), each walking its fixed chain with FP32 accumulators: no [T, T] matrix, no
+// atomics, the CPU twin's bits (tmath::exp_f32 and explicit fmaf under --fmad=false). Two shapes
+// of the same chains:
 // - head dimension 64 (GPT-2's, and every shipped config's): a block of 64 threads owns 64
 //   consecutive rows of one head; the thread's own rows (q and dout for a query; k, or k and v,
 //   for a key) and its accumulators live in registers, the other side's rows pass through shared
 //   memory a 64-row tile at a time, widened to FP32 once per block instead of once per thread. dk
 //   and dv are two kernels (one kernel's k, v, dk and dv would not fit the registers). No tensor
-//   cores: on an H200 the GPT-2 124M step takes 324 ms with this op, 96 ms with the explicit
-//   path's cuBLAS products, 3.8 s with the per-thread kernels (docs/benchmarks.md).
+//   cores: on an H200 the GPT-2 124M step takes 324 ms with this op, 95 ms with the tensor-core
+//   kernels, 3.8 s with the per-thread kernels (docs/benchmarks.md).
 // - any other head dimension: the plain per-thread kernels below, reading global memory.
 #include <type_traits>
 

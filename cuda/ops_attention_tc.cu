@@ -88,18 +88,25 @@ __device__ __forceinline__ void load_a(FragA<E> (&a)[4], const E* rows) {
   for (int k = 0; k < 4; ++k) wmma::load_matrix_sync(a[k], mma_ptr(rows + 16 * k), kLd16);
 }
 
-// out[16 x 64] (FP32, pitch kLd32) = a[16 x 64] * tile^T, tile a 16-bit [64 x 64] tile.
-template <typename E>
-__device__ __forceinline__ void product_transposed(float* out, const FragA<E> (&a)[4], const E* tile) {
+// out[16 x 64] (FP32, pitch kLd32) = a[16 x 64] * B, B = tile^T (kTransposed) or tile, tile a
+// 16-bit [64 x 64] tile.
+template <bool kTransposed, typename E>
+__device__ __forceinline__ void product(float* out, const FragA<E> (&a)[4], const E* tile) {
 #pragma unroll
   for (int n = 0; n < 4; ++n) {
     FragC acc;
     wmma::fill_fragment(acc, 0.0f);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      FragBt<E> bt;
-      wmma::load_matrix_sync(bt, mma_ptr(tile + 16 * n * kLd16 + 16 * k), kLd16);
-      wmma::mma_sync(acc, a[k], bt, acc);
+      if constexpr (kTransposed) {
+        FragBt<E> b;
+        wmma::load_matrix_sync(b, mma_ptr(tile + 16 * n * kLd16 + 16 * k), kLd16);
+        wmma::mma_sync(acc, a[k], b, acc);
+      } else {
+        FragB<E> b;
+        wmma::load_matrix_sync(b, mma_ptr(tile + 16 * k * kLd16 + 16 * n), kLd16);
+        wmma::mma_sync(acc, a[k], b, acc);
+      }
     }
     wmma::store_matrix_sync(out + 16 * n, acc, kLd32, wmma::mem_row_major);
   }
@@ -164,7 +171,7 @@ __global__ void __launch_bounds__(kTcThreads)
     load_tile(ks, qh + g.H * kD, tl.b * g.T + j0, g.T - j0, pitch);
     load_tile(vs, qh + 2 * g.H * kD, tl.b * g.T + j0, g.T - j0, pitch);
     __syncthreads();
-    product_transposed(sw, qa, ks);
+    product<true>(sw, qa, ks);
     __syncwarp();
     float s[32], mt = m;
 #pragma unroll
@@ -188,18 +195,7 @@ __global__ void __launch_bounds__(kTcThreads)
     __syncwarp();
     FragA<E> pa[4];
     load_a(pa, pw);
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {  // sw = P V (the scores are consumed)
-      FragC acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        FragB<E> vb;
-        wmma::load_matrix_sync(vb, mma_ptr(vs + 16 * k * kLd16 + 16 * n), kLd16);
-        wmma::mma_sync(acc, pa[k], vb, acc);
-      }
-      wmma::store_matrix_sync(sw + 16 * n, acc, kLd32, wmma::mem_row_major);
-    }
+    product<false>(sw, pa, vs);  // P V (the scores are consumed)
     __syncwarp();
 #pragma unroll
     for (int c = 0; c < 32; ++c) o[c] = o[c] * corr + sw[r * kLd32 + 2 * c + half];
@@ -254,8 +250,8 @@ __global__ void __launch_bounds__(kTcThreads)
     load_tile(ks, qh + g.H * kD, tl.b * g.T + j0, g.T - j0, pitch);
     load_tile(vs, qh + 2 * g.H * kD, tl.b * g.T + j0, g.T - j0, pitch);
     __syncthreads();
-    product_transposed(sw, qa, ks);   // S
-    product_transposed(dpw, ga, vs);  // dP
+    product<true>(sw, qa, ks);   // S
+    product<true>(dpw, ga, vs);  // dP
     __syncwarp();
 #pragma unroll
     for (int c = 0; c < 32; ++c) {
@@ -326,8 +322,8 @@ __global__ void __launch_bounds__(kTcThreads)
       st_delta[threadIdx.x] = t < g.T ? delta[head + t] : 0.0f;
     }
     __syncthreads();
-    product_transposed(sw, ka, qs);   // S^T: [keys, queries]
-    product_transposed(dpw, va, gs);  // dP^T
+    product<true>(sw, ka, qs);   // S^T: [keys, queries]
+    product<true>(dpw, va, gs);  // dP^T
     __syncwarp();
 #pragma unroll
     for (int c = 0; c < 32; ++c) {

@@ -17,7 +17,9 @@
 #   3. headline   GPT-2 124M (configs/gpt2_124m.yaml) on one GPU: steady step time and MFU, next to
 #                 the PyTorch peer in the same run
 #   4. e2e        end-to-end training on one GPU rank: the MLP, the small GPT, gradient accumulation
-#   5. bench      the MLP step and its GEMMs against PyTorch autocast and cuBLAS, in what is left
+#   5. bench      in what is left: where the GPT-2 step's time goes (every op timed), where fused
+#                 attention overtakes the explicit path, the MLP step and its GEMMs against PyTorch
+#                 autocast and cuBLAS
 # then the tables and a summary (one PASS/FAIL/note line per stage). Exit code 1 if a stage failed.
 #
 # Time: everything runs under one budget (AMP_GPU_CHECK_BUDGET seconds, default 560). Every command
@@ -172,7 +174,7 @@ if [ $DRY = 1 ]; then
   else
     rc=$?; fail "configure ($(why $rc))"; show_tail "$LOGS/configure.log" 40; finish
   fi
-  TARGETS=(amp_ddp amp_device_logic_tests)
+  TARGETS=(amp_ddp amp_device_logic_tests bench_gpt_step)
 else
   BUILD=$ROOT/build-gpu
   DEVICE=cuda
@@ -228,12 +230,12 @@ else
     mkdir -p "$BUILD/tests/gpu" "$BUILD/bench/gpu"
     if ! { install -m 755 .gpu_prebuilt/amp_ddp "$BUILD/amp_ddp" && install -m 755 .gpu_prebuilt/amp_gpu_tests "$TESTS" &&
            install -m 755 .gpu_prebuilt/bench_gpu_step .gpu_prebuilt/bench_gpu_gemm .gpu_prebuilt/probe_fp8_gemm \
-             "$BUILD/bench/gpu/"; } 2> "$LOGS/install.log"; then
+             "$BUILD/bench/gpu/" && install -m 755 .gpu_prebuilt/bench_gpt_step "$BUILD/bench/"; } 2> "$LOGS/install.log"; then
       fail "prebuilt binaries: $(head -1 "$LOGS/install.log") (scripts/gpu_prepare.sh --prebuilt makes them all)"
       finish
     fi
     say "prebuilt: $(paste -sd ';' .gpu_prebuilt/MANIFEST)"
-    BINS=("$BUILD/amp_ddp" "$TESTS" "$BUILD"/bench/gpu/{bench_gpu_step,bench_gpu_gemm,probe_fp8_gemm})
+    BINS=("$BUILD/amp_ddp" "$TESTS" "$BUILD"/bench/gpu/{bench_gpu_step,bench_gpu_gemm,probe_fp8_gemm} "$BUILD/bench/bench_gpt_step")
     # Where a CUDA toolkit or PyTorch's wheels (nvidia/<library>/lib, nvidia/cu13/lib) keep
     # libcudart, libcublas(Lt) and libnccl: each library the loader cannot find is looked up there,
     # in this order, and its folder appended to LD_LIBRARY_PATH.
@@ -308,7 +310,7 @@ PY
     fi
     HAVE_NCCL=0
     grep -qE "NCCL +: ON" "$LOGS/configure.log" && HAVE_NCCL=1
-    TARGETS=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm)
+    TARGETS=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm bench_gpt_step)
   fi
 fi
 if [ "${PREBUILT:-0}" = 1 ]; then :
@@ -503,6 +505,22 @@ fi
 phase_done e2e
 
 # ================================================================ phase 5: benchmarks (not tests)
+# Where the GPT-2 step's time goes on this GPU: bench_gpt_step --device cuda times every model op
+# (each waiting for the device: nothing overlaps, no graph) with fused attention, and compares the
+# step's GEMMs with the same GEMMs bare; its "model's ops" table goes into the report. The dry
+# run: the tiny GPT on the CPU.
+STEP_ARGS=(--layers 12 --embd 768 --heads 12 --seq 1024 --vocab 50257 --batch 16 --precision bf16 --steps 5
+           --rounds 1 --attention fused --device "$DEVICE")
+[ $DRY = 1 ] && STEP_ARGS=(--layers 2 --embd 64 --heads 2 --seq 128 --vocab 50257 --batch 2 --precision bf16 --steps 2
+                           --rounds 1 --attention fused --device cpu)
+if run_logged "$LOGS/bench_gpt_step.log" 60 -- "$BUILD/bench/bench_gpt_step" "${STEP_ARGS[@]}"; then
+  pass "where the GPT-2 step's time goes (bench_gpt_step, fused attention, every op waited for): $(grep -m1 -o 'GEMMs [0-9.]* ms.*' "$LOGS/bench_gpt_step.log")"
+  sed -n '/^the model.s ops/,/^  GEMMs/p' "$LOGS/bench_gpt_step.log" | tee -a "$REPORT"
+else
+  rc=$?
+  if [ $rc = 125 ]; then note "bench_gpt_step not run (time budget)"; else fail "bench_gpt_step ($(why $rc))"; show_tail "$LOGS/bench_gpt_step.log" 15; fi
+fi
+
 # Where fused attention overtakes the explicit path on this GPU: GPT-2 124M at 16 x 1024 tokens per
 # step split into T = 256 .. 2048 (batch 64 .. 8), 12 steps of each path, steady step time from
 # the logged intervals (scripts/scaling_model.py --mfu). The dry run: T = 32 and 64 on the tiny GPT.

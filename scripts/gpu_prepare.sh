@@ -7,9 +7,10 @@
 #
 # --prebuilt[=BUILD] also brings this machine's CUDA build (default build/, configured with CUDA
 # for sm_90 and NCCL; its GPU targets are brought up to date first) to .gpu_prebuilt/ (git-ignored):
-# amp_ddp, amp_gpu_tests, bench_gpu_step, bench_gpu_gemm and probe_fp8_gemm, stripped, with a
-# MANIFEST naming the commit they were built from. gpu_check.sh then runs them instead of building (a device lease is
-# minutes: the build there costs a quarter of it), so carry both folders:
+# amp_ddp, amp_gpu_tests, bench_gpu_step, bench_gpu_gemm, probe_fp8_gemm and bench_gpt_step,
+# stripped, with a MANIFEST naming the commit they were built from. gpu_check.sh then runs them
+# instead of building (a device lease is minutes: the build there costs a quarter of it), so carry
+# both folders:
 #     device run: command "scripts/gpu_check.sh", carry [".gpu_debs", ".gpu_prebuilt"]
 # Usage: scripts/gpu_prepare.sh [--with-fmnist] [--no-cmake] [--prebuilt[=BUILD]]
 set -euo pipefail
@@ -65,7 +66,7 @@ if [ -n "$prebuilt" ]; then
   arch=$(grep -rhoE "sm_[0-9]+a?" "$prebuilt" --include=flags.make | sort -u | paste -sd, -)
   [[ ",$arch," == *",sm_90,"* || ",$arch," == *",sm_90a,"* ]] ||
     { echo "gpu_prepare: $prebuilt builds CUDA machine code for '${arch:-nothing}', not sm_90 (the H100/H200)" >&2; exit 1; }
-  targets=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm)
+  targets=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm bench_gpt_step)
   cmake --build "$prebuilt" -j "$(nproc)" --target "${targets[@]}" > /dev/null ||
     { echo "gpu_prepare: building ${targets[*]} in $prebuilt failed" >&2; exit 1; }
   mkdir -p .gpu_prebuilt

@@ -44,12 +44,17 @@
 //   dqkv is written entirely (no accumulation): every query, key and value column of every head.
 // Every output element is one fixed chain, so the result does not depend on the thread count, the
 // CPU's vector width or the CUDA launch shape: the twins give the same bits (NaN payloads aside).
+// One exception by default: the CUDA backend runs F16 and BF16 at D = 64 on tensor cores
+// (cuda/attention_tc.h: P and dS rounded to the type before their products, the hardware's sums;
+// deterministic, within that rounding of this specification); CudaOps::set_exact_attention(true)
+// runs this specification there too.
 // Non-finite values propagate as in the explicit path: an inf or NaN score makes its row NaN, and
 // the step's overflow check sees it.
 //
 // Memory per call: forward writes out and 2 floats per (b, h, i); backward needs delta (1 float per
 // (b, h, i)); the CPU twin's per-thread scratch is about 8 * T * D floats (the head's Q, K, V, dO
-// widened to FP32 and dQ's accumulator), the CUDA twin's none.
+// widened to FP32 and dQ's accumulator), the CUDA twin's none (its kernels tile through shared
+// memory).
 #pragma once
 
 #include <cstdint>

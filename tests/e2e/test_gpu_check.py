@@ -62,6 +62,9 @@ for what in ("amp_ddp on cpu: done", "gpt on cpu: done", "gradient accumulation 
 check(re.search(r"^\| 32 \| 8 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", report, re.M) is not None and
       re.search(r"^\| 64 \| 4 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", report, re.M) is not None,
       "the attention crossover table has both paths' step times at both lengths")
+check(re.search(r"^PASS: where the GPT-2 step's time goes \(bench_gpt_step.*GEMMs [0-9.]+ ms", report, re.M) is not None and
+      re.search(r"^  attention_backward +[0-9.]+ ms", report, re.M) is not None,
+      "the bench phase reports where the GPT-2 step's time goes, op by op")
 check(re.search(r"^gpu_check: 0 failure\(s\)", report, re.M) is not None, "the summary counts no failure")
 summ = open(os.path.join(out, "gpu_check_summary.txt")).read()
 check(summ.startswith("== summary (final") and "gpu_check: 0 failure(s)" in summ, "the summary file is the final one")
