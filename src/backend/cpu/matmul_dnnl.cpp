@@ -2,7 +2,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/half.h"
 
 namespace amp::cpu {
 
@@ -23,6 +26,27 @@ memory::data_type dnnl_type(DType t) {
     case DType::F16: return memory::data_type::f16;
     default: throw Error(ErrorKind::Internal, strcat("matmul: unsupported dtype ", dtype_name(t)));
   }
+}
+float load_float(const void* p, DType t, size_t i) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(p)[i];
+    case DType::BF16: return bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::F16: return half_bits_to_float(static_cast<const uint16_t*>(p)[i]);
+    default: throw Error(ErrorKind::Internal, strcat("matmul: unsupported dtype ", dtype_name(t)));
+  }
+}
+
+// n floats to dst as t, each rounded to nearest even.
+void store_floats(void* dst, DType t, const float* v, size_t n) {
+  if (t == DType::F32) {
+    std::memcpy(dst, v, n * sizeof(float));
+    return;
+  }
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  if (t == DType::BF16)
+    for (size_t j = 0; j < n; ++j) d[j] = float_to_bf16_bits(v[j]);
+  else
+    for (size_t j = 0; j < n; ++j) d[j] = float_to_half_bits(v[j]);
 }
 }  // namespace
 
@@ -42,7 +66,9 @@ struct DnnlMatmul::Impl {
   struct Slot {
     std::unique_ptr<dnnl::stream> stream;
     std::vector<char> scratch;
+    std::vector<float> partial;  // a K chunk's FP32 product (run_k_chunks)
   };
+  std::vector<float> k_sum;  // run_k_chunks' running sum
   std::deque<Slot> slots;  // references stay valid as it grows
   static constexpr size_t kAlign = 4096;  // the scratchpads' alignment (a page, as oneDNN's own)
 
@@ -101,6 +127,8 @@ struct DnnlMatmul::Impl {
 DnnlMatmul::DnnlMatmul() : impl_(std::make_unique<Impl>()) {}
 DnnlMatmul::~DnnlMatmul() = default;
 
+bool DnnlMatmul::k_chunked(const MatmulShape& s) { return s.trans_a && impl_->get(s).impl.rfind("brg:", 0) == 0; }
+
 MatmulTiles DnnlMatmul::tiles(const MatmulShape& s, int threads) {
   MatmulTiles t;
   t.m = s.m;
@@ -129,8 +157,8 @@ MatmulTiles DnnlMatmul::tiles(const MatmulShape& s, int threads) {
   // the whole product's (the unit test checks every shape it tries): one slice of rows per thread
   // (oneDNN's own threading of one product ran 1.10-1.25x slower at 2 threads than the halves
   // side by side, docs/benchmarks.md). Whole, threaded by oneDNN: products too small to gain from
-  // the cut (fewer than two blocks of rows, or a few microseconds of work), and A^T B (the weight
-  // gradients: cut by columns or strided rows, oneDNN leaves brgemm for its jit GEMM).
+  // the cut (fewer than two blocks of rows, or a few microseconds of work). A^T B (the weight
+  // gradients; run() cuts their sum over K instead, run_k_chunks): no tiles of C.
   if (threads < 2) return {1, 1, s.m, s.n};
   if (s.trans_a || s.m < 2 * MatmulTiles::kRowBlock || flops < kWholeFlops) return t;
   const size_t blocks = (s.m + MatmulTiles::kRowBlock - 1) / MatmulTiles::kRowBlock;
@@ -147,8 +175,13 @@ void DnnlMatmul::run_batch(const MatmulShape& s, const Batch& batch, const void*
                            void* c) {
   if (s.m == 0 || s.n == 0 || batch.count == 0) return;
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  // A batch runs its products side by side, each as on one thread (tiles(s, 1) does not depend on
-  // the thread count); one product is spread as tiles() says.
+  // One A^T B product on brgemm: its sum over K cut into chunks (run_k_chunks). A batch runs its
+  // products side by side, each as on one thread (tiles(s, 1) does not depend on the thread
+  // count); one product is spread as tiles() says.
+  if (batch.count == 1 && k_chunked(s)) {
+    run_k_chunks(s, threads, a, b, bias, c);
+    return;
+  }
   const MatmulTiles t = tiles(s, batch.count == 1 ? threads : 1);
   const size_t units = size_t(t.count()) * batch.count;
   const int workers = units < size_t(threads) ? int(units) : threads;
@@ -192,6 +225,74 @@ void DnnlMatmul::run_batch(const MatmulShape& s, const Batch& batch, const void*
     }
   }
   if (failed) std::rethrow_exception(failed);
+}
+
+void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, const void* b, const void* bias,
+                              void* c) {
+  const size_t chunks = (s.k + kKChunk - 1) / kKChunk, mn = s.m * s.n, ea = dtype_size(s.ab);
+  const int workers = int(chunks < size_t(threads) ? chunks : size_t(threads));
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->ensure_slots(workers < 1 ? 1 : workers);
+    for (int w = 0; w < workers; ++w) impl_->slots[size_t(w)].partial.resize(mn);
+    impl_->k_sum.resize(chunks > size_t(workers) ? mn : 0);
+  }
+  MatmulShape part = s;  // a chunk: every row and column of C, kKChunk rows of A and B, FP32, no bias
+  part.lda = s.a_stride(), part.ldb = s.b_stride(), part.ldc = s.n;
+  part.c = DType::F32, part.has_bias = false;
+  float* sum = impl_->k_sum.data();  // the earlier waves' sum (more waves than one)
+  std::exception_ptr failed;
+  for (size_t wave = 0; wave < chunks; wave += size_t(workers)) {
+    const size_t in_wave = std::min(chunks - wave, size_t(workers));
+#pragma omp parallel num_threads(int(in_wave))
+    {
+      const int w = omp_get_thread_num();
+      omp_set_num_threads(1);
+      const size_t k0 = (wave + size_t(w)) * kKChunk;
+      MatmulShape p = part;
+      p.k = std::min(s.k, k0 + kKChunk) - k0;
+      try {  // A stored K x M: rows k0.. of it; B: rows k0.. (K x N) or columns k0.. (N x K)
+        impl_->execute(w, p, static_cast<const char*>(a) + k0 * part.lda * ea,
+                       static_cast<const char*>(b) + (s.trans_b ? k0 : k0 * part.ldb) * ea, nullptr,
+                       impl_->slots[size_t(w)].partial.data());
+      } catch (...) {
+#pragma omp critical(amp_matmul_failed)
+        if (!failed) failed = std::current_exception();
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
+    // The wave's partials in chunk order, after the running sum of the earlier waves.
+    std::vector<const float*> terms;
+    if (wave > 0) terms.push_back(sum);
+    for (size_t i = 0; i < in_wave; ++i) terms.push_back(impl_->slots[i].partial.data());
+    if (wave + in_wave < chunks) {  // sum = ((P0 + P1) + P2) + ..., element by element
+#pragma omp parallel for schedule(static) num_threads(workers)
+      for (size_t e = 0; e < mn; ++e) {
+        float v = terms[0][e];
+        for (size_t t = 1; t < terms.size(); ++t) v += terms[t][e];
+        sum[e] = v;
+      }
+      continue;
+    }
+    // The last wave: C = round(sum of the terms + bias), the one rounding (to nearest even, as
+    // oneDNN's).
+    std::vector<float> bias_f(s.has_bias ? s.n : 0);
+    for (size_t j = 0; j < bias_f.size(); ++j) bias_f[j] = load_float(bias, s.bias, j);
+    const size_t ldc = s.c_stride(), ec = dtype_size(s.c);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (size_t r = 0; r < s.m; ++r) {
+      float row[256];
+      for (size_t j0 = 0; j0 < s.n; j0 += 256) {
+        const size_t nj = std::min<size_t>(256, s.n - j0), e0 = r * s.n + j0;
+        for (size_t j = 0; j < nj; ++j) row[j] = terms[0][e0 + j];
+        for (size_t t = 1; t < terms.size(); ++t)
+          for (size_t j = 0; j < nj; ++j) row[j] += terms[t][e0 + j];
+        if (s.has_bias)
+          for (size_t j = 0; j < nj; ++j) row[j] += bias_f[j0 + j];
+        store_floats(static_cast<char*>(c) + (r * ldc + j0) * ec, s.c, row, nj);
+      }
+    }
+  }
 }
 
 std::string DnnlMatmul::implementation(const MatmulShape& s) { return impl_->get(s).impl; }

@@ -8,6 +8,13 @@
 //   thread, each a single-threaded product (oneDNN's own threading of one product ran 1.10-1.25x
 //   slower at 2 threads than the halves side by side, docs/benchmarks.md). Each element of C is
 //   the same dot over K whichever slice computes it.
+// - brgemm, A^T B (the weight gradients): oneDNN threads it by cutting the sum over K on AMX CPUs
+//   (1 and 2 threads differed in 47 of 442,368 elements of a 1152 x 384 x 2048 BF16 product), and
+//   a slice of A^T's rows or of B's columns is a strided operand it leaves brgemm for. So the sum
+//   over K is cut here, by the shape alone: chunks of kKChunk rows of A and B, each a whole
+//   single-threaded A^T B product into FP32, run side by side (a wave of as many as there are
+//   threads), and added in chunk order (((P0 + P1) + P2) + ...), the bias after them, rounded
+//   once to C's dtype. The same additions in the same order at any thread count.
 // - jit GEMM (AVX2-only CPUs, and strided operands anywhere): it orders an element's sum over K
 //   by the shape it is given, and threaded by itself cuts K for some shapes, so C is cut into
 //   tiles chosen by the product's shape alone, each tile a single-threaded product, whatever the
@@ -82,6 +89,11 @@ class DnnlMatmul {
   // bench_gpt_step under ONEDNN_MAX_CPU_ISA=AVX2 (docs/benchmarks.md).
   static constexpr size_t kJitTile = 1024;
   static constexpr double kJitSpread = 1e8;
+  // brgemm's A^T B: rows of K per chunk (the partial sums held at once: one M x N FP32 block per
+  // thread and one for the sum).
+  static constexpr size_t kKChunk = 1024;
+  bool k_chunked(const MatmulShape& s);
+  void run_k_chunks(const MatmulShape& s, int threads, const void* a, const void* b, const void* bias, void* c);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
