@@ -127,7 +127,9 @@ struct DnnlMatmul::Impl {
 DnnlMatmul::DnnlMatmul() : impl_(std::make_unique<Impl>()) {}
 DnnlMatmul::~DnnlMatmul() = default;
 
-bool DnnlMatmul::k_chunked(const MatmulShape& s) { return s.trans_a && impl_->get(s).impl.rfind("brg:", 0) == 0; }
+bool DnnlMatmul::k_chunked(const MatmulShape& s) {
+  return s.trans_a && s.k > 0 && impl_->get(s).impl.rfind("brg:", 0) == 0;
+}
 
 MatmulTiles DnnlMatmul::tiles(const MatmulShape& s, int threads) {
   MatmulTiles t;
