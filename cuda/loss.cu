@@ -66,25 +66,21 @@ __global__ void __launch_bounds__(kThreads) softmax_xent_kernel(const L* logits,
     // and the columns past the last whole step one by one.
     Best best{0.0f, -1};
     float lane_max = -INFINITY;
+    const auto visit = [&](float x, size_t col) {
+      best = better(best, Best{x, (long long)col});
+      lane_max = fmaxf(lane_max, x);
+    };
     size_t j = lane;
     if (vec) {
       const size_t whole = c / (kPack * 32) * (kPack * 32);
       for (size_t j0 = lane * kPack; j0 < whole; j0 += kPack * 32) {
         const Pack<L, kPack> pk = *reinterpret_cast<const Pack<L, kPack>*>(row + j0);
 #pragma unroll
-        for (int u = 0; u < kPack; ++u) {
-          const float x = to_f32(pk.v[u]);
-          best = better(best, Best{x, (long long)(j0 + u)});
-          lane_max = fmaxf(lane_max, x);
-        }
+        for (int u = 0; u < kPack; ++u) visit(to_f32(pk.v[u]), j0 + u);
       }
       j = whole + lane;
     }
-    for (; j < c; j += 32) {
-      const float x = to_f32(row[j]);
-      best = better(best, Best{x, (long long)j});
-      lane_max = fmaxf(lane_max, x);
-    }
+    for (; j < c; j += 32) visit(to_f32(row[j]), j);
     best = warp_best(best);
     // The specification's softmax (backend/ops_args.h): the 32-lane maximum (NaN ignored, as the
     // CPU's max_op), the 32-lane sum of exp_f32(x - m), p = e / s, each lane taking the columns

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -12,7 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/half.h"
+#include "core/convert.h"
 
 namespace amp::cpu {
 
@@ -26,27 +25,6 @@ memory::data_type dnnl_type(DType t) {
     case DType::F16: return memory::data_type::f16;
     default: throw Error(ErrorKind::Internal, strcat("matmul: unsupported dtype ", dtype_name(t)));
   }
-}
-float load_float(const void* p, DType t, size_t i) {
-  switch (t) {
-    case DType::F32: return static_cast<const float*>(p)[i];
-    case DType::BF16: return bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DType::F16: return half_bits_to_float(static_cast<const uint16_t*>(p)[i]);
-    default: throw Error(ErrorKind::Internal, strcat("matmul: unsupported dtype ", dtype_name(t)));
-  }
-}
-
-// n floats to dst as t, each rounded to nearest even.
-void store_floats(void* dst, DType t, const float* v, size_t n) {
-  if (t == DType::F32) {
-    std::memcpy(dst, v, n * sizeof(float));
-    return;
-  }
-  uint16_t* d = static_cast<uint16_t*>(dst);
-  if (t == DType::BF16)
-    for (size_t j = 0; j < n; ++j) d[j] = float_to_bf16_bits(v[j]);
-  else
-    for (size_t j = 0; j < n; ++j) d[j] = float_to_half_bits(v[j]);
 }
 }  // namespace
 
@@ -267,20 +245,14 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
     std::vector<const float*> terms;
     if (wave > 0) terms.push_back(sum);
     for (size_t i = 0; i < in_wave; ++i) terms.push_back(impl_->slots[i].partial.data());
-    if (wave + in_wave < chunks) {  // sum = ((P0 + P1) + P2) + ..., element by element
-#pragma omp parallel for schedule(static) num_threads(workers)
-      for (size_t e = 0; e < mn; ++e) {
-        float v = terms[0][e];
-        for (size_t t = 1; t < terms.size(); ++t) v += terms[t][e];
-        sum[e] = v;
-      }
-      continue;
-    }
-    // The last wave: C = round(sum of the terms + bias), the one rounding (to nearest even, as
-    // oneDNN's).
-    std::vector<float> bias_f(s.has_bias ? s.n : 0);
-    for (size_t j = 0; j < bias_f.size(); ++j) bias_f[j] = load_float(bias, s.bias, j);
-    const size_t ldc = s.c_stride(), ec = dtype_size(s.c);
+    // Before the last wave: sum = ((P0 + P1) + P2) + ..., in FP32. The last wave: C = round(that
+    // sum + bias), the one rounding (to nearest even, as oneDNN's).
+    const bool last = wave + in_wave == chunks;
+    std::vector<float> bias_f(last && s.has_bias ? s.n : 0);
+    if (!bias_f.empty()) convert(bias, s.bias, bias_f.data(), DType::F32, s.n);
+    const DType out = last ? s.c : DType::F32;
+    const size_t ld = last ? s.c_stride() : s.n, eo = dtype_size(out);
+    char* dst = last ? static_cast<char*>(c) : reinterpret_cast<char*>(sum);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (size_t r = 0; r < s.m; ++r) {
       float row[256];
@@ -289,9 +261,9 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
         for (size_t j = 0; j < nj; ++j) row[j] = terms[0][e0 + j];
         for (size_t t = 1; t < terms.size(); ++t)
           for (size_t j = 0; j < nj; ++j) row[j] += terms[t][e0 + j];
-        if (s.has_bias)
+        if (!bias_f.empty())
           for (size_t j = 0; j < nj; ++j) row[j] += bias_f[j0 + j];
-        store_floats(static_cast<char*>(c) + (r * ldc + j0) * ec, s.c, row, nj);
+        convert(row, DType::F32, dst + (r * ld + j0) * eo, out, nj);
       }
     }
   }
