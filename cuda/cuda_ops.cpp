@@ -127,15 +127,23 @@ void CudaOps::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, 
   cuda::add_bias_rows(launch(), b, Tensor{c32.d, DType::F32, y.rows, y.cols}, y);
 }
 
-float* CudaOps::f32_scratch(size_t n) {
-  if (gemm_scratch_.size() < n) {
-    not_capturing("growing the GEMM scratch buffer (a new shape)");
+float* CudaOps::grow_scratch(DeviceBuffer<float>& buf, size_t n, const char* what) {
+  if (buf.size() < n) {
+    not_capturing(what);
     // A captured graph may hold the old buffer's address (a larger evaluation batch grows it after
     // the training step was captured): it is kept, never freed while the backend lives.
-    retired_scratch_.push_back(std::move(gemm_scratch_));
-    gemm_scratch_ = DeviceBuffer<float>(n);
+    retired_scratch_.push_back(std::move(buf));
+    buf = DeviceBuffer<float>(n);
   }
-  return gemm_scratch_.get();
+  return buf.get();
+}
+
+float* CudaOps::f32_scratch(size_t n) {
+  return grow_scratch(gemm_scratch_, n, "growing the GEMM scratch buffer (a new shape)");
+}
+
+float* CudaOps::sum_scratch(size_t n) {
+  return grow_scratch(sum_scratch_, n, "growing the column sums' scratch buffer (a new shape)");
 }
 
 void CudaOps::linear_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx) {

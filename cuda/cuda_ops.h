@@ -120,6 +120,9 @@ class CudaOps final : public ComputeOps {
   // An FP32 buffer of at least n elements for GEMM results that still get a bias (grown outside
   // captures only: the eager warm-up steps size it; outgrown ones are kept, a graph may hold them).
   float* f32_scratch(size_t n);
+  // FP32 partials of row_sum's segments (cuda/row_sum_order.cuh), grown as f32_scratch is.
+  float* sum_scratch(size_t n);
+  float* grow_scratch(DeviceBuffer<float>& buf, size_t n, const char* what);
   void gelu_tanh_forward(const GeluArgs& a);
   void gelu_tanh_backward(const GeluBackwardArgs& a);
   void scale_c(const GemmArgs& g);  // k == 0: C = beta * C (ops_general.cu)
@@ -141,7 +144,7 @@ class CudaOps final : public ComputeOps {
   std::unique_ptr<GemmPlans, GemmPlansDeleter> plans_;
   DeviceBuffer<double> loss_partials_;
   DeviceBuffer<long long> hit_partials_;
-  DeviceBuffer<float> gemm_scratch_;
+  DeviceBuffer<float> gemm_scratch_, sum_scratch_;
   std::vector<DeviceBuffer<float>> retired_scratch_;
   bool warned_bias_ = false;
   bool exact_attention_ = false;

@@ -14,96 +14,84 @@ namespace {
 
 constexpr unsigned kWarpsPerBlock = kThreads / 32;
 
-// Arg-max with the CPU's sequential semantics (mx = v[0]; v[j] > mx moves it): a NaN in column 0
-// wins, other NaNs are ignored, ties go to the smaller column. As a total order it can be reduced
-// in any tree shape.
-struct Best {
-  float v;
-  long long i;  // -1: nothing yet
-};
-
-__device__ __forceinline__ int best_class(const Best& b) {
-  if (b.i < 0) return -1;
-  if (b.v != b.v) return b.i == 0 ? 2 : 0;
-  return 1;
-}
-
-__device__ __forceinline__ Best better(const Best& a, const Best& b) {
-  const int ca = best_class(a), cb = best_class(b);
-  if (ca != cb) return ca > cb ? a : b;
-  if (ca == 1 && a.v != b.v) return a.v > b.v ? a : b;
-  return a.i <= b.i ? a : b;
-}
-
-__device__ __forceinline__ Best warp_best(Best b) {
-  for (int m = 16; m > 0; m >>= 1) {
-    Best o;
-    o.v = __shfl_xor_sync(0xffffffffu, b.v, m);
-    o.i = __shfl_xor_sync(0xffffffffu, b.i, m);
-    b = better(b, o);
-  }
-  return b;
-}
-
 template <typename L, typename G>
 __global__ void __launch_bounds__(kThreads) softmax_xent_kernel(const L* logits,
                                                                 const int32_t* __restrict__ labels,
                                                                 const float* __restrict__ scale, float inv_count,
-                                                                G* dlogits, size_t rows, size_t c, size_t ld,
-                                                                size_t ld_d, bool vec, double* part_loss,
+                                                                G* dlogits, size_t rows, unsigned c, size_t ld,
+                                                                size_t ld_d, bool vec, bool vec_d, double* part_loss,
                                                                 long long* part_hits) {
-  constexpr int kPack = int(16 / sizeof(L));
+  constexpr unsigned kPack = 16 / sizeof(L);  // columns of one 16-byte load
+  constexpr unsigned kStep = kPack * 32;      // columns of one warp step of the vector loops
+  constexpr unsigned kAhead = 8;              // columns a lane loads before adding their terms
+  constexpr unsigned kNone = 0xffffffffu;
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const size_t total_warps = size_t(gridDim.x) * kWarpsPerBlock;
+  const unsigned whole = vec ? c / kStep * kStep : 0;  // columns the vector loops take
   const float gmul = *scale * inv_count;
   double loss = 0.0;
   long long hits = 0;
   for (size_t r = size_t(blockIdx.x) * kWarpsPerBlock + warp; r < rows; r += total_warps) {
     const L* row = logits + r * ld;
-    // The arg-max and the maximum in one pass. Neither depends on the order (better is a total
-    // order; the maximum ignores NaN, as the CPU's max_op), so where the rows are 16-byte aligned
-    // (vec) each lane reads kPack consecutive columns at a time, kPack * 32 columns per warp step,
-    // and the columns past the last whole step one by one.
-    Best best{0.0f, -1};
+    // 1. The maximum, NaN ignored (the CPU's max_op). It does not depend on the order, so each lane
+    //    reads kPack consecutive columns at a time where the rows are 16-byte aligned (vec).
     float lane_max = -INFINITY;
-    const auto visit = [&](float x, size_t col) {
-      best = better(best, Best{x, (long long)col});
-      lane_max = fmaxf(lane_max, x);
-    };
-    size_t j = lane;
-    if (vec) {
-      const size_t whole = c / (kPack * 32) * (kPack * 32);
-      for (size_t j0 = lane * kPack; j0 < whole; j0 += kPack * 32) {
-        const Pack<L, kPack> pk = *reinterpret_cast<const Pack<L, kPack>*>(row + j0);
+    for (unsigned j0 = lane * kPack; j0 < whole; j0 += kStep) {
+      const Pack<L, kPack> pk = *reinterpret_cast<const Pack<L, kPack>*>(row + j0);
 #pragma unroll
-        for (int u = 0; u < kPack; ++u) visit(to_f32(pk.v[u]), j0 + u);
-      }
-      j = whole + lane;
+      for (unsigned u = 0; u < kPack; ++u) lane_max = fmaxf(lane_max, to_f32(pk.v[u]));
     }
-    for (; j < c; j += 32) visit(to_f32(row[j]), j);
-    best = warp_best(best);
-    // The specification's softmax (backend/ops_args.h): the 32-lane maximum (NaN ignored, as the
-    // CPU's max_op), the 32-lane sum of exp_f32(x - m), p = e / s, each lane taking the columns
-    // lane, lane + 32, ... in order: the CPU twin's bits.
+    for (unsigned j = whole + lane; j < c; j += 32) lane_max = fmaxf(lane_max, to_f32(row[j]));
     const float m = rows::warp_max(lane_max);
+    // 2. The specification's sum (backend/ops_args.h): lane l adds exp_f32(x_j - m) for j = l, l + 32,
+    //    ... in order, kAhead loads ahead; the 32-lane sum of those is s, the CPU twin's bits. Each
+    //    lane also notes its first column equal to m: the smallest of those is the CPU's arg-max
+    //    (the first column of the maximum) unless x_0 is NaN, when the arg-max is 0.
     float lane_sum = 0.0f;
-    for (size_t j = lane; j < c; j += 32) lane_sum = lane_sum + tmath::exp_f32(to_f32(row[j]) - m);
+    unsigned first = kNone;
+    const auto term = [&](float x, unsigned j) {
+      lane_sum = lane_sum + tmath::exp_f32(x - m);
+      if (first == kNone && x == m) first = j;
+    };
+    unsigned j = lane;
+    for (; j + 32 * (kAhead - 1) < c; j += 32 * kAhead) {
+      float x[kAhead];
+#pragma unroll
+      for (unsigned u = 0; u < kAhead; ++u) x[u] = to_f32(row[j + 32 * u]);
+#pragma unroll
+      for (unsigned u = 0; u < kAhead; ++u) term(x[u], j + 32 * u);
+    }
+    for (; j < c; j += 32) term(to_f32(row[j]), j);
     const float s = rows::warp_sum(lane_sum);
+#pragma unroll
+    for (int h = 16; h > 0; h >>= 1) first = min(first, __shfl_xor_sync(rows::kFullMask, first, h));
     const double lse = double(m) + log(double(s));
     const int32_t y = labels[r];
-    const bool valid = y >= 0 && size_t(y) < c;
+    const bool valid = y >= 0 && unsigned(y) < c;
     if (lane == 0) {
+      const unsigned arg = to_f32(row[0]) != to_f32(row[0]) ? 0u : first;
       loss += valid ? lse - double(to_f32(row[y])) : double(NAN);
-      hits += (valid && best.i == (long long)y) ? 1 : 0;
+      hits += (valid && arg == unsigned(y)) ? 1 : 0;
     }
     __syncwarp();  // every lane has read the row before any lane writes (dlogits may be logits)
-    if (dlogits) {
-      G* out = dlogits + r * ld_d;
-      for (size_t j = lane; j < c; j += 32) {
-        const float p = tmath::exp_f32(to_f32(row[j]) - m) / s;
-        out[j] = from_f32<G>((p - (valid && j == size_t(y) ? 1.0f : 0.0f)) * gmul);
-      }
+    if (!dlogits) continue;
+    // 3. The gradient, one element at a time: kPack consecutive columns per lane where both rows are
+    //    16-byte aligned with 16-bit types alike (vec_d).
+    G* out = dlogits + r * ld_d;
+    const unsigned label = valid ? unsigned(y) : kNone;
+    const auto grad = [&](float x, unsigned j) {
+      const float p = tmath::exp_f32(x - m) / s;
+      return from_f32<G>((p - (j == label ? 1.0f : 0.0f)) * gmul);
+    };
+    const unsigned whole_d = vec_d ? whole : 0;
+    for (unsigned j0 = lane * kPack; j0 < whole_d; j0 += kStep) {
+      const Pack<L, kPack> pk = *reinterpret_cast<const Pack<L, kPack>*>(row + j0);
+      Pack<G, kPack> g;
+#pragma unroll
+      for (unsigned u = 0; u < kPack; ++u) g.v[u] = grad(to_f32(pk.v[u]), j0 + u);
+      *reinterpret_cast<Pack<G, kPack>*>(out + j0) = g;
     }
+    for (unsigned j = whole_d + lane; j < c; j += 32) out[j] = grad(to_f32(row[j]), j);
   }
   __shared__ double sl[kWarpsPerBlock];
   __shared__ long long sh[kWarpsPerBlock];
@@ -165,6 +153,7 @@ __global__ void __launch_bounds__(kThreads) loss_finish_kernel(const double* par
 void softmax_xent(const Launch& l, const SoftmaxXentArgs& a, const LossScratch& scratch) {
   check_args(a);
   const size_t rows = size_t(a.rows), c = size_t(a.classes);
+  AMP_CHECK(c < size_t(INT32_MAX), "softmax_xent: ", c, " classes (the CUDA kernel takes fewer than 2^31)");
   if (rows == 0) return;
   const size_t want = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const unsigned blocks = unsigned(std::min<size_t>({want, size_t(scratch.capacity), size_t(l.max_blocks)}));
@@ -174,10 +163,12 @@ void softmax_xent(const Launch& l, const SoftmaxXentArgs& a, const LossScratch& 
     dispatch_float(gtype, "softmax_xent", [&](auto gt) {
       using L = decltype(lt);
       using G = decltype(gt);
+      const bool vec = aligned_to(a.logits, 16) && (size_t(a.ld_logits) * sizeof(L)) % 16 == 0;
+      const bool vec_d = vec && sizeof(G) == sizeof(L) && aligned_to(a.dlogits, 16) &&
+                         (size_t(a.ld_dlogits) * sizeof(G)) % 16 == 0;
       softmax_xent_kernel<L, G><<<blocks, kThreads, 0, l.stream>>>(
-          static_cast<const L*>(a.logits), a.labels, a.scale, a.inv_count, static_cast<G*>(a.dlogits), rows, c,
-          size_t(a.ld_logits), size_t(a.ld_dlogits),
-          aligned_to(a.logits, 16) && (size_t(a.ld_logits) * sizeof(L)) % 16 == 0, scratch.loss, scratch.hits);
+          static_cast<const L*>(a.logits), a.labels, a.scale, a.inv_count, static_cast<G*>(a.dlogits), rows,
+          unsigned(c), size_t(a.ld_logits), size_t(a.ld_dlogits), vec, vec_d, scratch.loss, scratch.hits);
       AMP_CHECK_LAUNCH("softmax_xent_kernel");
     });
   });

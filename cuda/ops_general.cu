@@ -1,20 +1,17 @@
 // Kernels of the general ops (cuda/cuda_ops.h): add (FP32 addition, one rounding), row_sum (the
-// fixed lane order of backend/ops_args.h, no atomics) and the k == 0 GEMM (C = beta * C). Each
+// fixed segment and lane order of backend/ops_args.h, no atomics) and the k == 0 GEMM (C = beta * C). Each
 // element is computed by the same FP32 expression as on the CPU twin, so results are
 // bit-identical (NaN payloads aside). Inputs and outputs of add may be the same memory, so they
 // are not __restrict__.
 #include "cuda/cuda_ops.h"
 #include "cuda/kernel_util.cuh"
+#include "cuda/row_sum_order.cuh"
 
 namespace amp::cuda {
 
 namespace {
 
 constexpr int kVec = 4;
-constexpr unsigned kLanes = unsigned(kRowSumLanes);
-constexpr unsigned kSumCols = 16;  // row_sum's columns per block
-constexpr int kSumUnroll = 16;     // rows a lane loads before adding them
-static_assert(kLanes * kSumCols <= 1024, "row_sum block size");
 
 template <typename A, typename B, typename O>
 __global__ void __launch_bounds__(kThreads) add_kernel(const A* a, const B* b, O* out, size_t n, bool vec,
@@ -34,36 +31,34 @@ __global__ void __launch_bounds__(kThreads) add_kernel(const A* a, const B* b, O
   }
 }
 
-// Block = kSumCols columns x kLanes row lanes. Lane l sums rows l, l + kLanes, ... of its column in
-// row order from +0; the lanes' sums are then added in lane order from +0 (the CPU twin's order).
-// A lane loads kSumUnroll of its rows before it adds them (in order): the loads are in flight
-// together instead of one latency per row. 16 columns (32 bytes of a 16-bit row) per block: twice
-// the blocks of a 32-column tile, for the few-column sums of a transformer's bias gradients.
+// One segment of row_sum's order per block (cuda/row_sum_order.cuh): q = the segment's sum of
+// kCols columns. One segment: out = round(q). More: partial[segment][col] = q, folded afterwards.
 template <typename X, typename O>
-__global__ void __launch_bounds__(kSumCols * kLanes) row_sum_kernel(const X* __restrict__ x, O* __restrict__ out,
-                                                                    int64_t rows, int64_t cols, int64_t ldx) {
-  __shared__ float part[kLanes][kSumCols + 1];
-  const int64_t col = int64_t(blockIdx.x) * kSumCols + threadIdx.x;
+__global__ void __launch_bounds__(sums::kCols * sums::kLanes)
+    row_sum_kernel(const X* __restrict__ x, O* __restrict__ out, float* __restrict__ partial, int64_t rows,
+                   int64_t cols, int64_t ldx) {
+  using sums::kAhead;
+  using sums::kLanes;
+  __shared__ float part[kLanes][sums::kCols + 1];
+  const int64_t col = int64_t(blockIdx.x) * sums::kCols + threadIdx.x, end = sums::segment_end(rows);
   float acc = 0.0f;
   if (col < cols) {
-    int64_t r = threadIdx.y;
-    for (; r + (kSumUnroll - 1) * int64_t(kLanes) < rows; r += kSumUnroll * int64_t(kLanes)) {
-      float v[kSumUnroll];
+    int64_t r = sums::segment_begin() + threadIdx.y;
+    for (; r + (kAhead - 1) * int64_t(kLanes) < end; r += kAhead * int64_t(kLanes)) {
+      float v[kAhead];
 #pragma unroll
-      for (int u = 0; u < kSumUnroll; ++u) v[u] = to_f32(x[(r + u * int64_t(kLanes)) * ldx + col]);
+      for (int u = 0; u < kAhead; ++u) v[u] = to_f32(x[(r + u * int64_t(kLanes)) * ldx + col]);
 #pragma unroll
-      for (int u = 0; u < kSumUnroll; ++u) acc += v[u];
+      for (int u = 0; u < kAhead; ++u) acc += v[u];
     }
-    for (; r < rows; r += kLanes) acc += to_f32(x[r * ldx + col]);
+    for (; r < end; r += kLanes) acc += to_f32(x[r * ldx + col]);
   }
-  part[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float s = 0.0f;
-#pragma unroll
-    for (unsigned l = 0; l < kLanes; ++l) s += part[l][threadIdx.x];
-    out[col] = from_f32<O>(s);
-  }
+  const float q = sums::segment_sum(part, acc);
+  if (threadIdx.y != 0 || col >= cols) return;
+  if (gridDim.y == 1)
+    out[col] = from_f32<O>(q);
+  else
+    partial[int64_t(blockIdx.y) * cols + col] = q;
 }
 
 template <typename T>
@@ -105,15 +100,16 @@ void CudaOps::row_sum(const RowSumArgs& r) {
   const cudaStream_t stream = stream_;
   check_args(r);
   if (r.cols == 0) return;
-  const int64_t blocks = (r.cols + kSumCols - 1) / kSumCols;
-  AMP_CHECK(blocks <= int64_t(INT32_MAX), "row_sum: too many columns");
+  const dim3 grid = sums::segment_grid(r.rows, r.cols, "row_sum");
+  float* partial = grid.y > 1 ? sum_scratch(size_t(grid.y) * size_t(r.cols)) : nullptr;
   dispatch_float(r.x_type, "row_sum", [&](auto xt) {
     dispatch_float(r.out_type, "row_sum", [&](auto ot) {
       using X = decltype(xt);
       using O = decltype(ot);
-      row_sum_kernel<X, O><<<unsigned(blocks), dim3(kSumCols, kLanes), 0, stream>>>(
-          static_cast<const X*>(r.x), static_cast<O*>(r.out), r.rows, r.cols, r.ldx);
+      row_sum_kernel<X, O><<<grid, dim3(sums::kCols, sums::kLanes), 0, stream>>>(
+          static_cast<const X*>(r.x), static_cast<O*>(r.out), partial, r.rows, r.cols, r.ldx);
       AMP_CHECK_LAUNCH("row_sum_kernel");
+      if (partial) sums::fold_segments(stream, partial, int64_t(grid.y), r.cols, static_cast<O*>(r.out), false);
     });
   });
 }

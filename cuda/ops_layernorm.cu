@@ -2,6 +2,7 @@
 // element for element the same FP32 expressions (amp::tmath) in the same reduction orders.
 #include "cuda/cuda_ops.h"
 #include "cuda/row_kernels.cuh"
+#include "cuda/row_sum_order.cuh"
 
 namespace amp::cuda {
 
@@ -68,56 +69,57 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Block = kParamCols columns x kParamLanes row lanes: lane l sums rows l, l + kParamLanes, ... from
-// +0, then the lanes are added in lane order from +0 (row_sum's order). A lane loads kParamUnroll
-// of its rows (dy, x and the row's statistics) before it adds their terms in order, so the loads
-// are in flight together; 16 columns per block (row_sum's reasons, cuda/ops_general.cu).
+// One segment of row_sum's order per block (cuda/row_sum_order.cuh), for dgamma's terms
+// n_rj * dy_rj and dbeta's dy_rj: a lane loads kAhead of its rows (dy, x and the row's statistics)
+// before it adds their terms in order. One segment: dgamma, dbeta = round(q) (or round(old + q));
+// more: the partials pg, pb [segment][col], folded afterwards.
 template <typename T>
-__global__ void __launch_bounds__(kParamCols * kParamLanes)
+__global__ void __launch_bounds__(sums::kCols * sums::kLanes)
     ln_backward_dparams_kernel(const T* __restrict__ dy, const T* __restrict__ x, const float* __restrict__ mean_in,
                                const float* __restrict__ rstd_in, T* __restrict__ dgamma, T* __restrict__ dbeta,
-                               bool accumulate, int64_t rows, int64_t C) {
-  __shared__ float pg[kParamLanes][kParamCols + 1], pb[kParamLanes][kParamCols + 1];
-  const int64_t col = int64_t(blockIdx.x) * kParamCols + threadIdx.x;
+                               float* __restrict__ pg, float* __restrict__ pb, bool accumulate, int64_t rows,
+                               int64_t C) {
+  constexpr int kAhead = 8;  // four values per row: half row_sum's rows ahead
+  using sums::kLanes;
+  __shared__ float part[kLanes][sums::kCols + 1];
+  const int64_t col = int64_t(blockIdx.x) * sums::kCols + threadIdx.x, end = sums::segment_end(rows);
   float g = 0.0f, b = 0.0f;
   if (col < C) {
-    int64_t r = threadIdx.y;
-    for (; r + (kParamUnroll - 1) * int64_t(kParamLanes) < rows; r += kParamUnroll * int64_t(kParamLanes)) {
-      float d[kParamUnroll], xv[kParamUnroll], mu[kParamUnroll], rs[kParamUnroll];
+    int64_t r = sums::segment_begin() + threadIdx.y;
+    for (; r + (kAhead - 1) * int64_t(kLanes) < end; r += kAhead * int64_t(kLanes)) {
+      float d[kAhead], xv[kAhead], mu[kAhead], rs[kAhead];
 #pragma unroll
-      for (int u = 0; u < kParamUnroll; ++u) {
-        const int64_t ru = r + u * int64_t(kParamLanes);
+      for (int u = 0; u < kAhead; ++u) {
+        const int64_t ru = r + u * int64_t(kLanes);
         d[u] = to_f32(dy[ru * C + col]), xv[u] = to_f32(x[ru * C + col]), mu[u] = mean_in[ru], rs[u] = rstd_in[ru];
       }
 #pragma unroll
-      for (int u = 0; u < kParamUnroll; ++u) {
+      for (int u = 0; u < kAhead; ++u) {
         g += tmath::ln_norm(xv[u], mu[u], rs[u]) * d[u];
         b += d[u];
       }
     }
-    for (; r < rows; r += kParamLanes) {
+    for (; r < end; r += kLanes) {
       const float d = to_f32(dy[r * C + col]);
       g += tmath::ln_norm(to_f32(x[r * C + col]), mean_in[r], rstd_in[r]) * d;
       b += d;
     }
   }
-  pg[threadIdx.y][threadIdx.x] = g;
-  pb[threadIdx.y][threadIdx.x] = b;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < C) {
-    float sg = 0.0f, sb = 0.0f;
-#pragma unroll
-    for (unsigned l = 0; l < kParamLanes; ++l) {
-      sg += pg[l][threadIdx.x];
-      sb += pb[l][threadIdx.x];
-    }
-    if (accumulate) {
-      sg = to_f32(dgamma[col]) + sg;
-      sb = to_f32(dbeta[col]) + sb;
-    }
-    dgamma[col] = from_f32<T>(sg);
-    dbeta[col] = from_f32<T>(sb);
+  float sg = sums::segment_sum(part, g);
+  __syncthreads();  // part is reused
+  float sb = sums::segment_sum(part, b);
+  if (threadIdx.y != 0 || col >= C) return;
+  if (gridDim.y > 1) {
+    pg[int64_t(blockIdx.y) * C + col] = sg;
+    pb[int64_t(blockIdx.y) * C + col] = sb;
+    return;
   }
+  if (accumulate) {
+    sg = to_f32(dgamma[col]) + sg;
+    sb = to_f32(dbeta[col]) + sb;
+  }
+  dgamma[col] = from_f32<T>(sg);
+  dbeta[col] = from_f32<T>(sb);
 }
 
 }  // namespace
@@ -140,14 +142,19 @@ void CudaOps::layernorm_backward(const LayerNormBackwardArgs& a) {
   const cudaStream_t stream = stream_;
   check_args(a);
   if (a.C == 0) return;
-  const int64_t tiles = (a.C + kParamCols - 1) / kParamCols;
-  AMP_CHECK(tiles <= int64_t(INT32_MAX), "layernorm_backward: too many columns");
+  const dim3 grid = sums::segment_grid(a.rows, a.C, "layernorm_backward");
+  float* pg = grid.y > 1 ? sum_scratch(2 * size_t(grid.y) * size_t(a.C)) : nullptr;
+  float* pb = pg ? pg + size_t(grid.y) * size_t(a.C) : nullptr;
   dispatch_float(a.type, "layernorm_backward", [&](auto tt) {
     using T = decltype(tt);
-    ln_backward_dparams_kernel<T><<<unsigned(tiles), dim3(kParamCols, kParamLanes), 0, stream>>>(
+    ln_backward_dparams_kernel<T><<<grid, dim3(sums::kCols, sums::kLanes), 0, stream>>>(
         static_cast<const T*>(a.dy), static_cast<const T*>(a.x), a.mean, a.rstd, static_cast<T*>(a.dgamma),
-        static_cast<T*>(a.dbeta), a.accumulate_dparams, a.rows, a.C);
+        static_cast<T*>(a.dbeta), pg, pb, a.accumulate_dparams, a.rows, a.C);
     AMP_CHECK_LAUNCH("ln_backward_dparams_kernel");
+    if (pg) {
+      sums::fold_segments(stream, pg, int64_t(grid.y), a.C, static_cast<T*>(a.dgamma), a.accumulate_dparams);
+      sums::fold_segments(stream, pb, int64_t(grid.y), a.C, static_cast<T*>(a.dbeta), a.accumulate_dparams);
+    }
     if (a.rows == 0) return;
     ln_backward_dx_kernel<T><<<row_blocks(a.rows, "layernorm_backward"), kThreads, 0, stream>>>(
         static_cast<const T*>(a.dy), static_cast<const T*>(a.x), static_cast<const T*>(a.gamma), a.mean, a.rstd,

@@ -17,12 +17,8 @@ constexpr unsigned kWarp = 32;
 constexpr unsigned kRowsPerBlock = kThreads / kWarp;  // warps (rows) per block of the row kernels
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kVec = 4;
-constexpr unsigned kParamLanes = unsigned(kRowSumLanes);
 constexpr unsigned kEmbTile = 256;  // columns per block of the dwte kernel
 static_assert(kRowLanes == int(kWarp), "row reductions are warp reductions");
-constexpr unsigned kParamCols = 16;  // columns per block of the dgamma/dbeta kernel
-constexpr int kParamUnroll = 8;      // rows a lane loads before adding their terms
-static_assert(kParamLanes * kParamCols <= 1024, "dparams block size");
 
 __device__ __forceinline__ float quiet_nan() { return __uint_as_float(0x7fc00000u); }
 

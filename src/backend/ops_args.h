@@ -60,11 +60,15 @@
 //        gradient of the mean over 1/inv_count samples. dlogits may be logits itself (same dtype
 //        and leading dimension). One exp per logit, in the same lanes as the CUDA twin's warp.
 //
-// row_sum out[j] = sum over i in [0, rows) of x[i * ldx + j] for j in [0, cols): FP32
-//        accumulation in a FIXED order, the same on both twins (bit-identical results, no
-//        atomics): kRowSumLanes partial sums, lane l adding rows l, l + kRowSumLanes, ... in
-//        increasing order starting from +0.0f; then out[j] = ((0 + p_0) + p_1) + ... + p_15,
-//        rounded once to out's dtype (F32, F16 or BF16). rows == 0 gives 0.
+// row_sum out[j] = sum over i in [0, rows) of x[i * ldx + j] for j in [0, cols): FP32 accumulation
+//        in a FIXED order, the same on both twins (bit-identical results, no atomics). The rows
+//        are cut into segments of kRowSumSegment consecutive rows (the last may be shorter). In
+//        segment g, kRowSumLanes partial sums: lane l adds the segment's rows l, l + kRowSumLanes,
+//        ... (counted from its first row) in increasing order starting from +0.0f, and the
+//        segment's sum is q_g = ((0 + p_0) + p_1) + ... + p_15. Then out[j] = ((0 + q_0) + q_1) +
+//        ..., in segment order, rounded once to out's dtype (F32, F16 or BF16). rows == 0 gives 0.
+//        Up to kRowSumSegment rows there is one segment: out = q_0. (The segments give a GPU's
+//        blocks rows to share: 16 lanes per column alone leave most of a large GPU idle.)
 #pragma once
 
 #include <cmath>
@@ -76,9 +80,12 @@
 
 namespace amp {
 
-// Lanes of row_sum's fixed summation order (see above). Part of the semantics: the CPU and CUDA
-// twins both use it, which is what makes their results bit-identical.
+// Segments and lanes of row_sum's fixed summation order (see above). Part of the semantics: the
+// CPU and CUDA twins both use them, which is what makes their results bit-identical.
 constexpr int64_t kRowSumLanes = 16;
+constexpr int64_t kRowSumSegment = 512;
+static_assert(kRowSumSegment % kRowSumLanes == 0, "a segment holds whole rounds of the lanes");
+inline int64_t row_sum_segments(int64_t rows) { return (rows + kRowSumSegment - 1) / kRowSumSegment; }
 
 struct GemmArgs {
   // Shape: op(A) is m x k, op(B) is k x n, C is m x n; batch matrices of each. Any may be 0

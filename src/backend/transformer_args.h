@@ -22,8 +22,10 @@
 //   are combined by the butterfly tree p[l] = p[l] (+) p[l + h] for h = 16, 8, 4, 2, 1 and the
 //   result is p[0] (tmath::lane_tree). That is a CUDA warp's __shfl_xor_sync reduction.
 // - Column reductions over rows (layer norm's dgamma and dbeta): the fixed order of row_sum in
-//   backend/ops_args.h: kRowSumLanes lane partials, lane l adding rows l, l + 16, ... in
-//   increasing order from +0.0f, then ((0 + p_0) + p_1) + ... + p_15, rounded once.
+//   backend/ops_args.h: segments of kRowSumSegment rows; in each, kRowSumLanes lane partials,
+//   lane l adding the segment's rows l, l + 16, ... in increasing order from +0.0f, and the
+//   segment's sum ((0 + p_0) + p_1) + ... + p_15; the segments' sums added in order from +0.0f,
+//   rounded once.
 //
 // layernorm_forward   per row r of x [rows, C]:
 //        mean = (sum_j x_j) / C;  var = (sum_j (x_j - mean)^2) / C  (biased, as PyTorch);

@@ -65,7 +65,8 @@ TEST_CASE("softmax cross-entropy matches the CPU: loss, hits, scaled gradient", 
     int32_t correct;
     float scale;
   };
-  for (size_t c : {size_t(10), size_t(13), size_t(1000)}) {
+  // 1000 and 4099 columns take the kernel's vector loops (and their tails) in F16/BF16 and F32.
+  for (size_t c : {size_t(10), size_t(13), size_t(1000), size_t(4099)}) {
     for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
       INFO(dtype_name(dt) << " classes " << c);
       const size_t rows = 37;
@@ -75,6 +76,12 @@ TEST_CASE("softmax cross-entropy matches the CPU: loss, hits, scaled gradient", 
       Rng r(5);
       for (auto& y : labels) y = int32_t(r.below(c));
       labels[5] = 2;
+      if (c > 1000) {  // ties between lanes (columns 9 and 40: lanes 9 and 8), hits and misses
+        logits[6 * c + 9] = logits[6 * c + 40] = 60.0f, labels[6] = 40;        // miss: 9 comes first
+        logits[7 * c + 33] = logits[7 * c + 64] = 60.0f, labels[7] = 33;       // hit
+        logits[8 * c + c - 1] = 70.0f, labels[8] = int32_t(c - 1);             // hit in the last column
+        logits[9 * c + 700] = logits[9 * c + 3000] = 70.0f, labels[9] = 3000;  // miss, far apart
+      }
       Mirror L(cpu, *gpu, logits, dt, rows, c), D = Mirror::output(cpu, *gpu, dt, rows, c);
       Scalars lab(cpu, *gpu, labels.data(), rows * sizeof(int32_t));
       const Acc init{1.5f, 3, 1024.0f};

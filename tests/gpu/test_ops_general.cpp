@@ -281,24 +281,29 @@ TEST_CASE("cuda general ops captured into a graph replay with the eager results"
   Raw x(t, 48 * 40);
   ops_ref::fill_random(x, 32);
   Dev a(*dev, cs.a), b(*dev, cs.b), c(*dev, cs.c0), dx(*dev, x);
-  Raw sums(DType::F32, 40);
-  Dev dsum(*dev, sums), dadd(*dev, x);
+  Raw sums(DType::F32, 40), tall(t, 1300 * 40);  // 1300 rows: three segments, folded by a second kernel
+  ops_ref::fill_random(tall, 33);
+  Dev dsum(*dev, sums), dadd(*dev, x), dtall(*dev, tall), dtall_sum(*dev, sums);
   const GemmArgs g = cs.bind(a.get(), b.get(), c.get());
   // C[0] + x, then its column sums: a [rows, cols] residual and a bias gradient.
   const AddArgs add{c.get(), t, dx.get(), t, dadd.get(), t, 48 * 40};
   const RowSumArgs rs{dadd.get(), t, 48, 40, 40, dsum.get(), DType::F32};
+  const RowSumArgs rs_tall{dtall.get(), t, 1300, 40, 40, dtall_sum.get(), DType::F32};
   auto step = [&] {
     dev->ops().gemm(g);
     dev->ops().add(add);
     dev->ops().row_sum(rs);
+    dev->ops().row_sum(rs_tall);
   };
-  step();  // eager, plans the GEMM
+  step();  // eager, plans the GEMM and sizes the row sums' scratch
   const Raw c_eager = c.read(t), add_eager = dadd.read(t), sum_eager = dsum.read(DType::F32);
+  const Raw tall_eager = dtall_sum.read(DType::F32);
   OPS_REQUIRE_GEMM(cs, c_eager, kDeviceAccFactor);
   // Poison the outputs, then capture and replay.
   c.poison();
   dadd.poison();
   dsum.poison();
+  dtall_sum.poison();
   CapturedStep captured(*dev, step);
   captured.replay();
   // Every element of C is written (beta 0): the replay rewrote what the poison destroyed.
@@ -311,4 +316,6 @@ TEST_CASE("cuda general ops captured into a graph replay with the eager results"
       }
   REQUIRE(dadd.read(t).bytes == add_eager.bytes);
   REQUIRE(dsum.read(DType::F32).bytes == sum_eager.bytes);
+  REQUIRE(dtall_sum.read(DType::F32).bytes == tall_eager.bytes);
+  REQUIRE(tall_eager.bytes == ops_ref::row_sum_spec(tall, 1300, 40, 40, DType::F32).bytes);
 }

@@ -110,7 +110,8 @@ TEST_CASE("cuda tops layernorm forward and backward: bit-identical to the CPU tw
   struct Shape {
     int64_t rows, C;
   };
-  const Shape shapes[] = {{1, 1}, {7, 33}, {130, 768}, {64, 1600}, {1000, 5}};
+  // 1000 and 1300 rows: two and three segments of row_sum's order (dgamma/dbeta folded).
+  const Shape shapes[] = {{1, 1}, {7, 33}, {130, 768}, {64, 1600}, {1000, 5}, {1300, 768}};
   uint64_t seed = 100;
   for (const Shape& sh : shapes)
     for (DType t : kTypes)
@@ -382,8 +383,10 @@ TEST_CASE("cuda tops embedding_backward: the reserve contract", "[.cuda][tops]")
 TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them", "[.cuda][tops]") {
   const DType t = DType::BF16;
   const int64_t rows = 512, C = 768, batch = 24, T = 256, n = rows * 4 * C, B = 2, V = 50257, Ce = 64;
-  const Raw x = random_raw(t, size_t(rows * C), 1, 2.0, 1.5), g = random_raw(t, size_t(C), 2, 0.5, 1.0);
-  const Raw bb = random_raw(t, size_t(C), 3), dy = random_raw(t, size_t(rows * C), 4);
+  // The layer norm's rows: its dgamma/dbeta over three segments (a second kernel folds them).
+  const int64_t ln_rows = 3 * rows;
+  const Raw x = random_raw(t, size_t(ln_rows * C), 1, 2.0, 1.5), g = random_raw(t, size_t(C), 2, 0.5, 1.0);
+  const Raw bb = random_raw(t, size_t(C), 3), dy = random_raw(t, size_t(ln_rows * C), 4);
   const Raw s = random_raw(DType::F32, size_t(batch * T * T), 5, 4.0), dp = random_raw(t, size_t(batch * T * T), 6);
   const Raw hx = random_raw(t, size_t(n), 7, 3.0), hdy = random_raw(t, size_t(n), 8);
   const std::vector<int32_t> tok = random_tokens(rows, V, 9, 198);
@@ -396,8 +399,9 @@ TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them
   auto dev = make_device();
   Dev gx(*dev, x), gg(*dev, g), gb(*dev, bb), gdy(*dev, dy), gs(*dev, s), gdp(*dev, dp), ghx(*dev, hx), ghdy(*dev, hdy), gtok(*dev, tok.data(), tok.size() * 4);
   Dev gwte(*dev, wte), gwpe(*dev, wpe), gwte0(*dev, wte), gedx(*dev, edx);
-  Dev y(*dev, Raw(t, size_t(rows * C))), mean(*dev, Raw(DType::F32, size_t(rows))), rstd(*dev, Raw(DType::F32, size_t(rows)));
-  Dev dx(*dev, Raw(t, size_t(rows * C))), dgam(*dev, Raw(t, size_t(C))), dbet(*dev, Raw(t, size_t(C)));
+  Dev y(*dev, Raw(t, size_t(ln_rows * C))), mean(*dev, Raw(DType::F32, size_t(ln_rows))),
+      rstd(*dev, Raw(DType::F32, size_t(ln_rows)));
+  Dev dx(*dev, Raw(t, size_t(ln_rows * C))), dgam(*dev, Raw(t, size_t(C))), dbet(*dev, Raw(t, size_t(C)));
   Dev p(*dev, Raw(t, size_t(batch * T * T))), ds(*dev, Raw(t, size_t(batch * T * T)));
   // The embedding's outputs at its own width Ce (a buffer larger than the op writes would keep
   // poisoned tails, and the comparisons below would fail on them).
@@ -411,11 +415,11 @@ TEST_CASE("cuda tops: two runs give the same bits, a captured graph replays them
     // dwte accumulates: start each step from the same values (a same-dtype cast is a copy).
     dev->ops().cast(gwte0.get(), t, gwte.get(), t, size_t(V * Ce));
     LayerNormArgs f;
-    f.rows = rows, f.C = C, f.type = t, f.x = gx.get(), f.gamma = gg.get(), f.beta = gb.get(), f.y = y.get();
+    f.rows = ln_rows, f.C = C, f.type = t, f.x = gx.get(), f.gamma = gg.get(), f.beta = gb.get(), f.y = y.get();
     f.mean = mean.as<float>(), f.rstd = rstd.as<float>();
     dev->ops().layernorm_forward(f);
     LayerNormBackwardArgs lb;
-    lb.rows = rows, lb.C = C, lb.type = t, lb.dy = gdy.get(), lb.x = gx.get(), lb.gamma = gg.get();
+    lb.rows = ln_rows, lb.C = C, lb.type = t, lb.dy = gdy.get(), lb.x = gx.get(), lb.gamma = gg.get();
     lb.mean = mean.as<float>(), lb.rstd = rstd.as<float>(), lb.dx = dx.get(), lb.dgamma = dgam.get();
     lb.dbeta = dbet.get();
     dev->ops().layernorm_backward(lb);

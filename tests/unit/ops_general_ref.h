@@ -248,17 +248,26 @@ inline Raw add_spec(const Raw& a, const Raw& b, DType out_type, float scale = 1.
   return out;
 }
 
-// row_sum's specification: kRowSumLanes lane partials in row order, added in lane order, one
-// rounding to out's dtype (backend/ops_args.h).
+// row_sum's specification (backend/ops_args.h): per segment of kRowSumSegment rows, kRowSumLanes
+// lane partials in row order added in lane order; the segments' sums in segment order; one
+// rounding to out's dtype. col(i) is element i of the column.
+template <typename Col>
+float row_sum_order(int64_t rows, Col col) {
+  float total = 0.0f;
+  for (int64_t g0 = 0; g0 < rows; g0 += amp::kRowSumSegment) {
+    float p[amp::kRowSumLanes] = {};
+    for (int64_t i = g0; i < std::min(rows, g0 + amp::kRowSumSegment); ++i) p[(i - g0) % amp::kRowSumLanes] += col(i);
+    float q = 0.0f;
+    for (float v : p) q += v;
+    total += q;
+  }
+  return total;
+}
+
 inline Raw row_sum_spec(const Raw& x, int64_t rows, int64_t cols, int64_t ldx, DType out_type) {
   Raw out(out_type, size_t(cols));
-  for (int64_t j = 0; j < cols; ++j) {
-    float p[amp::kRowSumLanes] = {};
-    for (int64_t i = 0; i < rows; ++i) p[i % amp::kRowSumLanes] += x.get(size_t(i * ldx + j));
-    float s = 0.0f;
-    for (float v : p) s += v;
-    out.set(size_t(j), s);
-  }
+  for (int64_t j = 0; j < cols; ++j)
+    out.set(size_t(j), row_sum_order(rows, [&](int64_t i) { return x.get(size_t(i * ldx + j)); }));
   return out;
 }
 

@@ -1036,8 +1036,9 @@ TEST_CASE("tops layernorm: the kernels' vector path gives the scalar specificati
   cpu::CpuOps ops;
   Rng rng(93);
   for (int64_t C : {1, 7, 8, 31, 32, 33, 64, 100, 128, 257}) {
-    // 37 rows: the backward's one pass over the 16 row lanes; 5 (fewer than the lanes): two passes.
-    const int64_t rows = C % 2 ? 37 : 5;
+    // 37 rows: the backward's one pass over the 16 row lanes; 5 (fewer than the lanes): two passes;
+    // 1100 (C = 33, 100): three segments of row_sum's order, the last one short.
+    const int64_t rows = C == 33 || C == 100 ? 1100 : C % 2 ? 37 : 5;
     INFO("C " << C << " rows " << rows);
     std::vector<float> x(static_cast<size_t>(rows * C)), dy(x.size()), gamma(static_cast<size_t>(C)), beta(gamma.size());
     for (auto& v : x) v = float(1.5 + 3.0 * rng.normal());
@@ -1066,7 +1067,7 @@ TEST_CASE("tops layernorm: the kernels' vector path gives the scalar specificati
         if (f32_bits(got) != f32_bits(want) && wrong++ == 0)
           first << what << " row " << r << " col " << j << ": " << got << " vs " << want;
       };
-      std::vector<float> pg(size_t(kRowSumLanes * C), 0.0f), pb(pg.size(), 0.0f);
+      std::vector<float> prods(x.size());  // n_rj * dy_rj, dgamma's terms
       for (int64_t r = 0; r < rows; ++r) {
         std::vector<float> xr(x.begin() + r * C, x.begin() + (r + 1) * C), d2(gamma.size());
         const float m = spec_lane(xr, C, 0.0f, false) / float(C);
@@ -1083,9 +1084,7 @@ TEST_CASE("tops layernorm: the kernels' vector path gives the scalar specificati
           if (!acc) expect("y", r, j, y[size_t(r * C + j)], tmath::ln_out(n[size_t(j)], gamma[size_t(j)], beta[size_t(j)]));
           dn[size_t(j)] = gamma[size_t(j)] * dy[size_t(r * C + j)];
           dnn[size_t(j)] = dn[size_t(j)] * n[size_t(j)];
-          const float prod = n[size_t(j)] * dy[size_t(r * C + j)];
-          pg[size_t((r % kRowSumLanes) * C + j)] += prod;
-          pb[size_t((r % kRowSumLanes) * C + j)] += dy[size_t(r * C + j)];
+          prods[size_t(r * C + j)] = n[size_t(j)] * dy[size_t(r * C + j)];
         }
         const float a = spec_lane(dn, C, 0.0f, false) / float(C), bb = spec_lane(dnn, C, 0.0f, false) / float(C);
         for (int64_t j = 0; j < C; ++j) {
@@ -1094,8 +1093,8 @@ TEST_CASE("tops layernorm: the kernels' vector path gives the scalar specificati
         }
       }
       for (int64_t j = 0; j < C; ++j) {
-        float g = 0.0f, bs = 0.0f;
-        for (int64_t l = 0; l < kRowSumLanes; ++l) g += pg[size_t(l * C + j)], bs += pb[size_t(l * C + j)];
+        const float g = ops_ref::row_sum_order(rows, [&](int64_t r) { return prods[size_t(r * C + j)]; });
+        const float bs = ops_ref::row_sum_order(rows, [&](int64_t r) { return dy[size_t(r * C + j)]; });
         expect("dgamma", -1, j, dg[size_t(j)], acc ? dg0[size_t(j)] + g : g);
         expect("dbeta", -1, j, db[size_t(j)], acc ? db0[size_t(j)] + bs : bs);
       }
@@ -1260,7 +1259,9 @@ TEST_CASE("tops embedding_backward: every position the same token, and the reser
 // same bits.
 TEST_CASE("tops determinism: two runs and 1, 2, 3, 4 or 16 OpenMP threads give the same bits", "[tops]") {
   const DType t = DType::BF16;
-  const int64_t rows = 96, C = 512, batch = 4, T = 128, n = 50000, B = 4, Tt = 64, Ce = 192, V = 37;
+  // 1100 rows: the layer norm's dgamma/dbeta over three segments of row_sum's order (one pass at 1,
+  // 2, 4 and 16 threads, two passes at 3).
+  const int64_t rows = 1100, C = 512, batch = 4, T = 128, n = 50000, B = 4, Tt = 64, Ce = 192, V = 37;
   const Raw x = random_raw(t, size_t(rows * C), 1, 2.0, 1.5), g = random_raw(t, size_t(C), 2, 0.5, 1.0);
   const Raw b = random_raw(t, size_t(C), 3), dy = random_raw(t, size_t(rows * C), 4);
   const Raw s = random_raw(DType::F32, size_t(batch * T * T), 5, 4.0), dp = random_raw(t, size_t(batch * T * T), 6);

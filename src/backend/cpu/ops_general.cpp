@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/float_rows.h"
+#include "backend/cpu/row_sum_order.h"
 #include "core/convert.h"
 #include "core/error.h"
 
@@ -323,14 +324,15 @@ void CpuOps::row_sum(const RowSumArgs& r) {
   check_args(r);
   if (r.cols == 0) return;
   std::lock_guard<std::mutex> lock(plans_->mu);
-  // partial[l][j]: lane l's sum of rows l, l + L, ... of column j (the order ops_args.h fixes).
-  // A work item is a group of consecutive lanes and a range of columns; it visits its rows in
-  // increasing order (each lane still adds its own rows in increasing order), whole row ranges at
-  // a time. (Lane by lane, rows L apart, the reads missed the cache on every row.) One lane group
-  // per thread where the lanes allow (up to L), then column ranges for the threads left.
+  // partial[g][l][j]: lane l's sum of segment g's rows l, l + L, ... of column j (the order
+  // ops_args.h fixes, row_sum_order.h). A work item is a group of consecutive lanes and a range of
+  // columns; it visits its rows in increasing order (each lane still adds its own rows in
+  // increasing order), whole row ranges at a time. (Lane by lane, rows L apart, the reads missed
+  // the cache on every row.) One lane group per thread where the lanes allow (up to L), then column
+  // ranges for the threads left.
   constexpr int64_t L = kRowSumLanes;
   auto& partial = plans_->partial;
-  partial.assign(size_t(L * r.cols), 0.0f);
+  partial.assign(row_sum_partials(r.rows, r.cols), 0.0f);
   const int64_t tiles = (r.cols + kTile - 1) / kTile;
   const bool parallel = r.rows * r.cols >= kParallelMin;
   const int64_t threads = parallel ? omp_get_max_threads() : 1;
@@ -347,17 +349,13 @@ void CpuOps::row_sum(const RowSumArgs& r) {
       for (int64_t lane = l0; lane < l0 + per_group && base + lane < r.rows; ++lane)
         for (int64_t tile = t0; tile < t1; ++tile) {
           const int64_t i = base + lane, c0 = tile * kTile, len = std::min(kTile, r.cols - c0);
-          float* acc = partial.data() + lane * r.cols + c0;
+          float* acc = row_sum_lane(partial.data(), i, r.cols) + c0;
           convert(at(r.x, r.x_type, i * r.ldx + c0), r.x_type, v, DType::F32, size_t(len));
           for (int64_t j = 0; j < len; ++j) acc[j] += v[j];
         }
   }
   std::vector<float> sum(size_t(r.cols));
-  for (int64_t j = 0; j < r.cols; ++j) {
-    float s = 0.0f;
-    for (int64_t l = 0; l < L; ++l) s += partial[size_t(l * r.cols + j)];
-    sum[size_t(j)] = s;
-  }
+  fold_segments(partial.data(), r.rows, r.cols, sum.data());
   convert(sum.data(), DType::F32, r.out, r.out_type, sum.size());
 }
 

@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include "backend/cpu/row_sum_order.h"
 #include "backend/cpu/transformer_rows.h"
 #include "core/error.h"
 
@@ -115,10 +116,11 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs& a) {
   if (a.C == 0) return;
   const int64_t C = a.C, rows = a.rows;
   const std::vector<float> gamma = rows > 0 ? to_floats(a.gamma, a.type, C) : std::vector<float>();
-  // dgamma, dbeta: kRowSumLanes lane partials per column, lane l adding rows l, l + L, ... in
-  // increasing order (row_sum's order), each lane's partials by one thread.
+  // dgamma, dbeta: kRowSumLanes lane partials per segment and column, lane l adding the segment's
+  // rows l, l + L, ... in increasing order (row_sum's order, row_sum_order.h), each lane's partials
+  // by one thread.
   constexpr int64_t L = kRowSumLanes;
-  std::vector<float> pg(size_t(L * C), 0.0f), pb(size_t(L * C), 0.0f);
+  std::vector<float> pg(row_sum_partials(rows, C), 0.0f), pb(pg.size(), 0.0f);
   const bool parallel = rows * C >= kParallelMin && rows > 1;
   const int threads = parallel ? omp_get_max_threads() : 1;
   if (rows >= L && L % threads == 0) {
@@ -133,7 +135,7 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs& a) {
       for (int64_t base = 0; base < rows; base += L)
         for (int64_t lane = l0; lane < l1 && base + lane < rows; ++lane) {
           rb.dx(base + lane);
-          rb.add_param_terms(pg.data() + lane * C, pb.data() + lane * C);
+          rb.add_param_terms(row_sum_lane(pg.data(), base + lane, C), row_sum_lane(pb.data(), base + lane, C));
         }
     }
   } else if (rows > 0) {
@@ -144,10 +146,10 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs& a) {
     for (int64_t w = 0; w < items; ++w) {
       const int64_t tile = w / L, lane = w % L;
       const int64_t c0 = tile * kTile, len = std::min(kTile, C - c0);
-      float* ag = pg.data() + lane * C + c0;
-      float* ab = pb.data() + lane * C + c0;
       alignas(64) float xb[kTile], db[kTile];
       for (int64_t r = lane; r < rows; r += L) {
+        float* ag = row_sum_lane(pg.data(), r, C) + c0;
+        float* ab = row_sum_lane(pb.data(), r, C) + c0;
         const float* xv = row_in(a.x, a.type, r * C + c0, len, xb);
         const float* dv = row_in(a.dy, a.type, r * C + c0, len, db);
         const float mean = a.mean[r], rstd = a.rstd[r];
@@ -165,15 +167,8 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs& a) {
     }
   }
   std::vector<float> sg(static_cast<size_t>(C)), sb(static_cast<size_t>(C));
-  for (int64_t j = 0; j < C; ++j) {
-    float gs = 0.0f, bs = 0.0f;
-    for (int64_t l = 0; l < L; ++l) {
-      gs += pg[size_t(l * C + j)];
-      bs += pb[size_t(l * C + j)];
-    }
-    sg[size_t(j)] = gs;
-    sb[size_t(j)] = bs;
-  }
+  fold_segments(pg.data(), rows, C, sg.data());
+  fold_segments(pb.data(), rows, C, sb.data());
   if (a.accumulate_dparams) {
     const std::vector<float> og = to_floats(a.dgamma, a.type, C), ob = to_floats(a.dbeta, a.type, C);
     for (int64_t j = 0; j < C; ++j) {
