@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   linear(Ci, Ci, "attn.proj", l);
   linear(4 * Ci, Ci, "mlp.fc", l);
   linear(Ci, 4 * Ci, "mlp.proj", l);
-  linear(int64_t(V), Ci, "lm head", 1, true);
+  linear(int64_t(o.logits_ld()), Ci, "lm head", 1, true);  // at the padded width, as the model runs it
   // Attention per head: S = Q K^T (T x T x D), Y = P V (T x D x T); backward dP = dY V^T, dV = P^T dY,
   // dQ = dS K, dK = dS^T Q.
   shapes.push_back({Ti, Ti, Di, BH, false, true, "attn QK^T", l, "gemm_batched"});

@@ -70,6 +70,7 @@ bool Gpt::buffer_sizes(const GptOptions& o, size_t rows, DType compute, std::vec
   }
   add({N, C, e}), add({N, C, e}), add({N, 4}), add({N, 4});  // res_out, lnf, meanf, rstdf
   add({N, Vp, e}), add({N, Vp, e});                     // logits, dlogits (rows Vp apart)
+  if (Vp > o.vocab) add({Vp, C, e});                     // head_: wte padded to Vp rows
   if (o.fused_attention) {
     add({N, H, 4});  // the backward's delta [rows, H, T] FP32
   } else {  // one head at a time over every row (see forward): rows x T x T each
@@ -125,6 +126,12 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
   }
   res_out_ = next(), lnf_ = next(), meanf_ = next(), rstdf_ = next();
   logits_ = next(), dlogits_ = next();
+  if (padded_head()) {
+    head_ = next();
+    // The padding columns of dlogits are never written (the cross-entropy writes the vocabulary's):
+    // zero, they add nothing to the padded LM head's backward products.
+    mem_.zero(dlogits_.data(), dlogits_.bytes());
+  }
   if (opt_.fused_attention) delta_ = next();
   else scores_ = next(), dprobs_ = next(), dscores_ = next();
   dres_ = next(), dtmp_ = next(), tmp_ = next();
@@ -269,7 +276,7 @@ void Gpt::forward_block(const void* params, size_t l, size_t rows, bool record) 
   ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(N * C)});
 }
 
-void Gpt::forward(const void* params, size_t rows, bool record) {
+void Gpt::forward(const void* params, size_t rows, bool record, bool padded_head) {
   const size_t T = opt_.seq_len, C = opt_.n_embd, N = rows * T, V = opt_.vocab, L = opt_.n_layer;
   EmbeddingArgs emb;
   emb.B = int64_t(rows), emb.T = int64_t(T), emb.C = int64_t(C), emb.vocab = int64_t(V);
@@ -283,14 +290,22 @@ void Gpt::forward(const void* params, size_t rows, bool record) {
   }
   before_weights(lnf_w(), lnf_w() + 1);  // ln_f; the LM head is the embedding's (waited for above)
   layernorm(res_out_.data(), params, lnf_w(), lnf_.data(), meanf_, rstdf_, N);
-  // The LM head, tied to the token embedding: logits = lnf wte^T, rows Vp apart.
-  ops_.gemm(gemm_of(GemmShape(N, V, C), GemmIn(lnf_.data(), C), GemmIn(param(params, kWte).data, C).t(),
-                    GemmOut(logits_.data(), opt_.logits_ld()), compute_, compute_));
+  // The LM head, tied to the token embedding: logits = lnf wte^T, rows Vp apart; padded, all Vp
+  // columns from head_ (the padding columns are lnf 0 = 0).
+  const size_t Vp = opt_.logits_ld(), e = dtype_size(compute_);
+  const void* w = param(params, kWte).data;
+  if (padded_head) {
+    ops_.cast(w, compute_, head_.data(), compute_, V * C);  // a copy
+    mem_.zero(head_.as<char>() + V * C * e, (Vp - V) * C * e);
+    w = head_.data();
+  }
+  ops_.gemm(gemm_of(GemmShape(N, padded_head ? Vp : V, C), GemmIn(lnf_.data(), C), GemmIn(w, C).t(),
+                    GemmOut(logits_.data(), Vp), compute_, compute_));
 }
 
 void Gpt::forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
                        LossSums sums) {
-  forward(params, rows, with_grad);
+  forward(params, rows, with_grad, padded_head());
   SoftmaxXentArgs x;
   x.logits = logits_.data(), x.logits_type = compute_, x.rows = int64_t(rows * opt_.seq_len);
   x.classes = int64_t(opt_.vocab), x.ld_logits = int64_t(opt_.logits_ld());
@@ -352,12 +367,16 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
     done(g);
   };
   // LM head: d(lnf) = dlogits wte; d(wte) = dlogits^T lnf (written here, the embedding adds to it).
-  const int64_t Vp = int64_t(opt_.logits_ld());
+  // Padded (head_, see gpt.h): both over Vp, and d(wte)'s first V rows copied to the gradient.
+  const int64_t Vp = int64_t(opt_.logits_ld()), Vh = padded_head() ? Vp : int64_t(V);
   before_grads(kWte, kWte);
-  ops_.gemm(gemm_of(GemmShape(N, C, V), GemmIn(dlogits_.data(), Vp), GemmIn(P(kWte).data, C),
-                    GemmOut(dtmp_.data(), C), compute_, compute_));
-  ops_.gemm(gemm_of(GemmShape(V, C, N), GemmIn(dlogits_.data(), Vp).t(), GemmIn(lnf_.data(), C),
-                    GemmOut(G(kWte).data, C), compute_, compute_));
+  const void* head = padded_head() ? head_.data() : P(kWte).data;
+  void* dhead = padded_head() ? head_.data() : G(kWte).data;
+  ops_.gemm(gemm_of(GemmShape(N, C, Vh), GemmIn(dlogits_.data(), Vp), GemmIn(head, C), GemmOut(dtmp_.data(), C),
+                    compute_, compute_));
+  ops_.gemm(gemm_of(GemmShape(Vh, C, N), GemmIn(dlogits_.data(), Vp).t(), GemmIn(lnf_.data(), C),
+                    GemmOut(dhead, C), compute_, compute_));
+  if (padded_head()) ops_.cast(head_.data(), compute_, G(kWte).data, compute_, V * C);
   layernorm_back(dtmp_.data(), res_out_.data(), lnf_w(), meanf_, rstdf_, false);
   for (size_t li = L; li-- > 0;) {
     // The last block's activations are still in the shared buffers after forward.
@@ -402,7 +421,7 @@ std::vector<float> Gpt::next_logits(const void* params, const std::vector<int32_
   std::fill(tokens_host_.begin(), tokens_host_.begin() + long(T), 0);  // positions after the context do not matter (causal)
   std::copy(context.end() - long(n), context.end(), tokens_host_.begin());
   mem_.upload(tokens_.data(), tokens_host_.data(), T * sizeof(int32_t));
-  forward(params, 1, false);
+  forward(params, 1, false, false);  // one sequence per token: wte itself, no copy
   std::vector<char> raw(V * dtype_size(compute_));
   mem_.download(raw.data(), logits_.as<char>() + (n - 1) * opt_.logits_ld() * dtype_size(compute_), raw.size());
   std::vector<float> out(V);

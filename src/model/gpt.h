@@ -99,8 +99,12 @@ class Gpt final : public Model {
   int lnf_w() const { return kFirstLayer + int(opt_.n_layer) * kPerLayer; }
   Tensor param(const void* base, int index) const;
   Tensor act(const Buffer& b, size_t rows, size_t cols) const { return b.tensor(compute_, rows, cols); }
-  // record: a training step's forward (the FP8 casts record their amaxes).
-  void forward(const void* params, size_t rows, bool record);
+  // record: a training step's forward (the FP8 casts record their amaxes). padded_head: the LM
+  // head multiplies head_ (see there) instead of wte.
+  void forward(const void* params, size_t rows, bool record, bool padded_head);
+  // Whether the logits' rows are padded (logits_ld() > vocab): then the loss's LM head runs at the
+  // padded width through head_.
+  bool padded_head() const { return opt_.logits_ld() > opt_.vocab; }
   void forward_block(const void* params, size_t l, size_t rows, bool record);  // block l: res_in_[l] -> the next input
   // The blocks' linear layers, four per block in this order (their ids: 4 l + k).
   enum Linear { kQkv, kProj, kFc, kMProj, kLinearsPerLayer };
@@ -136,6 +140,12 @@ class Gpt final : public Model {
   void attention_explicit(Saved& y, size_t rows);
   void attention_explicit_backward(const Saved& y, size_t rows);
   Buffer res_out_, lnf_, meanf_, rstdf_, logits_, dlogits_;
+  // With padded logits: wte padded to logits_ld() rows [Vp, C] (compute dtype), so the LM head's
+  // three GEMMs run at the padded width (GPU GEMMs are several times faster there: GPT-2's 50257
+  // columns against 50304). forward_loss copies wte into its first V rows and zeroes the rest; the
+  // backward multiplies it by dlogits (whose padding columns stay zero: the cross-entropy never
+  // writes them) and then writes d(wte) over it, all Vp rows, and copies the first V rows out.
+  Buffer head_;
   // Scratch: attention scores / their gradient (FP32, one head; explicit) or the fused
   // backward's delta ([rows, H, T] FP32), gradient buffers.
   Buffer scores_, dprobs_, dscores_, delta_, dres_, dtmp_, dqkv_, dfc_, tmp_;
