@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
   Backend& be = *backend;
   const bool host = be.memory().host_accessible();
   bench::TimedOps timed(be.ops(), host ? nullptr : &be.memory());
+  o.pad_head = be.ops().prefers_padded_gemm();  // as make_model decides
   Gpt model(be.memory(), timed, o, dt, batch);
   const size_t T = o.seq_len, C = o.n_embd, H = o.n_head, D = C / H, V = o.vocab, M = batch * T;
   Rng rng(2);
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
   linear(Ci, Ci, "attn.proj", l);
   linear(4 * Ci, Ci, "mlp.fc", l);
   linear(Ci, 4 * Ci, "mlp.proj", l);
-  linear(int64_t(o.logits_ld()), Ci, "lm head", 1, true);  // at the padded width, as the model runs it
+  linear(int64_t(o.padded_head() ? o.logits_ld() : V), Ci, "lm head", 1, true);  // the model's width
   // Attention per head: S = Q K^T (T x T x D), Y = P V (T x D x T); backward dP = dY V^T, dV = P^T dY,
   // dQ = dS K, dK = dS^T Q.
   shapes.push_back({Ti, Ti, Di, BH, false, true, "attn QK^T", l, "gemm_batched"});

@@ -51,6 +51,7 @@ class TimedOps final : public ComputeOps {
     timed("gemm_fp8", [&] { in_.fp8_gemm(g); });
   }
   bool native_fp8_gemm() const override { return in_.native_fp8_gemm(); }
+  bool prefers_padded_gemm() const override { return in_.prefers_padded_gemm(); }
   void gemm(const GemmArgs& g) override {  // batched (attention) apart from single products
     timed(g.batch > 1 ? "gemm_batched" : "gemm", [&] { in_.gemm(g); });
   }

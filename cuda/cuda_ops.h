@@ -82,6 +82,7 @@ class CudaOps final : public ComputeOps {
   void fp8_gemm(const Fp8GemmArgs& g) override;
   // FP8 tensor cores: compute capability 8.9 or later.
   bool native_fp8_gemm() const override;
+  bool prefers_padded_gemm() const override { return true; }
   void gemm(const GemmArgs& g) override;
   void add(const AddArgs& a) override;
   void row_sum(const RowSumArgs& r) override;

@@ -41,6 +41,11 @@ class ComputeOps {
   virtual bool native_fp8_gemm() const { return false; }
 
   // ---- general ops (semantics in backend/ops_args.h) ---------------------------------------------
+  // Whether a GEMM runs faster with its dimensions padded to a multiple of 64 than at an odd width,
+  // enough to pay for copying an operand into a padded buffer: a GPU's tensor-core kernels (GPT-2's
+  // LM head, docs/benchmarks.md: 5x faster at 50304 than at 50257), not the CPU's oneDNN (slower
+  // there at the padded width). Models choose their buffers by it (Gpt's padded LM head).
+  virtual bool prefers_padded_gemm() const { return false; }
   // C[b] = alpha op(A[b]) op(B[b]) + beta C[b]: row-major, transposes, leading dimensions, batch
   // strides (0: broadcast), FP32 accumulation, one rounding. Attention's products; any linear layer.
   virtual void gemm(const GemmArgs& g) = 0;

@@ -70,7 +70,7 @@ bool Gpt::buffer_sizes(const GptOptions& o, size_t rows, DType compute, std::vec
   }
   add({N, C, e}), add({N, C, e}), add({N, 4}), add({N, 4});  // res_out, lnf, meanf, rstdf
   add({N, Vp, e}), add({N, Vp, e});                     // logits, dlogits (rows Vp apart)
-  if (Vp > o.vocab) add({Vp, C, e});                     // head_: wte padded to Vp rows
+  if (o.padded_head()) add({Vp, C, e});                  // head_: wte padded to Vp rows
   if (o.fused_attention) {
     add({N, H, 4});  // the backward's delta [rows, H, T] FP32
   } else {  // one head at a time over every row (see forward): rows x T x T each
@@ -126,12 +126,9 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
   }
   res_out_ = next(), lnf_ = next(), meanf_ = next(), rstdf_ = next();
   logits_ = next(), dlogits_ = next();
-  if (padded_head()) {
-    head_ = next();
-    // The padding columns of dlogits are never written (the cross-entropy writes the vocabulary's):
-    // zero, they add nothing to the padded LM head's backward products.
-    mem_.zero(dlogits_.data(), dlogits_.bytes());
-  }
+  // The padding columns of dlogits stay zero from the allocation (DeviceMemory's contract): the
+  // cross-entropy writes the vocabulary's only, so they add nothing to the padded head's products.
+  if (padded_head()) head_ = next();
   if (opt_.fused_attention) delta_ = next();
   else scores_ = next(), dprobs_ = next(), dscores_ = next();
   dres_ = next(), dtmp_ = next(), tmp_ = next();
@@ -276,7 +273,7 @@ void Gpt::forward_block(const void* params, size_t l, size_t rows, bool record) 
   ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(N * C)});
 }
 
-void Gpt::forward(const void* params, size_t rows, bool record, bool padded_head) {
+void Gpt::forward(const void* params, size_t rows, bool record, bool head) {
   const size_t T = opt_.seq_len, C = opt_.n_embd, N = rows * T, V = opt_.vocab, L = opt_.n_layer;
   EmbeddingArgs emb;
   emb.B = int64_t(rows), emb.T = int64_t(T), emb.C = int64_t(C), emb.vocab = int64_t(V);
@@ -294,12 +291,12 @@ void Gpt::forward(const void* params, size_t rows, bool record, bool padded_head
   // columns from head_ (the padding columns are lnf 0 = 0).
   const size_t Vp = opt_.logits_ld(), e = dtype_size(compute_);
   const void* w = param(params, kWte).data;
-  if (padded_head) {
+  if (head) {
     ops_.cast(w, compute_, head_.data(), compute_, V * C);  // a copy
     mem_.zero(head_.as<char>() + V * C * e, (Vp - V) * C * e);
     w = head_.data();
   }
-  ops_.gemm(gemm_of(GemmShape(N, padded_head ? Vp : V, C), GemmIn(lnf_.data(), C), GemmIn(w, C).t(),
+  ops_.gemm(gemm_of(GemmShape(N, head ? Vp : V, C), GemmIn(lnf_.data(), C), GemmIn(w, C).t(),
                     GemmOut(logits_.data(), Vp), compute_, compute_));
 }
 

@@ -40,6 +40,11 @@ struct GptOptions {
   // the LM head (tied to the embedding) stays in the compute dtype, as in Transformer Engine's
   // recipes.
   bool fp8 = false;
+  // The loss's LM head at the padded width (logits_ld() columns) through a padded copy of wte
+  // (Gpt::head_), where the logits are padded and the backend's GEMMs prefer it
+  // (ComputeOps::prefers_padded_gemm: a GPU). The same function either way.
+  bool pad_head = false;
+  bool padded_head() const { return pad_head && logits_ld() > vocab; }
   size_t logits_ld() const { return (vocab + vocab_pad - 1) / vocab_pad * vocab_pad; }
 };
 
@@ -99,12 +104,10 @@ class Gpt final : public Model {
   int lnf_w() const { return kFirstLayer + int(opt_.n_layer) * kPerLayer; }
   Tensor param(const void* base, int index) const;
   Tensor act(const Buffer& b, size_t rows, size_t cols) const { return b.tensor(compute_, rows, cols); }
-  // record: a training step's forward (the FP8 casts record their amaxes). padded_head: the LM
-  // head multiplies head_ (see there) instead of wte.
-  void forward(const void* params, size_t rows, bool record, bool padded_head);
-  // Whether the logits' rows are padded (logits_ld() > vocab): then the loss's LM head runs at the
-  // padded width through head_.
-  bool padded_head() const { return opt_.logits_ld() > opt_.vocab; }
+  // record: a training step's forward (the FP8 casts record their amaxes). head: the LM head
+  // multiplies head_ (see there) at the padded width instead of wte.
+  void forward(const void* params, size_t rows, bool record, bool head);
+  bool padded_head() const { return opt_.padded_head(); }
   void forward_block(const void* params, size_t l, size_t rows, bool record);  // block l: res_in_[l] -> the next input
   // The blocks' linear layers, four per block in this order (their ids: 4 l + k).
   enum Linear { kQkv, kProj, kFc, kMProj, kLinearsPerLayer };
@@ -140,11 +143,12 @@ class Gpt final : public Model {
   void attention_explicit(Saved& y, size_t rows);
   void attention_explicit_backward(const Saved& y, size_t rows);
   Buffer res_out_, lnf_, meanf_, rstdf_, logits_, dlogits_;
-  // With padded logits: wte padded to logits_ld() rows [Vp, C] (compute dtype), so the LM head's
-  // three GEMMs run at the padded width (GPU GEMMs are several times faster there: GPT-2's 50257
-  // columns against 50304). forward_loss copies wte into its first V rows and zeroes the rest; the
-  // backward multiplies it by dlogits (whose padding columns stay zero: the cross-entropy never
-  // writes them) and then writes d(wte) over it, all Vp rows, and copies the first V rows out.
+  // With GptOptions::padded_head(): wte padded to logits_ld() rows [Vp, C] (compute dtype), so the
+  // loss's LM head runs its three GEMMs at the padded width (a GPU's are several times faster
+  // there: GPT-2's 50257 columns against 50304). forward_loss copies wte into its first V rows and
+  // zeroes the rest; the backward multiplies it by dlogits (whose padding columns stay zero: the
+  // cross-entropy never writes them) and then writes d(wte) over it, all Vp rows, and copies the
+  // first V rows out.
   Buffer head_;
   // Scratch: attention scores / their gradient (FP32, one head; explicit) or the fused
   // backward's delta ([rows, H, T] FP32), gradient buffers.

@@ -48,6 +48,9 @@ GptOptions gpt_options(const Config& cfg, size_t vocab) {
   o.recompute = cfg.model.recompute == "block";
   o.fused_attention = cfg.model.attention == "fused";
   o.fp8 = cfg.precision.fp8;
+  // The padded LM head where the device may be a GPU (make_gpt asks the backend itself; a plan
+  // made without one, --dry-run, counts its buffer unless run.device is cpu).
+  o.pad_head = cfg.run.device != "cpu";
   return o;
 }
 
@@ -58,7 +61,8 @@ std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceM
   if (train.task != Task::LanguageModel)
     throw Error(ErrorKind::Config, strcat("config error: ", cfg.origin.at("model.type"),
                                           ": model.type: gpt trains on token data (data.format text or tokens)"));
-  const GptOptions o = gpt_options(cfg, size_t(train.vocab));
+  GptOptions o = gpt_options(cfg, size_t(train.vocab));
+  o.pad_head = ops.prefers_padded_gemm();
   const ParamLayout L = gpt_layout(o);
   size_t activations = 0;
   Need n;

@@ -37,7 +37,8 @@ std::vector<char> bytes_of(const T* p, size_t n) {
 
 // Model keys that decide the function the weights compute beyond the parameter shapes (which the
 // layout check covers); model.init and model.init_std only shape a fresh start, and
-// model.vocab_pad only the logits' stride (bit-identical results).
+// model.vocab_pad only the logits' stride and the LM head's GEMM width (the same function: the
+// same bits on the CPU, within GEMM rounding on a GPU).
 constexpr const char* kModelFunctionKeys[] = {"model.type", "model.activation", "model.n_head", "model.n_layer",
                                               "model.n_embd", "model.hidden", "model.seq_len", "model.vocab_size",
                                               "model.loss_weight"};

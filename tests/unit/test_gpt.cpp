@@ -206,9 +206,11 @@ TEST_CASE("gpt: padded logits rows and recomputed blocks give the plain loss, gr
     std::vector<uint32_t> grads, logits, next;
     std::vector<int32_t> sample;
   };
-  auto run_with = [&](size_t pad, DType dt, float scale, bool recompute = false, bool fused = false) {
+  auto run_with = [&](size_t pad, DType dt, float scale, bool recompute = false, bool fused = false,
+                      bool pad_head = false) {
     GptOptions o = base;
     o.vocab_pad = pad;
+    o.pad_head = pad_head;
     o.recompute = recompute;
     o.fused_attention = fused;
     CpuBackend be(2);
@@ -243,15 +245,17 @@ TEST_CASE("gpt: padded logits rows and recomputed blocks give the plain loss, gr
     const float scale = dt == DType::F16 ? 1024.0f : 1.0f;
     const Out plain = run_with(1, dt, scale);
     for (size_t pad : {size_t(64), size_t(128)}) {
-      INFO(dtype_name(dt) << ", rows padded to a multiple of " << pad);
-      const Out padded = run_with(pad, dt, scale);
-      CHECK(f32_bits(padded.loss) == f32_bits(plain.loss));
-      CHECK(padded.correct == plain.correct);
-      CHECK(padded.logits == plain.logits);
-      CHECK(padded.grads == plain.grads);
-      CHECK(padded.next == plain.next);
-      CHECK(padded.sample == plain.sample);
-      REQUIRE(padded.next.size() == V);
+      for (bool pad_head : {false, true}) {
+        INFO(dtype_name(dt) << ", rows padded to a multiple of " << pad << (pad_head ? ", the LM head padded" : ""));
+        const Out padded = run_with(pad, dt, scale, false, false, pad_head);
+        CHECK(f32_bits(padded.loss) == f32_bits(plain.loss));
+        CHECK(padded.correct == plain.correct);
+        CHECK(padded.logits == plain.logits);
+        CHECK(padded.grads == plain.grads);
+        CHECK(padded.next == plain.next);
+        CHECK(padded.sample == plain.sample);
+        REQUIRE(padded.next.size() == V);
+      }
     }
     // model.recompute block: blocks 0 and 1 computed again inside backward, from their inputs.
     INFO(dtype_name(dt) << ", recomputed blocks");
@@ -279,7 +283,8 @@ TEST_CASE("gpt: the memory plan's activation bytes are what the model allocates"
       for (const GptOptions& o : {GptOptions{300, 16, 2, 2, 32, 128}, GptOptions{50257, 64, 3, 4, 128, 128},
                                   GptOptions{300, 16, 4, 2, 32, 128, true}, GptOptions{50257, 64, 3, 4, 128, 128, true},
                                   GptOptions{300, 16, 4, 2, 32, 128, false, true},
-                                  GptOptions{50257, 64, 3, 4, 128, 128, true, true}}) {
+                                  GptOptions{50257, 64, 3, 4, 128, 128, true, true},
+                                  GptOptions{50257, 64, 3, 4, 128, 128, false, true, false, true}}) {
         Gpt model(be.memory(), be.ops(), o, dt, rows);
         size_t plan = 0;
         REQUIRE(Gpt::activation_bytes(o, rows, dt, &plan));
@@ -291,6 +296,12 @@ TEST_CASE("gpt: the memory plan's activation bytes are what the model allocates"
           GptOptions kept = o;
           kept.recompute = false;
           CHECK(model.buffer_bytes() < Gpt(be.memory(), be.ops(), kept, dt, rows).buffer_bytes());
+        }
+        if (o.padded_head()) {  // the padded LM head: wte padded to Vp rows in the compute dtype
+          GptOptions plain = o;
+          plain.pad_head = false;
+          CHECK(model.buffer_bytes() == Gpt(be.memory(), be.ops(), plain, dt, rows).buffer_bytes() +
+                                            o.logits_ld() * o.n_embd * dtype_size(dt));
         }
         if (o.fused_attention) {  // less than the explicit attention's probabilities and scores
           GptOptions expl = o;
