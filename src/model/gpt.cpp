@@ -223,8 +223,8 @@ void Gpt::layernorm_backward(const void* dy, const void* x, const void* params, 
 // The explicit attention (model.attention: explicit): one head at a time, each GEMM batched over
 // the rows (sequences): the head's Q, K and V columns of qkv repeat every T x 3C elements;
 // probabilities are stored [H][rows][T][T].
-void Gpt::attention_explicit(Saved& y, size_t rows) {
-  const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H;
+void Gpt::attention_explicit(Saved& y, size_t rows, size_t T) {
+  const size_t C = opt_.n_embd, H = opt_.n_head, D = C / H;
   const size_t e = dtype_size(compute_);
   const int64_t B = int64_t(rows), qs = int64_t(T * 3 * C), tt = int64_t(T * T);
   for (size_t h = 0; h < H; ++h) {
@@ -245,8 +245,8 @@ void Gpt::attention_explicit(Saved& y, size_t rows) {
 
 // One block: res_in_[l] -> the next block's input (res_out_ after the last), its activations into
 // saved(l). Backward calls it again for a block whose activations were not kept (recompute).
-void Gpt::forward_block(const void* params, size_t l, size_t rows, bool record) {
-  const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H, N = rows * T, L = opt_.n_layer;
+void Gpt::forward_block(const void* params, size_t l, size_t rows, size_t T, bool record) {
+  const size_t C = opt_.n_embd, H = opt_.n_head, D = C / H, N = rows * T, L = opt_.n_layer;
   Saved& y = saved(l);
   const Buffer& next = l + 1 < L ? res_in_[l + 1] : res_out_;
   layernorm(res_in_[l].data(), params, layer_param(l, kLn1W), y.ln1.data(), y.mean1, y.rstd1, N);
@@ -259,7 +259,7 @@ void Gpt::forward_block(const void* params, size_t l, size_t rows, bool record) 
     a.row_max = y.attn_keep.as<float>(), a.row_sum = y.attn_keep.as<float>() + N * H;
     ops_.attention_forward(a);
   } else {
-    attention_explicit(y, rows);
+    attention_explicit(y, rows, T);
   }
   lin_.forward(linear_id(l, kProj), act(y.att, N, C), param(params, layer_param(l, kProjW)),
                param(params, layer_param(l, kProjB)), act(tmp_, N, C), record);
@@ -273,17 +273,17 @@ void Gpt::forward_block(const void* params, size_t l, size_t rows, bool record) 
   ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(N * C)});
 }
 
-void Gpt::forward(const void* params, size_t rows, bool record, bool head) {
-  const size_t T = opt_.seq_len, C = opt_.n_embd, N = rows * T, V = opt_.vocab, L = opt_.n_layer;
+void Gpt::forward(const void* params, size_t rows, size_t T, bool record, bool head) {
+  const size_t C = opt_.n_embd, N = rows * T, V = opt_.vocab, L = opt_.n_layer;
   EmbeddingArgs emb;
   emb.B = int64_t(rows), emb.T = int64_t(T), emb.C = int64_t(C), emb.vocab = int64_t(V);
-  emb.max_positions = int64_t(T), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
+  emb.max_positions = int64_t(opt_.seq_len), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
   emb.wte = param(params, kWte).data, emb.wpe = param(params, kWpe).data, emb.x = res_in_[0].data();
   before_weights(kWte, kWpe);
   ops_.embedding_forward(emb);
   for (size_t l = 0; l < L; ++l) {
     before_weights(layer_param(l, 0), layer_param(l, kPerLayer - 1));
-    forward_block(params, l, rows, record);
+    forward_block(params, l, rows, T, record);
   }
   before_weights(lnf_w(), lnf_w() + 1);  // ln_f; the LM head is the embedding's (waited for above)
   layernorm(res_out_.data(), params, lnf_w(), lnf_.data(), meanf_, rstdf_, N);
@@ -302,7 +302,7 @@ void Gpt::forward(const void* params, size_t rows, bool record, bool head) {
 
 void Gpt::forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
                        LossSums sums) {
-  forward(params, rows, with_grad, padded_head());
+  forward(params, rows, opt_.seq_len, with_grad, padded_head());
   SoftmaxXentArgs x;
   x.logits = logits_.data(), x.logits_type = compute_, x.rows = int64_t(rows * opt_.seq_len);
   x.classes = int64_t(opt_.vocab), x.ld_logits = int64_t(opt_.logits_ld());
@@ -377,7 +377,7 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
   layernorm_back(dtmp_.data(), res_out_.data(), lnf_w(), meanf_, rstdf_, false);
   for (size_t li = L; li-- > 0;) {
     // The last block's activations are still in the shared buffers after forward.
-    if (opt_.recompute && li + 1 < L) forward_block(params, li, rows, false);
+    if (opt_.recompute && li + 1 < L) forward_block(params, li, rows, T, false);
     const Saved& y = saved(li);
     auto lp = [&](int slot) { return layer_param(li, slot); };
     // MLP: dres is the gradient of the block's output (the residual passes it through).
@@ -415,10 +415,14 @@ std::vector<float> Gpt::next_logits(const void* params, const std::vector<int32_
   const size_t T = opt_.seq_len, V = opt_.vocab;
   AMP_CHECK(!context.empty(), "next_logits: empty context");
   const size_t n = std::min(T, context.size());
-  std::fill(tokens_host_.begin(), tokens_host_.begin() + long(T), 0);  // positions after the context do not matter (causal)
+  // The context's positions rounded up to kSampleStep (a few shapes for the GEMM plans), not the
+  // whole seq_len: the positions after the context do not matter (causal), so they are left out
+  // or hold token 0.
+  const size_t Tn = std::min(T, (n + kSampleStep - 1) / kSampleStep * kSampleStep);
+  std::fill(tokens_host_.begin(), tokens_host_.begin() + long(Tn), 0);
   std::copy(context.end() - long(n), context.end(), tokens_host_.begin());
-  mem_.upload(tokens_.data(), tokens_host_.data(), T * sizeof(int32_t));
-  forward(params, 1, false, false);  // one sequence per token: wte itself, no copy
+  mem_.upload(tokens_.data(), tokens_host_.data(), Tn * sizeof(int32_t));
+  forward(params, 1, Tn, false, false);  // one sequence per token: wte itself, no copy
   std::vector<char> raw(V * dtype_size(compute_));
   mem_.download(raw.data(), logits_.as<char>() + (n - 1) * opt_.logits_ld() * dtype_size(compute_), raw.size());
   std::vector<float> out(V);

@@ -100,15 +100,18 @@ class Gpt final : public Model {
  private:
   enum Slot { kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kMProjW, kMProjB, kPerLayer };
   static constexpr int kWte = 0, kWpe = 1, kFirstLayer = 2;
+  static constexpr size_t kSampleStep = 64;  // next_logits' positions: the context's, rounded up to this
   int layer_param(size_t l, int slot) const { return kFirstLayer + int(l) * kPerLayer + slot; }
   int lnf_w() const { return kFirstLayer + int(opt_.n_layer) * kPerLayer; }
   Tensor param(const void* base, int index) const;
   Tensor act(const Buffer& b, size_t rows, size_t cols) const { return b.tensor(compute_, rows, cols); }
-  // record: a training step's forward (the FP8 casts record their amaxes). head: the LM head
-  // multiplies head_ (see there) at the padded width instead of wte.
-  void forward(const void* params, size_t rows, bool record, bool head);
+  // rows sequences of T <= seq_len positions (training and evaluation: seq_len; sampling: the
+  // context rounded up, kSampleStep). record: a training step's forward (the FP8 casts record their
+  // amaxes). head: the LM head multiplies head_ (see there) at the padded width instead of wte.
+  void forward(const void* params, size_t rows, size_t T, bool record, bool head);
   bool padded_head() const { return opt_.padded_head(); }
-  void forward_block(const void* params, size_t l, size_t rows, bool record);  // block l: res_in_[l] -> the next input
+  // Block l of rows sequences of T positions: res_in_[l] -> the next input.
+  void forward_block(const void* params, size_t l, size_t rows, size_t T, bool record);
   // The blocks' linear layers, four per block in this order (their ids: 4 l + k).
   enum Linear { kQkv, kProj, kFc, kMProj, kLinearsPerLayer };
   int linear_id(size_t l, Linear k) const { return int(l) * kLinearsPerLayer + k; }
@@ -140,7 +143,7 @@ class Gpt final : public Model {
   std::vector<Saved> saved_;
   Saved& saved(size_t l) { return saved_[opt_.recompute ? 0 : l]; }
   // The explicit attention from y.qkv into y.att, and its backward from dtmp_ into dqkv_.
-  void attention_explicit(Saved& y, size_t rows);
+  void attention_explicit(Saved& y, size_t rows, size_t T);
   void attention_explicit_backward(const Saved& y, size_t rows);
   Buffer res_out_, lnf_, meanf_, rstdf_, logits_, dlogits_;
   // With GptOptions::padded_head(): wte padded to logits_ld() rows [Vp, C] (compute dtype), so the

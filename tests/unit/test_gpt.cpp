@@ -187,6 +187,49 @@ TEST_CASE("sampling: top-k and temperature choose among the likeliest, seeded, a
   CHECK(make_tokenizer("") == nullptr);
 }
 
+TEST_CASE("gpt: next_logits over the context's positions only gives the full window's logits bit for bit", "[gpt]") {
+  // seq_len 160: contexts of 5 and 70 tokens run 64 and 128 positions (kSampleStep), 160 and 200
+  // the whole window (200: its last 160 tokens). Bit for bit at this shape; at GPT-2's some logits
+  // differ by one unit of the dtype's rounding where a product's shape changes oneDNN's blocking
+  // (docs/design.md).
+  GptOptions o;
+  o.vocab = 300, o.seq_len = 160, o.n_layer = 2, o.n_head = 2, o.n_embd = 32, o.vocab_pad = 64;
+  amp::Rng rng(19);
+  std::vector<int32_t> ctx(200);
+  for (auto& t : ctx) t = int32_t(rng.below(o.vocab));
+  for (DType dt : {DType::F32, DType::BF16})
+    for (bool fused : {false, true}) {
+      o.fused_attention = fused;
+      CpuBackend be(2);
+      Gpt model(be.memory(), be.ops(), o, dt, 1);
+      const ParamLayout& L = model.layout();
+      const std::vector<float> w = model.init_params(23);
+      Buffer params = be.memory().alloc(L.total * dtype_size(dt));
+      convert(w.data(), DType::F32, params.data(), dt, L.total);
+      for (size_t n : {size_t(5), size_t(70), size_t(160), size_t(200)}) {
+        INFO(dtype_name(dt) << (fused ? ", fused" : ", explicit") << ", context " << n);
+        const std::vector<int32_t> context(ctx.begin(), ctx.begin() + long(n));
+        const std::vector<float> next = model.next_logits(params.data(), context);
+        // The training forward over the window holding the context's last seq_len tokens (then
+        // other tokens: they do not reach row m - 1).
+        const size_t m = std::min(n, o.seq_len);
+        std::vector<int32_t> tok(ctx.end() - long(o.seq_len), ctx.end()), tgt(o.seq_len, 0);
+        std::copy(context.end() - long(m), context.end(), tok.begin());
+        model.stage_tokens(tok.data(), tgt.data(), 1);
+        struct { float scale, loss; int32_t correct; } s{1.0f, 0, 0};
+        model.forward_loss(params.data(), 1, &s.scale, 1.0f / float(o.seq_len), false, LossSums{&s.loss, &s.correct});
+        size_t differ = 0;
+        for (size_t j = 0; j < o.vocab; ++j) {
+          float f;
+          convert(static_cast<const char*>(model.logits_data()) + ((m - 1) * o.logits_ld() + j) * dtype_size(dt), dt, &f,
+                  DType::F32, 1);
+          differ += f32_bits(f) != f32_bits(next[j]);
+        }
+        CHECK(differ == 0);
+      }
+    }
+}
+
 TEST_CASE("gpt: padded logits rows and recomputed blocks give the plain loss, gradients, logits and samples bit for bit", "[gpt]") {
   // GPT-2's 50257 is padded to 50304 for aligned GEMMs; here a vocabulary of 300 padded to 320
   // and 384 columns (and the automatic choice) against no padding.
