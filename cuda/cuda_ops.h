@@ -19,29 +19,30 @@
 //   algorithm (unusual leading dimensions or alignments) the call goes to
 //   cublasGemmStridedBatchedEx with the same mapping, math mode forbidding reduced-precision
 //   reductions. k == 0 runs a small kernel (C = beta * C).
-// add, row_sum, the bias gradient (row_sum's kernel): one thread block per 16-column tile with
-//   kRowSumLanes row lanes, each lane loading 16 of its rows before adding them in order: the
-//   fixed order of ops_args.h; bit-identical to the CPU twins.
+// add, row_sum, the bias gradient (row_sum's kernel): one thread block per (16-column tile,
+//   segment of 512 rows) with kRowSumLanes row lanes, each lane loading 16 of its rows before
+//   adding them in order, then the lanes in order; with several segments their FP32 sums are
+//   folded in segment order by a second kernel (cuda/row_sum_order.cuh): the fixed order of
+//   ops_args.h, bit-identical to the CPU twins.
 // Transformer kernels: the same per-element functions as the CPU (amp::tmath, compiled with
 //   --fmad=false) and the same fixed reduction orders, so results are bit-identical to the CPU
 //   twin's (NaN payloads aside). No float atomics.
 //   - layer norm forward, its dx, the softmax forward and backward: one warp per row, lane l taking
 //     elements l, l + 32, ...; row sums and maxima by __shfl_xor_sync butterflies.
-//   - dgamma/dbeta: one block per 16-column tile with kRowSumLanes row lanes (row_sum's order),
-//     8 rows loaded ahead of their adds.
+//   - dgamma/dbeta: row_sum's blocks and order (segments folded by a second kernel), 8 rows
+//     loaded ahead of their adds.
 //   - GELU: grid-stride elementwise, 4 elements per thread (one vector load of 4 where aligned).
 //   - embedding backward: keys = tokens (out-of-range ones as `vocab`, sorted last and skipped),
 //     values = positions; CUB's stable radix sort of the pairs over the bits of `vocab`; one thread
 //     block per (run of a token, 256-column tile) sums the run's dx rows in order and adds the sum
 //     to dwte once; dwpe one thread per (position, column) summing over b. Deterministic.
-//   Not tuned yet: the row kernels read 32 consecutive elements per warp and step, and
-//   dgamma/dbeta's and row_sum's parallelism is fixed at 16 lanes per column (each lane's rows
-//   are one chain in the specification).
+//   Not tuned yet: the row kernels read 32 consecutive elements per warp and step.
 //
 // Every call only enqueues work on the stream (no allocation after the first call of a signature,
 // no host synchronization), so a step can be captured into a CUDA graph once each signature has
-// run (or been planned with gemm_path) outside the capture. reserve_embedding and a GEMM needing a
-// larger FP32 scratch allocate, and refuse while the stream is capturing. The workspace and
+// run (or been planned with gemm_path) outside the capture. reserve_embedding, a GEMM needing a
+// larger FP32 scratch and a column sum over more segments than before (row_sum, the layer norm's
+// dgamma/dbeta) allocate, and refuse while the stream is capturing. The workspace and
 // scratch are shared by the calls: one CudaOps per stream.
 #pragma once
 

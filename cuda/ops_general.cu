@@ -1,8 +1,10 @@
 // Kernels of the general ops (cuda/cuda_ops.h): add (FP32 addition, one rounding), row_sum (the
-// fixed segment and lane order of backend/ops_args.h, no atomics) and the k == 0 GEMM (C = beta * C). Each
-// element is computed by the same FP32 expression as on the CPU twin, so results are
-// bit-identical (NaN payloads aside). Inputs and outputs of add may be the same memory, so they
-// are not __restrict__.
+// fixed segment and lane order of backend/ops_args.h, no atomics) and the k == 0 GEMM (C = beta *
+// C). Each element is computed by the same FP32 expression as on the CPU twin, so results are
+// bit-identical (NaN payloads aside). Inputs and outputs of add may be the same memory, so they are
+// not __restrict__.
+#include <algorithm>
+
 #include "cuda/cuda_ops.h"
 #include "cuda/kernel_util.cuh"
 #include "cuda/row_sum_order.cuh"
@@ -31,34 +33,39 @@ __global__ void __launch_bounds__(kThreads) add_kernel(const A* a, const B* b, O
   }
 }
 
-// One segment of row_sum's order per block (cuda/row_sum_order.cuh): q = the segment's sum of
-// kCols columns. One segment: out = round(q). More: partial[segment][col] = q, folded afterwards.
+// Segments of row_sum's order (cuda/row_sum_order.cuh), kCols columns per block: q = a segment's
+// sum. One segment: out = round(q). More: partial[segment][col] = q, folded afterwards.
 template <typename X, typename O>
 __global__ void __launch_bounds__(sums::kCols * sums::kLanes)
     row_sum_kernel(const X* __restrict__ x, O* __restrict__ out, float* __restrict__ partial, int64_t rows,
-                   int64_t cols, int64_t ldx) {
+                   int64_t cols, int64_t ldx, int64_t segments) {
   using sums::kAhead;
   using sums::kLanes;
   __shared__ float part[kLanes][sums::kCols + 1];
-  const int64_t col = int64_t(blockIdx.x) * sums::kCols + threadIdx.x, end = sums::segment_end(rows);
-  float acc = 0.0f;
-  if (col < cols) {
-    int64_t r = sums::segment_begin() + threadIdx.y;
-    for (; r + (kAhead - 1) * int64_t(kLanes) < end; r += kAhead * int64_t(kLanes)) {
-      float v[kAhead];
+  const int64_t col = int64_t(blockIdx.x) * sums::kCols + threadIdx.x;
+  for (int64_t g = blockIdx.y; g < segments; g += gridDim.y) {
+    const int64_t end = sums::segment_end(g, rows);
+    float acc = 0.0f;
+    if (col < cols) {
+      int64_t r = g * kRowSumSegment + threadIdx.y;
+      for (; r + (kAhead - 1) * int64_t(kLanes) < end; r += kAhead * int64_t(kLanes)) {
+        float v[kAhead];
 #pragma unroll
-      for (int u = 0; u < kAhead; ++u) v[u] = to_f32(x[(r + u * int64_t(kLanes)) * ldx + col]);
+        for (int u = 0; u < kAhead; ++u) v[u] = to_f32(x[(r + u * int64_t(kLanes)) * ldx + col]);
 #pragma unroll
-      for (int u = 0; u < kAhead; ++u) acc += v[u];
+        for (int u = 0; u < kAhead; ++u) acc += v[u];
+      }
+      for (; r < end; r += kLanes) acc += to_f32(x[r * ldx + col]);
     }
-    for (; r < end; r += kLanes) acc += to_f32(x[r * ldx + col]);
+    const float q = sums::segment_sum(part, acc);
+    if (threadIdx.y == 0 && col < cols) {
+      if (segments == 1)
+        out[col] = from_f32<O>(q);
+      else
+        partial[g * cols + col] = q;
+    }
+    __syncthreads();  // part is reused by the next segment
   }
-  const float q = sums::segment_sum(part, acc);
-  if (threadIdx.y != 0 || col >= cols) return;
-  if (gridDim.y == 1)
-    out[col] = from_f32<O>(q);
-  else
-    partial[int64_t(blockIdx.y) * cols + col] = q;
 }
 
 template <typename T>
@@ -101,15 +108,16 @@ void CudaOps::row_sum(const RowSumArgs& r) {
   check_args(r);
   if (r.cols == 0) return;
   const dim3 grid = sums::segment_grid(r.rows, r.cols, "row_sum");
-  float* partial = grid.y > 1 ? sum_scratch(size_t(grid.y) * size_t(r.cols)) : nullptr;
+  const int64_t segments = std::max<int64_t>(1, row_sum_segments(r.rows));
+  float* partial = segments > 1 ? sum_scratch(size_t(segments) * size_t(r.cols)) : nullptr;
   dispatch_float(r.x_type, "row_sum", [&](auto xt) {
     dispatch_float(r.out_type, "row_sum", [&](auto ot) {
       using X = decltype(xt);
       using O = decltype(ot);
       row_sum_kernel<X, O><<<grid, dim3(sums::kCols, sums::kLanes), 0, stream>>>(
-          static_cast<const X*>(r.x), static_cast<O*>(r.out), partial, r.rows, r.cols, r.ldx);
+          static_cast<const X*>(r.x), static_cast<O*>(r.out), partial, r.rows, r.cols, r.ldx, segments);
       AMP_CHECK_LAUNCH("row_sum_kernel");
-      if (partial) sums::fold_segments(stream, partial, int64_t(grid.y), r.cols, static_cast<O*>(r.out), false);
+      if (partial) sums::fold_segments(stream, partial, segments, r.cols, static_cast<O*>(r.out), false);
     });
   });
 }

@@ -1,5 +1,7 @@
 // LayerNorm forward and backward (cuda/cuda_ops.h): the CUDA twins of src/backend/cpu/ops_layernorm.cpp,
 // element for element the same FP32 expressions (amp::tmath) in the same reduction orders.
+#include <algorithm>
+
 #include "cuda/cuda_ops.h"
 #include "cuda/row_kernels.cuh"
 #include "cuda/row_sum_order.cuh"
@@ -69,57 +71,62 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One segment of row_sum's order per block (cuda/row_sum_order.cuh), for dgamma's terms
-// n_rj * dy_rj and dbeta's dy_rj: a lane loads kAhead of its rows (dy, x and the row's statistics)
-// before it adds their terms in order. One segment: dgamma, dbeta = round(q) (or round(old + q));
-// more: the partials pg, pb [segment][col], folded afterwards.
+// Segments of row_sum's order (cuda/row_sum_order.cuh) for dgamma's terms n_rj * dy_rj and
+// dbeta's dy_rj: a lane loads kAhead of its rows (dy, x and the row's statistics) before it adds
+// their terms in order. One segment: dgamma, dbeta = round(q) (or round(old + q)); more: the
+// partials pg, pb [segment][col], folded afterwards.
 template <typename T>
 __global__ void __launch_bounds__(sums::kCols * sums::kLanes)
     ln_backward_dparams_kernel(const T* __restrict__ dy, const T* __restrict__ x, const float* __restrict__ mean_in,
                                const float* __restrict__ rstd_in, T* __restrict__ dgamma, T* __restrict__ dbeta,
                                float* __restrict__ pg, float* __restrict__ pb, bool accumulate, int64_t rows,
-                               int64_t C) {
+                               int64_t C, int64_t segments) {
   constexpr int kAhead = 8;  // four values per row: half row_sum's rows ahead
   using sums::kLanes;
   __shared__ float part[kLanes][sums::kCols + 1];
-  const int64_t col = int64_t(blockIdx.x) * sums::kCols + threadIdx.x, end = sums::segment_end(rows);
-  float g = 0.0f, b = 0.0f;
-  if (col < C) {
-    int64_t r = sums::segment_begin() + threadIdx.y;
-    for (; r + (kAhead - 1) * int64_t(kLanes) < end; r += kAhead * int64_t(kLanes)) {
-      float d[kAhead], xv[kAhead], mu[kAhead], rs[kAhead];
+  const int64_t col = int64_t(blockIdx.x) * sums::kCols + threadIdx.x;
+  for (int64_t s = blockIdx.y; s < segments; s += gridDim.y) {
+    const int64_t end = sums::segment_end(s, rows);
+    float g = 0.0f, b = 0.0f;
+    if (col < C) {
+      int64_t r = s * kRowSumSegment + threadIdx.y;
+      for (; r + (kAhead - 1) * int64_t(kLanes) < end; r += kAhead * int64_t(kLanes)) {
+        float d[kAhead], xv[kAhead], mu[kAhead], rs[kAhead];
 #pragma unroll
-      for (int u = 0; u < kAhead; ++u) {
-        const int64_t ru = r + u * int64_t(kLanes);
-        d[u] = to_f32(dy[ru * C + col]), xv[u] = to_f32(x[ru * C + col]), mu[u] = mean_in[ru], rs[u] = rstd_in[ru];
+        for (int u = 0; u < kAhead; ++u) {
+          const int64_t ru = r + u * int64_t(kLanes);
+          d[u] = to_f32(dy[ru * C + col]), xv[u] = to_f32(x[ru * C + col]), mu[u] = mean_in[ru], rs[u] = rstd_in[ru];
+        }
+#pragma unroll
+        for (int u = 0; u < kAhead; ++u) {
+          g += tmath::ln_norm(xv[u], mu[u], rs[u]) * d[u];
+          b += d[u];
+        }
       }
-#pragma unroll
-      for (int u = 0; u < kAhead; ++u) {
-        g += tmath::ln_norm(xv[u], mu[u], rs[u]) * d[u];
-        b += d[u];
+      for (; r < end; r += kLanes) {
+        const float d = to_f32(dy[r * C + col]);
+        g += tmath::ln_norm(to_f32(x[r * C + col]), mean_in[r], rstd_in[r]) * d;
+        b += d;
       }
     }
-    for (; r < end; r += kLanes) {
-      const float d = to_f32(dy[r * C + col]);
-      g += tmath::ln_norm(to_f32(x[r * C + col]), mean_in[r], rstd_in[r]) * d;
-      b += d;
+    float sg = sums::segment_sum(part, g);
+    __syncthreads();  // part is reused
+    float sb = sums::segment_sum(part, b);
+    if (threadIdx.y == 0 && col < C) {
+      if (segments > 1) {
+        pg[s * C + col] = sg;
+        pb[s * C + col] = sb;
+      } else {
+        if (accumulate) {
+          sg = to_f32(dgamma[col]) + sg;
+          sb = to_f32(dbeta[col]) + sb;
+        }
+        dgamma[col] = from_f32<T>(sg);
+        dbeta[col] = from_f32<T>(sb);
+      }
     }
+    __syncthreads();  // part is reused by the next segment
   }
-  float sg = sums::segment_sum(part, g);
-  __syncthreads();  // part is reused
-  float sb = sums::segment_sum(part, b);
-  if (threadIdx.y != 0 || col >= C) return;
-  if (gridDim.y > 1) {
-    pg[int64_t(blockIdx.y) * C + col] = sg;
-    pb[int64_t(blockIdx.y) * C + col] = sb;
-    return;
-  }
-  if (accumulate) {
-    sg = to_f32(dgamma[col]) + sg;
-    sb = to_f32(dbeta[col]) + sb;
-  }
-  dgamma[col] = from_f32<T>(sg);
-  dbeta[col] = from_f32<T>(sb);
 }
 
 }  // namespace
@@ -143,17 +150,18 @@ void CudaOps::layernorm_backward(const LayerNormBackwardArgs& a) {
   check_args(a);
   if (a.C == 0) return;
   const dim3 grid = sums::segment_grid(a.rows, a.C, "layernorm_backward");
-  float* pg = grid.y > 1 ? sum_scratch(2 * size_t(grid.y) * size_t(a.C)) : nullptr;
-  float* pb = pg ? pg + size_t(grid.y) * size_t(a.C) : nullptr;
+  const int64_t segments = std::max<int64_t>(1, row_sum_segments(a.rows));
+  float* pg = segments > 1 ? sum_scratch(2 * size_t(segments) * size_t(a.C)) : nullptr;
+  float* pb = pg ? pg + size_t(segments) * size_t(a.C) : nullptr;
   dispatch_float(a.type, "layernorm_backward", [&](auto tt) {
     using T = decltype(tt);
     ln_backward_dparams_kernel<T><<<grid, dim3(sums::kCols, sums::kLanes), 0, stream>>>(
         static_cast<const T*>(a.dy), static_cast<const T*>(a.x), a.mean, a.rstd, static_cast<T*>(a.dgamma),
-        static_cast<T*>(a.dbeta), pg, pb, a.accumulate_dparams, a.rows, a.C);
+        static_cast<T*>(a.dbeta), pg, pb, a.accumulate_dparams, a.rows, a.C, segments);
     AMP_CHECK_LAUNCH("ln_backward_dparams_kernel");
     if (pg) {
-      sums::fold_segments(stream, pg, int64_t(grid.y), a.C, static_cast<T*>(a.dgamma), a.accumulate_dparams);
-      sums::fold_segments(stream, pb, int64_t(grid.y), a.C, static_cast<T*>(a.dbeta), a.accumulate_dparams);
+      sums::fold_segments(stream, pg, segments, a.C, static_cast<T*>(a.dgamma), a.accumulate_dparams);
+      sums::fold_segments(stream, pb, segments, a.C, static_cast<T*>(a.dbeta), a.accumulate_dparams);
     }
     if (a.rows == 0) return;
     ln_backward_dx_kernel<T><<<row_blocks(a.rows, "layernorm_backward"), kThreads, 0, stream>>>(

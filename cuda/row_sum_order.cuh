@@ -23,17 +23,17 @@ constexpr int kAhead = 16;       // rows a lane loads before adding them
 static_assert(kLanes * kCols <= 1024, "row-sum block size");
 static_assert(kRowSumSegment % (kLanes * kAhead) == 0, "a segment holds whole rounds of the loads");
 
-// The grid of the segment kernels: (column tiles, segments).
+// The grid of the segment kernels: (column tiles, segments), at most 65535 segments side by side
+// (a block takes segments blockIdx.y, blockIdx.y + gridDim.y, ...). rows == 0: one empty segment.
 inline dim3 segment_grid(int64_t rows, int64_t cols, const char* what) {
   const int64_t tiles = (cols + kCols - 1) / kCols, segments = row_sum_segments(rows);
-  AMP_CHECK(tiles <= int64_t(INT32_MAX) && segments <= 65535, what, ": ", rows, " x ", cols, " is too large");
-  return dim3(unsigned(tiles), unsigned(segments > 0 ? segments : 1));
+  AMP_CHECK(tiles <= int64_t(INT32_MAX), what, ": ", cols, " columns is too many");
+  return dim3(unsigned(tiles), unsigned(segments < 1 ? 1 : segments < 65535 ? segments : 65535));
 }
 
-// The first and one-past-last row of this block's segment.
-__device__ __forceinline__ int64_t segment_begin() { return int64_t(blockIdx.y) * kRowSumSegment; }
-__device__ __forceinline__ int64_t segment_end(int64_t rows) {
-  return segment_begin() + kRowSumSegment < rows ? segment_begin() + kRowSumSegment : rows;
+// The one-past-last row of segment g.
+__device__ __forceinline__ int64_t segment_end(int64_t g, int64_t rows) {
+  return (g + 1) * kRowSumSegment < rows ? (g + 1) * kRowSumSegment : rows;
 }
 
 // Lane sums v (this thread's lane threadIdx.y, column threadIdx.x) added in lane order from +0:
