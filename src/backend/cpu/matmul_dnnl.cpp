@@ -133,17 +133,17 @@ MatmulTiles DnnlMatmul::tiles(const MatmulShape& s, int threads) {
     }
     return t;
   }
-  // brgemm keeps each element's dot over K whatever its threading, and a row slice's dots keep
-  // the whole product's (the unit test checks every shape it tries): one slice of rows per thread
-  // (oneDNN's own threading of one product ran 1.10-1.25x slower at 2 threads than the halves
-  // side by side, docs/benchmarks.md). Whole, threaded by oneDNN: products too small to gain from
-  // the cut (fewer than two blocks of rows, or a few microseconds of work). A^T B (the weight
-  // gradients; run() cuts their sum over K instead, run_k_chunks): no tiles of C.
-  if (threads < 2) return {1, 1, s.m, s.n};
-  if (s.trans_a || s.m < 2 * MatmulTiles::kRowBlock || flops < kWholeFlops) return t;
-  const size_t blocks = (s.m + MatmulTiles::kRowBlock - 1) / MatmulTiles::kRowBlock;
-  t.rows = int(blocks < size_t(threads) ? blocks : size_t(threads));
-  t.cols = 1;
+  // brgemm orders an element's dot over K by the product it is given: on AMX CPUs a slice of the
+  // rows gave other bits than the whole (64 x 3072 x 768 BF16: 4 elements differed between the
+  // whole and two slices of 32 rows; 1024 rows in three slices too). So, as for the jit GEMM, C is
+  // cut by the shape alone: tiles of about kBrgTileRows x kBrgTileCols, each a single-threaded
+  // product, at any thread count (1 included). A^T B (the weight gradients; run() cuts their sum
+  // over K instead, run_k_chunks) and products of a few microseconds: one tile.
+  (void)threads;
+  t.rows = t.cols = 1;
+  if (s.trans_a || flops < kWholeFlops) return t;
+  t.rows = int(s.m / kBrgTileRows > 0 ? s.m / kBrgTileRows : 1);
+  t.cols = int(s.n / kBrgTileCols > 0 ? s.n / kBrgTileCols : 1);
   return t;
 }
 

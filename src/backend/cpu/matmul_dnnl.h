@@ -4,10 +4,12 @@
 //
 // Threads: the bits of C never depend on the thread count (unit test "linear layers: the same
 // bits at 1, 2 and 3 threads"); tiles() says how a product is spread.
-// - brgemm kernels (AVX-512 CPUs), A B or A B^T: the rows of C are cut into one slice per OpenMP
-//   thread, each a single-threaded product (oneDNN's own threading of one product ran 1.10-1.25x
-//   slower at 2 threads than the halves side by side, docs/benchmarks.md). Each element of C is
-//   the same dot over K whichever slice computes it.
+// - brgemm kernels (AVX-512 CPUs), A B or A B^T: C is cut into tiles of about 256 rows x 1024
+//   columns chosen by the product's shape alone, each a single-threaded product, the tiles shared
+//   out among the threads (1 included). One slice of rows per thread, as before, gave other bits
+//   on AMX CPUs than the whole product (brgemm orders a dot over K by the rows it is given: 64 x
+//   3072 x 768 in BF16 differed in 4 elements between 1 and 2 threads), and oneDNN's own threading
+//   of one product ran 1.10-1.25x slower at 2 threads than halves side by side.
 // - brgemm, A^T B (the weight gradients): oneDNN threads it by cutting the sum over K on AMX CPUs
 //   (1 and 2 threads differed in 47 of 442,368 elements of a 1152 x 384 x 2048 BF16 product), and
 //   a slice of A^T's rows or of B's columns is a strided operand it leaves brgemm for. So the sum
@@ -89,6 +91,9 @@ class DnnlMatmul {
   // bench_gpt_step under ONEDNN_MAX_CPU_ISA=AVX2 (docs/benchmarks.md).
   static constexpr size_t kJitTile = 1024;
   static constexpr double kJitSpread = 1e8;
+  // brgemm (AVX-512 CPUs): tiles of about kBrgTileRows x kBrgTileCols (whole rows of C up to
+  // 2 kBrgTileCols columns), by the product's shape alone.
+  static constexpr size_t kBrgTileRows = 256, kBrgTileCols = 1024;
   // brgemm's A^T B: rows of K per chunk. Held while a product runs, and kept for the next: one
   // M x N FP32 block per thread, and one more for the running sum when there are more chunks
   // than threads (GPT-2's LM head at 16 x 1024 tokens, 2 threads: 3 x 154 MB).
