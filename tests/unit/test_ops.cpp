@@ -487,7 +487,7 @@ TEST_CASE("linear layers: the same bits at 1, 2 and 3 threads, every element wri
         const std::vector<double>* ref[3] = {&y_ref, &dx_ref, &dw_ref};
         const double tol = dt == DType::F32 ? 1e-5 : dt == DType::BF16 ? 1e-2 : 2e-3;  // the output's rounding
         for (int o = 0; o < 3; ++o) {
-          const cpu::MatmulTiles tiles = ops.matmul().tiles(prod[o], threads);  // none: oneDNN's own threading
+          const cpu::MatmulTiles tiles = ops.matmul().tiles(prod[o]);
           const std::string impl = ops.matmul().implementation(prod[o]);
           split += tiles.count() > 1;
           impls.insert(impl);

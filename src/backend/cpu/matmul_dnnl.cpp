@@ -109,7 +109,7 @@ bool DnnlMatmul::k_chunked(const MatmulShape& s) {
   return s.trans_a && s.k > 0 && impl_->get(s).impl.rfind("brg:", 0) == 0;
 }
 
-MatmulTiles DnnlMatmul::tiles(const MatmulShape& s, int threads) {
+MatmulTiles DnnlMatmul::tiles(const MatmulShape& s) {
   MatmulTiles t;
   t.m = s.m;
   t.n = s.n;
@@ -139,7 +139,6 @@ MatmulTiles DnnlMatmul::tiles(const MatmulShape& s, int threads) {
   // cut by the shape alone: tiles of about kBrgTileRows x kBrgTileCols, each a single-threaded
   // product, at any thread count (1 included). A^T B (the weight gradients; run() cuts their sum
   // over K instead, run_k_chunks) and products of a few microseconds: one tile.
-  (void)threads;
   t.rows = t.cols = 1;
   if (s.trans_a || flops < kWholeFlops) return t;
   t.rows = int(s.m / kBrgTileRows > 0 ? s.m / kBrgTileRows : 1);
@@ -155,23 +154,19 @@ void DnnlMatmul::run_batch(const MatmulShape& s, const Batch& batch, const void*
                            void* c) {
   if (s.m == 0 || s.n == 0 || batch.count == 0) return;
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  // One A^T B product on brgemm: its sum over K cut into chunks (run_k_chunks). A batch runs its
-  // products side by side, each as on one thread (tiles(s, 1) does not depend on the thread
-  // count); one product is spread as tiles() says.
+  // One A^T B product on brgemm: its sum over K cut into chunks (run_k_chunks). Otherwise every
+  // product of the batch is cut into the tiles its shape gives (tiles()), and the tiles of all of
+  // them are shared out among the threads, each tile a single-threaded product.
   if (batch.count == 1 && k_chunked(s)) {
     run_k_chunks(s, threads, a, b, bias, c);
     return;
   }
-  const MatmulTiles t = tiles(s, batch.count == 1 ? threads : 1);
+  const MatmulTiles t = tiles(s);
   const size_t units = size_t(t.count()) * batch.count;
   const int workers = units < size_t(threads) ? int(units) : threads;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->ensure_slots(workers < 1 ? 1 : workers);
-  }
-  if (units == 0) {  // one product, threaded by oneDNN
-    impl_->execute(0, s, a, b, bias, c);
-    return;
   }
   const size_t ea = dtype_size(s.ab), ec = dtype_size(s.c), eb = dtype_size(s.bias);
   MatmulShape strided = s;  // a tile's shape but m and n: rows of A (or columns of A^T), columns of B

@@ -48,10 +48,10 @@ struct MatmulShape {
   }
 };
 
-// How run() spreads a product over the threads: none (0 x 0), the whole product threaded by
-// oneDNN as it chooses; else a grid of rows x cols tiles of C, each a single-threaded product, the
-// tiles shared out among the threads. Tile (i, j) is rows [row(i), row(i + 1)) and columns
-// [col(j), col(j + 1)) of C, whole blocks of kRowBlock x kColBlock but at the edges.
+// How run() cuts a product: a grid of rows x cols tiles of C (at least 1 x 1), each a
+// single-threaded product, the tiles shared out among the threads. Tile (i, j) is rows
+// [row(i), row(i + 1)) and columns [col(j), col(j + 1)) of C, whole blocks of kRowBlock x kColBlock
+// but at the edges.
 struct MatmulTiles {
   int rows = 0, cols = 0;
   size_t m = 0, n = 0;
@@ -71,7 +71,7 @@ class DnnlMatmul {
   ~DnnlMatmul();
   // C[m,n] = op(A)[m,k] * op(B)[k,n] (+ bias[n]); all row-major. One caller at a time (the slices'
   // streams and scratchpads are the object's; CpuOps holds its lock); inside a parallel region the
-  // product runs on the calling thread, as tiles(s, 1) says.
+  // tiles run one after another on the calling thread.
   void run(const MatmulShape& s, const void* a, const void* b, const void* bias, void* c);
   // `count` products of shape s, matrix i at a + i * stride_a, b + i * stride_b, c + i * stride_c
   // (elements; a stride of 0 repeats the matrix), run side by side, each single-threaded.
@@ -79,8 +79,8 @@ class DnnlMatmul {
     size_t count = 1, stride_a = 0, stride_b = 0, stride_c = 0;
   };
   void run_batch(const MatmulShape& s, const Batch& batch, const void* a, const void* b, const void* bias, void* c);
-  // How run() spreads a product over `threads` threads.
-  MatmulTiles tiles(const MatmulShape& s, int threads);
+  // The tiles run() cuts a product into: by its shape alone, the same at any thread count.
+  MatmulTiles tiles(const MatmulShape& s);
   // Implementation oneDNN chose for a shape (e.g. "brg:avx512_core_bf16"), for benchmarks.
   std::string implementation(const MatmulShape& s);
 

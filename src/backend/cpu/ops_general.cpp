@@ -215,9 +215,9 @@ std::unique_ptr<CpuOps::GemmPlans, CpuOps::GemmPlansDeleter> CpuOps::make_gemm_p
 
 namespace {
 // The products the models ask for (alpha 1, beta 0, the batch's outputs apart) run on the linear
-// layers' DnnlMatmul: a batch's matrices side by side, each on one thread, one matrix spread as
-// the linear layers' are, so the bits never depend on the thread count (oneDNN's own threading of
-// a batched FP32 product gave 3 threads other bits than 1: the explicit attention's, end to end).
+// layers' DnnlMatmul: every matrix cut into the tiles its shape gives, each tile on one thread, so
+// the bits never depend on the thread count (oneDNN's own threading of a batched FP32 product gave
+// 3 threads other bits than 1: the explicit attention's, end to end).
 bool on_matmul(const GemmArgs& g) {
   const bool apart = g.batch == 1 || g.stride_c >= (g.m - 1) * g.ldc + g.n;
   return g.alpha == 1.0f && g.beta == 0.0f && apart;
