@@ -58,7 +58,8 @@
 //        *correct. With dlogits: dlogits[r][j] = round((p_j - [j == label]) * (*scale *
 //        inv_count)) in its dtype (FP32 arithmetic, row stride ld_dlogits): the loss-scaled
 //        gradient of the mean over 1/inv_count samples. dlogits may be logits itself (same dtype
-//        and leading dimension). One exp per logit, in the same lanes as the CUDA twin's warp.
+//        and leading dimension). One exp per logit, in the same lanes as the CUDA twin's warp. A
+//        label outside [0, classes) gives the row a NaN loss, no hit, and no -1 term.
 //
 // row_sum out[j] = sum over i in [0, rows) of x[i * ldx + j] for j in [0, cols): FP32 accumulation
 //        in a FIXED order, the same on both twins (bit-identical results, no atomics). The rows
@@ -183,7 +184,7 @@ struct SoftmaxXentArgs {
   DType logits_type = DType::F32;
   int64_t rows = 0, classes = 0;
   int64_t ld_logits = 0;           // elements between rows of logits, >= classes
-  const int32_t* labels = nullptr;  // rows class indices in [0, classes)
+  const int32_t* labels = nullptr;  // rows class indices in [0, classes); outside: NaN loss, no hit, no -1 term
   const float* scale = nullptr;     // the loss scale S (backend memory: a captured step reads it)
   float inv_count = 1.0f;           // 1 / (samples the loss is a mean over)
   void* dlogits = nullptr;          // null: loss only (evaluation)

@@ -928,6 +928,43 @@ TEST_CASE("tops causal_softmax: the op and every kernel of this CPU give the sca
 // bit for bit at 1, 2 and 3 threads (the kernel set is the widest this CPU has), and a double
 // reference within FP32 rounding. Rows with a NaN in column 0 or elsewhere, a tied maximum, -0 and
 // +0 as the maximum, -inf; vocabularies from 1 column to GPT-2's 50257, padded rows.
+TEST_CASE("tops softmax_xent: a label outside the classes gives a NaN loss, no hit and the softmax alone as gradient",
+          "[tops]") {
+  cpu::CpuOps ops;
+  const int64_t rows = 3, c = 40;
+  Raw x(DType::F32, size_t(rows * c));
+  Rng rng(98);
+  for (size_t i = 0; i < x.size(); ++i) x.set(i, float(rng.normal() * 3.0));
+  for (int32_t bad : {-1, int32_t(c), int32_t(1 << 30)}) {
+    INFO("label " << bad);
+    const std::vector<int32_t> labels{5, bad, 7};  // row 1's label is outside [0, 40)
+    Raw d(DType::F32, size_t(rows * c)), d_ok(DType::F32, size_t(rows * c));
+    const float scale = 8.0f;
+    float loss = 0.0f, loss_ok = 0.0f;
+    int32_t hits = 0, hits_ok = 0;
+    const std::vector<int32_t> ok{5, 5, 7};
+    for (int pass = 0; pass < 2; ++pass) {
+      SoftmaxXentArgs a;
+      a.logits = x.data(), a.logits_type = DType::F32, a.rows = rows, a.classes = c, a.ld_logits = c;
+      a.labels = (pass ? ok : labels).data(), a.scale = &scale, a.inv_count = 0.5f;
+      a.dlogits = (pass ? d_ok : d).data(), a.dlogits_type = DType::F32, a.ld_dlogits = c;
+      a.loss_sum = pass ? &loss_ok : &loss, a.correct = pass ? &hits_ok : &hits;
+      ops.softmax_xent(a);
+    }
+    CHECK(std::isnan(loss));
+    CHECK(std::isfinite(loss_ok));
+    CHECK(hits <= hits_ok);
+    for (int64_t j = 0; j < c; ++j) {
+      // Rows 0 and 2 as with a valid label; row 1 the softmax times scale * inv_count, no -1 term.
+      CHECK(d.bits(size_t(j)) == d_ok.bits(size_t(j)));
+      CHECK(d.bits(size_t(2 * c + j)) == d_ok.bits(size_t(2 * c + j)));
+      const float want = j == 5 ? d_ok.get(size_t(c + j)) + 1.0f * scale * 0.5f : d_ok.get(size_t(c + j));
+      CHECK(d.get(size_t(c + j)) == Approx(want).margin(1e-6));
+      CHECK(d.get(size_t(c + j)) >= 0.0f);
+    }
+  }
+}
+
 TEST_CASE("tops softmax_xent: the specification's bits at any thread count, within FP32 rounding of double",
           "[tops]") {
   cpu::CpuOps ops;

@@ -208,12 +208,14 @@ void softmax_xent(const SoftmaxXentArgs& a, double* loss_sum, int64_t* correct) 
       if (!std::isnan(x[0]))
         while (arg < c && !(x[size_t(arg)] == m)) ++arg;
       const int32_t y = a.labels[r];
-      row_loss[size_t(r)] = (double(m) + std::log(double(stats[1]))) - double(x[size_t(y)]);
-      row_hit[size_t(r)] = arg == y;
+      const bool valid = y >= 0 && int64_t(y) < c;  // else a NaN loss, no hit, no -1 term (the CUDA twin's)
+      row_loss[size_t(r)] = valid ? (double(m) + std::log(double(stats[1]))) - double(x[size_t(y)])
+                                  : std::numeric_limits<double>::quiet_NaN();
+      row_hit[size_t(r)] = valid && arg == y;
       if (a.dlogits) {
-        const float py = p[size_t(y)];
+        const float py = valid ? p[size_t(y)] : 0.0f;
         for (int64_t j = 0; j < c; ++j) p[size_t(j)] = p[size_t(j)] * gmul;  // p_j - 0 is p_j
-        p[size_t(y)] = (py - 1.0f) * gmul;
+        if (valid) p[size_t(y)] = (py - 1.0f) * gmul;
         store(p.data(), a.dlogits, a.dlogits_type, size_t(r * a.ld_dlogits), size_t(c));
       }
     }
