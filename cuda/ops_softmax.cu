@@ -13,11 +13,11 @@ namespace {
 
 template <typename S, typename P>
 __global__ void __launch_bounds__(kThreads)
-    softmax_forward_kernel(const S* s, P* p, int64_t rows, int64_t T, float scale) {
+    softmax_forward_kernel(const S* s, P* p, int64_t rows, int64_t T, int64_t Tq, float scale) {
   const int64_t row = warp_row();
   if (row >= rows) return;
   const int lane = int(threadIdx.x % kWarp);
-  const int64_t n = row % T + 1;  // j <= i
+  const int64_t n = T - Tq + row % Tq + 1;  // j <= i, the query's position i
   const S* sr = s + row * T;
   float m = -INFINITY;
   for (int64_t j = lane; j < n; j += kWarp) m = fmaxf(m, scale * to_f32(sr[j]));
@@ -53,14 +53,14 @@ void CudaOps::causal_softmax_forward(const CausalSoftmaxArgs& a) {
   const cudaStream_t stream = stream_;
   check_args(a);
   if (a.batch == 0 || a.T == 0) return;
-  const int64_t rows = a.batch * a.T;
+  const int64_t rows = a.batch * a.rows();
   const unsigned blocks = row_blocks(rows, "causal_softmax_forward");
   dispatch_float(a.s_type, "causal_softmax_forward", [&](auto st) {
     dispatch_float(a.p_type, "causal_softmax_forward", [&](auto pt) {
       using S = decltype(st);
       using P = decltype(pt);
       softmax_forward_kernel<S, P><<<blocks, kThreads, 0, stream>>>(static_cast<const S*>(a.s), static_cast<P*>(a.p),
-                                                                    rows, a.T, a.scale);
+                                                                    rows, a.T, a.rows(), a.scale);
       AMP_CHECK_LAUNCH("softmax_forward_kernel");
     });
   });

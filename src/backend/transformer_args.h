@@ -122,10 +122,15 @@ struct LayerNormBackwardArgs {
 struct CausalSoftmaxArgs {
   int64_t batch = 0, T = 0;  // batch matrices of T x T, dense
   float scale = 1.0f;
-  const void* s = nullptr;  // scores [batch, T, T]
+  const void* s = nullptr;  // scores [batch, rows, T]
   DType s_type = DType::F32;
-  void* p = nullptr;  // probabilities [batch, T, T]; may be s when the dtypes match
+  void* p = nullptr;  // probabilities [batch, rows, T]; may be s when the dtypes match
   DType p_type = DType::F32;
+  // The matrices' rows (1 <= q_rows <= T; 0: T): the last q_rows rows of each causal T x T matrix,
+  // so row r holds query position T - q_rows + r and its first T - q_rows + r + 1 columns are
+  // kept (sampling's new tokens against every cached key). A row's bits do not depend on q_rows.
+  int64_t q_rows = 0;
+  int64_t rows() const { return q_rows == 0 ? T : q_rows; }
 };
 
 struct CausalSoftmaxBackwardArgs {
@@ -293,6 +298,7 @@ inline void check_args(const CausalSoftmaxArgs& a) {
   AMP_CHECK(a.batch >= 0 && a.T >= 0, "causal_softmax_forward: negative shape batch=", a.batch, " T=", a.T);
   AMP_CHECK(is_act_float(a.s_type) && is_act_float(a.p_type), "causal_softmax_forward: unsupported dtypes");
   AMP_CHECK(std::isfinite(a.scale), "causal_softmax_forward: scale not finite");
+  AMP_CHECK(a.q_rows >= 0 && a.q_rows <= a.T, "causal_softmax_forward: q_rows=", a.q_rows, " outside [0, T=", a.T, "]");
   if (a.batch == 0 || a.T == 0) return;
   AMP_CHECK(a.s && a.p, "causal_softmax_forward: null pointer");
   AMP_CHECK(a.p != a.s || a.p_type == a.s_type, "causal_softmax_forward: p aliases s with another dtype");

@@ -275,6 +275,7 @@ void Gpt::forward_block(const void* params, size_t l, size_t rows, size_t T, boo
 
 void Gpt::forward(const void* params, size_t rows, size_t T, bool record, bool head) {
   const size_t C = opt_.n_embd, N = rows * T, V = opt_.vocab, L = opt_.n_layer;
+  ++forwards_;
   EmbeddingArgs emb;
   emb.B = int64_t(rows), emb.T = int64_t(T), emb.C = int64_t(C), emb.vocab = int64_t(V);
   emb.max_positions = int64_t(opt_.seq_len), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
@@ -412,7 +413,7 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
 }
 
 std::vector<float> Gpt::next_logits(const void* params, const std::vector<int32_t>& context) {
-  const size_t T = opt_.seq_len, V = opt_.vocab;
+  const size_t T = opt_.seq_len;
   AMP_CHECK(!context.empty(), "next_logits: empty context");
   const size_t n = std::min(T, context.size());
   // The context's positions rounded up to kSampleStep (a few shapes for the GEMM plans), not the
@@ -423,8 +424,13 @@ std::vector<float> Gpt::next_logits(const void* params, const std::vector<int32_
   std::copy(context.end() - long(n), context.end(), tokens_host_.begin());
   mem_.upload(tokens_.data(), tokens_host_.data(), Tn * sizeof(int32_t));
   forward(params, 1, Tn, false, false);  // one sequence per token: wte itself, no copy
+  return download_logits(logits_.as<char>() + (n - 1) * opt_.logits_ld() * dtype_size(compute_));
+}
+
+std::vector<float> Gpt::download_logits(const void* row) const {
+  const size_t V = opt_.vocab;
   std::vector<char> raw(V * dtype_size(compute_));
-  mem_.download(raw.data(), logits_.as<char>() + (n - 1) * opt_.logits_ld() * dtype_size(compute_), raw.size());
+  mem_.download(raw.data(), row, raw.size());
   std::vector<float> out(V);
   for (size_t i = 0; i < V; ++i) {
     if (compute_ == DType::F32) std::memcpy(&out[i], raw.data() + 4 * i, 4);

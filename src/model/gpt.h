@@ -89,6 +89,14 @@ class Gpt final : public Model {
   // Text generation: the logits (FP32, host) of the next token after `context` (its last seq_len
   // tokens), from the working parameters.
   std::vector<float> next_logits(const void* params, const std::vector<int32_t>& context) override;
+  // Sampling with a key/value cache (gpt_decoder.cpp): each block's qkv rows of the context's
+  // positions are kept, and a longer context runs its new positions alone, their attention
+  // against every cached key (the explicit path's math for either model.attention). Its logits
+  // agree with next_logits' within the compute dtype's rounding (other GEMM shapes); a context
+  // that is not an extension of the last one (a new prompt, or a window that slid past seq_len)
+  // runs all its positions again. The cache is the blocks' own qkv buffers (one position's rows
+  // each), or with model.recompute n_layer x seq_len x 3 n_embd elements allocated for the decoder.
+  std::unique_ptr<TokenDecoder> decoder(const void* params) override;
 
   // Bytes of backend memory for the activations and their scratch at max_rows (the parameters'
   // training state: optim/state_bytes.h): the sum of buffer_sizes, what the constructor allocates;
@@ -101,6 +109,15 @@ class Gpt final : public Model {
   enum Slot { kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kMProjW, kMProjB, kPerLayer };
   static constexpr int kWte = 0, kWpe = 1, kFirstLayer = 2;
   static constexpr size_t kSampleStep = 64;  // next_logits' positions: the context's, rounded up to this
+  friend class GptDecoder;
+  // Positions [p0, window.size()) of the sequence `window`, block l's qkv rows of every position in
+  // kv[l] ([seq_len, 3C]: rows [0, p0) read, the others written), in chunks of positions that fit
+  // the scratch (decode_chunk()): the logits of the last position into logits_' first row.
+  void decode_positions(const void* params, const std::vector<int32_t>& window, const std::vector<char*>& kv,
+                        size_t p0);
+  size_t decode_chunk() const;
+  std::vector<float> download_logits(const void* row) const;  // one row of logits (compute dtype) -> FP32
+  uint64_t forwards_ = 0;  // forward() calls: a decoder whose cache may have been overwritten starts again
   int layer_param(size_t l, int slot) const { return kFirstLayer + int(l) * kPerLayer + slot; }
   int lnf_w() const { return kFirstLayer + int(opt_.n_layer) * kPerLayer; }
   Tensor param(const void* base, int index) const;

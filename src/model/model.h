@@ -33,6 +33,20 @@ struct LossSums {
   int32_t* correct = nullptr;  // classification hits (unused by regression losses)
 };
 
+// One generation's state of a language model: next_logits(context) gives the logits (FP32, host)
+// of the token after `context` (its last context-length tokens), reusing what it computed for the
+// earlier contexts this one extends (the GPT's key/value cache), so a generated token costs one
+// position's forward pass instead of the context's. Valid while the parameters it was made with
+// keep their values: a trainer makes one per sample.
+class TokenDecoder {
+ public:
+  virtual ~TokenDecoder() = default;
+  virtual std::vector<float> next_logits(const std::vector<int32_t>& context) = 0;
+  // The positions it has run through the model so far (a context that extends the last one by a
+  // token runs one).
+  virtual size_t positions_run() const = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -56,8 +70,13 @@ class Model {
   virtual double uniform_loss() const { return 0.0; }
   // Language models generate: the logits (FP32, host) of the token after `context` (its last
   // context-length tokens) from the working parameters `params`. Others throw.
+  // Each call a forward pass over the whole context: the reference of decoder().
   virtual std::vector<float> next_logits(const void* /*params*/, const std::vector<int32_t>& /*context*/) {
     throw Error(ErrorKind::Internal, strcat("next_logits: ", describe(), " is not a language model"));
+  }
+  // A generation's decoder over the working parameters `params` (see TokenDecoder). Others throw.
+  virtual std::unique_ptr<TokenDecoder> decoder(const void* /*params*/) {
+    throw Error(ErrorKind::Internal, strcat("decoder: ", describe(), " is not a language model"));
   }
   // The name of the evaluation metric of loss(): "loss" (cross-entropy), "mse".
   virtual const char* loss_name() const { return classification() ? "loss" : "mse"; }

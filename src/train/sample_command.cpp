@@ -63,8 +63,9 @@ void run_sample(const SampleRequest& r) {
   o.temperature = r.temperature ? *r.temperature : cfg.sample.temperature;
   o.top_k = size_t(r.top_k ? *r.top_k : cfg.sample.top_k);
   o.seed = uint64_t(r.seed ? *r.seed : cfg.sample.seed);
+  const std::unique_ptr<TokenDecoder> decoder = model->decoder(params);
   const std::vector<int32_t> out =
-      generate(prompt, o, [&](const std::vector<int32_t>& context) { return model->next_logits(params, context); });
+      generate(prompt, o, [&](const std::vector<int32_t>& context) { return decoder->next_logits(context); });
   const std::string text = decode_sample(shape.tokenizer, out);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);

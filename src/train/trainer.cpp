@@ -158,8 +158,9 @@ void Trainer::write_sample(int64_t step) {
   const void* params = step_->working_params();
   // A stop signal ends the sample where it is (its step is done and checkpointed before it).
   const auto stopping = [&] { return cfg_.checkpoint.on_signal && stop_signal() != 0; };
+  const std::unique_ptr<TokenDecoder> decoder = model_->decoder(params);
   const std::vector<int32_t> out = generate(
-      prompt, o, [&](const std::vector<int32_t>& context) { return model_->next_logits(params, context); }, stopping);
+      prompt, o, [&](const std::vector<int32_t>& context) { return decoder->next_logits(context); }, stopping);
   const std::string text = decode_sample(data_.train.tokenizer, out);
   if (out.size() < prompt.size() + o.tokens)
     reporter_.message(strcat("note: the sample at step ", step, " was cut short after ", out.size() - prompt.size(), " of ",

@@ -202,6 +202,20 @@ TEST_CASE("cuda tops causal softmax forward and backward: bit-identical to the C
             TWINS_REQUIRE_SAME(gsi.read(pt), p, "P in place");
             TWINS_REQUIRE_SAME(gdpi.read(dst), ds, "dS in place");
           }
+          if (dst == DType::F32 && T > 1) {  // q_rows: the last rows of each matrix (sampling's new tokens)
+            const int64_t Tq = std::min<int64_t>(3, T - 1);
+            Raw sq(st, size_t(batch * Tq * T));
+            for (int64_t b = 0; b < batch; ++b)
+              for (int64_t e = 0; e < Tq * T; ++e) sq.set_bits(size_t(b * Tq * T + e), s.bits(size_t((b * T + T - Tq) * T + e)));
+            Raw pq = sentinel(pt, size_t(batch * Tq * T));
+            CausalSoftmaxArgs a{batch, T, scale, sq.data(), st, pq.data(), pt};
+            a.q_rows = Tq;
+            cpu_ops.causal_softmax_forward(a);
+            Dev gsq(*dev, sq), gpq(*dev, sentinel(pt, size_t(batch * Tq * T)));
+            a.s = gsq.get(), a.p = gpq.get();
+            dev->ops().causal_softmax_forward(a);
+            TWINS_REQUIRE_SAME(gpq.read(pt), pq, "P of the last q_rows rows");
+          }
         }
 }
 

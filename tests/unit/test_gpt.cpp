@@ -4,8 +4,10 @@
 // backend; plus the layout's names and the determinism of two runs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -228,6 +230,77 @@ TEST_CASE("gpt: next_logits over the context's positions only gives the full win
         CHECK(differ == 0);
       }
     }
+}
+
+TEST_CASE("gpt: the decoder's key/value cache gives next_logits' logits within the dtype's rounding, one position a token",
+          "[gpt]") {
+  // A generation's contexts: a prompt, then one token more each call past seq_len (the window
+  // slides: every position again), the same context twice, a new prompt longer than the scratch's
+  // chunk, and one sharing only its first 40 tokens with it. The decoder's logits against
+  // next_logits' (the whole context each time; other GEMM shapes and, for the fused model, the
+  // explicit path's probabilities rounded to the dtype), the positions it ran, and its bits at 1
+  // and 2 threads.
+  GptOptions o;
+  o.vocab = 300, o.seq_len = 100, o.n_layer = 2, o.n_head = 2, o.n_embd = 32, o.vocab_pad = 64;
+  amp::Rng rng(29);
+  std::vector<int32_t> text(140), other(80), third(90);
+  for (auto& t : text) t = int32_t(rng.below(o.vocab));
+  for (auto& t : other) t = int32_t(rng.below(o.vocab));
+  for (auto& t : third) t = int32_t(rng.below(o.vocab));
+  std::copy(other.begin(), other.begin() + 40, third.begin());
+  std::vector<std::vector<int32_t>> contexts;
+  std::vector<size_t> runs;  // the positions each call must run
+  for (size_t n = 5; n <= text.size(); ++n) {
+    contexts.emplace_back(text.begin(), text.begin() + long(n));
+    runs.push_back(n == 5 ? 5 : n <= o.seq_len ? 1 : o.seq_len);
+  }
+  contexts.push_back(contexts.back()), runs.push_back(1);  // the same context: its last position again
+  contexts.push_back(other), runs.push_back(80);
+  contexts.push_back(third), runs.push_back(90 - 40);
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (bool fused : {false, true})
+      for (bool recompute : {false, true}) {
+        o.fused_attention = fused, o.recompute = recompute;
+        INFO(dtype_name(dt) << (fused ? ", fused" : ", explicit") << (recompute ? ", recompute" : ""));
+        std::vector<std::vector<uint32_t>> bits_at[2];
+        for (int threads : {1, 2}) {
+          CpuBackend be(threads);
+          Gpt model(be.memory(), be.ops(), o, dt, 1);
+          const ParamLayout& L = model.layout();
+          const std::vector<float> w = model.init_params(31);
+          Buffer params = be.memory().alloc(L.total * dtype_size(dt));
+          convert(w.data(), DType::F32, params.data(), dt, L.total);
+          std::vector<std::vector<float>> got;
+          {
+            const std::unique_ptr<TokenDecoder> dec = model.decoder(params.data());
+            for (size_t i = 0; i < contexts.size(); ++i) {
+              const size_t before = dec->positions_run();
+              got.push_back(dec->next_logits(contexts[i]));
+              INFO("context " << i << " of " << contexts[i].size() << " tokens");
+              REQUIRE(dec->positions_run() - before == runs[i]);
+            }
+          }
+          for (const auto& g : got) {
+            bits_at[threads - 1].emplace_back();
+            for (float x : g) bits_at[threads - 1].back().push_back(f32_bits(x));
+          }
+          if (threads == 2) continue;
+          // Within a few units of the dtype's rounding of the largest logit (FP32: of its
+          // accumulation over C).
+          const double unit = dt == DType::F32 ? 1e-6 : dt == DType::BF16 ? 1.0 / 256 : 1.0 / 2048;
+          double worst = 0;
+          for (size_t i = 0; i < contexts.size(); ++i) {
+            const std::vector<float> ref = model.next_logits(params.data(), contexts[i]);
+            double big = 0;
+            for (float x : ref) big = std::max(big, std::fabs(double(x)));
+            for (size_t j = 0; j < o.vocab; ++j)
+              worst = std::max(worst, std::fabs(double(got[i][j]) - double(ref[j])) / (unit * big));
+          }
+          INFO("worst difference " << worst << " units of the dtype's rounding of the largest logit");
+          CHECK(worst <= 8);
+        }
+        CHECK(bits_at[0] == bits_at[1]);
+      }
 }
 
 TEST_CASE("gpt: padded logits rows and recomputed blocks give the plain loss, gradients, logits and samples bit for bit", "[gpt]") {

@@ -435,16 +435,18 @@ TEST_CASE("bias gradient: each column summed over the rows in row order, bit for
 
 TEST_CASE("linear layers: the same bits at 1, 2 and 3 threads, every element written, within FP32 of double",
           "[ops]") {
-  // matmul_dnnl.h cuts a product's rows between the threads; the bits must not depend on it.
+  // matmul_dnnl.h cuts a product into tiles by its shape, shared out among the threads; the bits
+  // must not depend on the thread count.
   CpuBackend be(1);
   auto& ops = be.cpu_ops();
   const int saved = omp_get_max_threads();
   const char* isa_limit = std::getenv("ONEDNN_MAX_CPU_ISA");
   struct Shape { size_t rows, in, out; };
   // 64 and 256 rows over K = 3072 (GPT-2's mlp.proj, sampling's 64 positions): on AMX, row slices
-  // of one product per thread gave other bits than the whole (matmul_dnnl.cpp, tiles()).
-  const std::vector<Shape> shapes{{2048, 384, 1152}, {200, 130, 96}, {65, 300, 257}, {96, 1536, 384},
-                                  {31, 64, 48},     {64, 3072, 768}, {256, 3072, 768}};
+  // of one product per thread gave other bits than the whole (matmul_dnnl.cpp, tiles()). 1 and 3
+  // rows (sampling's one position a token): their columns cut into tiles.
+  const std::vector<Shape> shapes{{2048, 384, 1152}, {200, 130, 96}, {65, 300, 257},  {96, 1536, 384}, {31, 64, 48},
+                                  {64, 3072, 768},   {256, 3072, 768}, {1, 768, 3072}, {3, 3072, 768}};
   int split = 0;
   std::set<std::string> impls;
   for (DType dt : {DType::F32, DType::BF16, DType::F16})

@@ -667,6 +667,48 @@ TEST_CASE("tops causal_softmax_forward: every dtype pair, exact zeros above the 
       }
 }
 
+TEST_CASE("tops causal_softmax_forward: q_rows, the last rows of each matrix alone, give the full matrices' bits",
+          "[tops]") {
+  // Sampling's new tokens against every cached key: a [q_rows, T] matrix holds positions
+  // T - q_rows .. T - 1 of the causal T x T one, and each row is the full matrix's row, bit for bit.
+  cpu::CpuOps ops;
+  uint64_t seed = 900;
+  for (int64_t T : {1, 7, 64, 130})
+    for (int64_t Tq : {int64_t(1), int64_t(3), T})
+      for (DType st : kTypes)
+        for (DType pt : kTypes) {
+          if (Tq > T) continue;
+          const int64_t batch = 3;
+          const float scale = 0.125f;
+          INFO("T " << T << " q_rows " << Tq << " " << dtype_name(st) << " -> " << dtype_name(pt));
+          const Raw s = random_raw(st, size_t(batch * T * T), ++seed, 8.0);
+          const Raw full = run_softmax(ops, s, pt, batch, T, scale);
+          Raw sq(st, size_t(batch * Tq * T));
+          for (int64_t b = 0; b < batch; ++b)
+            for (int64_t r = 0; r < Tq; ++r)
+              for (int64_t j = 0; j < T; ++j) {
+                const int64_t i = T - Tq + r;  // the query's position
+                sq.set_bits(size_t((b * Tq + r) * T + j),
+                            j > i ? ops_ref::sentinel_bits(st) : s.bits(size_t((b * T + i) * T + j)));  // never read
+              }
+          Raw p(pt, size_t(batch * Tq * T) + 1);
+          p.fill_bits(ops_ref::sentinel_bits(pt));
+          CausalSoftmaxArgs a{batch, T, scale, sq.data(), st, p.data(), pt};
+          a.q_rows = Tq;
+          ops.causal_softmax_forward(a);
+          for (int64_t b = 0; b < batch; ++b)
+            for (int64_t r = 0; r < Tq; ++r)
+              for (int64_t j = 0; j < T; ++j) {
+                INFO("P" << at_index("", b, r, j));
+                REQUIRE(p.bits(size_t((b * Tq + r) * T + j)) == full.bits(size_t((b * T + T - Tq + r) * T + j)));
+              }
+          REQUIRE(p.bits(size_t(batch * Tq * T)) == ops_ref::sentinel_bits(pt));
+        }
+  CausalSoftmaxArgs bad{1, 4, 1.0f, nullptr, DType::F32, nullptr, DType::F32};
+  bad.q_rows = 5;
+  REQUIRE_THROWS_WITH(ops.causal_softmax_forward(bad), Catch::Contains("q_rows=5 outside [0, T=4]"));
+}
+
 TEST_CASE("tops causal_softmax: a NaN row stays NaN, other rows and -inf scores are unaffected", "[tops]") {
   cpu::CpuOps ops;
   const int64_t T = 6;

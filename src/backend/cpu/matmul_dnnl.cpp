@@ -114,6 +114,11 @@ MatmulTiles DnnlMatmul::tiles(const MatmulShape& s) {
   t.m = s.m;
   t.n = s.n;
   const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
+  if (!s.trans_a && s.m <= kFewRows && s.n * s.k * dtype_size(s.ab) >= kFewRowsBytes) {
+    t.rows = 1;
+    t.cols = int(std::clamp<size_t>(s.n / kFewRowsCols, 1, kFewRowsTiles));
+    return t;
+  }
   if (impl_->get(s).impl.rfind("brg:", 0) != 0) {
     // oneDNN's jit GEMM (AVX2-only CPUs) threads a product by cutting its sum over K where the
     // shape suits, and blocks K by the product's shape, so its bits would depend on the thread

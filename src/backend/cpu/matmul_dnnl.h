@@ -94,6 +94,11 @@ class DnnlMatmul {
   // brgemm (AVX-512 CPUs): tiles of about kBrgTileRows x kBrgTileCols (whole rows of C up to
   // 2 kBrgTileCols columns), by the product's shape alone.
   static constexpr size_t kBrgTileRows = 256, kBrgTileCols = 1024;
+  // A product of at most kFewRows rows (sampling's one position a token) costs the read of B, not
+  // its FLOPs: when B holds kFewRowsBytes or more, C's columns are cut into tiles of about
+  // kFewRowsCols (at most kFewRowsTiles tiles), so that every thread reads a share of B.
+  static constexpr size_t kFewRows = 16, kFewRowsCols = 128, kFewRowsBytes = size_t(1) << 18;
+  static constexpr int kFewRowsTiles = 32;
   // brgemm's A^T B: rows of K per chunk. Held while a product runs, and kept for the next: one
   // M x N FP32 block per thread, and one more for the running sum when there are more chunks
   // than threads (GPT-2's LM head at 16 x 1024 tokens, 2 threads: 3 x 154 MB).

@@ -17,14 +17,14 @@ using namespace trows;
 void CpuOps::causal_softmax_forward(const CausalSoftmaxArgs& a) {
   check_args(a);
   if (a.batch == 0 || a.T == 0) return;
-  const int64_t T = a.T, rows = a.batch * T;
+  const int64_t T = a.T, Tq = a.rows(), rows = a.batch * Tq;
   const RowKernels& kern = active_row_kernels();
 #pragma omp parallel if (rows * T >= 2 * kParallelMin && rows > 1)
   {
     std::vector<float> in(static_cast<size_t>(T)), out(static_cast<size_t>(T));
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
-      const int64_t n = row % T + 1;  // j <= i
+      const int64_t n = T - Tq + row % Tq + 1;  // j <= i, the query's position i
       const float* s = row_in(a.s, a.s_type, row * T, n, in.data());
       // An FP32 output row is written in place; another type goes through `out`.
       float* v = row_out(a.p, a.p_type, row * T, out.data());

@@ -1,0 +1,122 @@
+// Sampling with a key/value cache (Gpt::decoder, gpt.h). A generation extends its context one
+// token at a time; each block's qkv rows of the positions already seen are kept, so the next token
+// runs one position through the blocks, its attention against every cached key:
+//
+//   scores[h] = q_h K_h^T      (q_rows x positions, FP32; batched over the heads)
+//   P = causal softmax of the last q_rows rows (CausalSoftmaxArgs::q_rows), rounded to the dtype
+//   att[:, h] = P_h V_h
+//
+// which is the explicit attention's math (model.attention explicit) for either attention path.
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/gpt.h"
+
+namespace amp {
+
+class GptDecoder final : public TokenDecoder {
+ public:
+  GptDecoder(Gpt& g, const void* params) : g_(g), params_(params) {
+    const GptOptions& o = g.opt_;
+    const size_t bytes = o.seq_len * 3 * o.n_embd * dtype_size(g.compute_);
+    for (size_t l = 0; l < o.n_layer; ++l) {
+      if (o.recompute) {  // one set of activations for every block: the cache needs its own
+        owned_.push_back(g.mem_.alloc(bytes));
+        kv_.push_back(owned_.back().as<char>());
+      } else {
+        kv_.push_back(g.saved_[l].qkv.as<char>());  // holds max_rows x seq_len rows
+      }
+    }
+    g.before_weights(0, g.lnf_w() + 1);  // an overlapped all-gather of the weights completes first
+  }
+
+  std::vector<float> next_logits(const std::vector<int32_t>& context) override {
+    const size_t T = g_.opt_.seq_len;
+    AMP_CHECK(!context.empty(), "next_logits: empty context");
+    const size_t n = std::min(T, context.size());
+    const std::vector<int32_t> window(context.end() - long(n), context.end());
+    // The positions whose rows are cached: the common prefix with the last window (a window that
+    // slid past seq_len shares none), and none if the model ran anything else since.
+    if (forwards_ != g_.forwards_) cached_.clear();
+    const size_t common = size_t(std::mismatch(window.begin(), window.end(), cached_.begin(), cached_.end()).first -
+                                 window.begin());
+    const size_t p0 = std::min(common, n - 1);  // the last position runs again for its logits
+    cached_.clear();
+    g_.decode_positions(params_, window, kv_, p0);
+    cached_ = window;
+    forwards_ = g_.forwards_;
+    positions_ += n - p0;
+    return g_.download_logits(g_.logits_.data());
+  }
+  size_t positions_run() const override { return positions_; }
+
+ private:
+  Gpt& g_;
+  const void* params_;
+  std::vector<Buffer> owned_;
+  std::vector<char*> kv_;        // per block [seq_len, 3C]
+  std::vector<int32_t> cached_;  // the tokens of the positions in kv_
+  uint64_t forwards_ = 0;
+  size_t positions_ = 0;
+};
+
+std::unique_ptr<TokenDecoder> Gpt::decoder(const void* params) { return std::make_unique<GptDecoder>(*this, params); }
+
+// The largest chunk of positions the scratch holds: FP32 scores in dfc_, probabilities in dqkv_
+// ([H, chunk, seq_len] each; at least one position: 4 C e >= 4 + e and 3 C >= H).
+size_t Gpt::decode_chunk() const {
+  const size_t H = opt_.n_head, T = opt_.seq_len, e = dtype_size(compute_);
+  return std::min({kSampleStep, dfc_.bytes() / (H * T * 4), dqkv_.bytes() / (H * T * e)});
+}
+
+void Gpt::decode_positions(const void* params, const std::vector<int32_t>& window, const std::vector<char*>& kv,
+                           size_t p0) {
+  const size_t C = opt_.n_embd, H = opt_.n_head, D = C / H, L = opt_.n_layer, e = dtype_size(compute_);
+  const size_t n = window.size();
+  AMP_CHECK(p0 < n && n <= opt_.seq_len && kv.size() == L, "decode_positions: positions [", p0, ", ", n, ")");
+  const size_t chunk = decode_chunk();
+  for (size_t q0 = p0; q0 < n; q0 += chunk) {
+    const size_t Tq = std::min(chunk, n - q0), Tk = q0 + Tq;
+    mem_.upload(tokens_.data(), window.data() + q0, Tq * sizeof(int32_t));
+    EmbeddingArgs emb;  // positions q0.. : wpe from its row q0
+    emb.B = 1, emb.T = int64_t(Tq), emb.C = int64_t(C), emb.vocab = int64_t(opt_.vocab);
+    emb.max_positions = int64_t(opt_.seq_len - q0), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
+    emb.wte = param(params, kWte).data, emb.wpe = static_cast<const char*>(param(params, kWpe).data) + q0 * C * e;
+    emb.x = res_in_[0].data();
+    ops_.embedding_forward(emb);
+    for (size_t l = 0; l < L; ++l) {
+      Saved& y = saved(l);
+      const Buffer& next = l + 1 < L ? res_in_[l + 1] : res_out_;
+      char* qkv = kv[l];  // [seq_len, 3C]: the chunk's rows from q0
+      layernorm(res_in_[l].data(), params, layer_param(l, kLn1W), y.ln1.data(), y.mean1, y.rstd1, Tq);
+      lin_.forward(linear_id(l, kQkv), act(y.ln1, Tq, C), param(params, layer_param(l, kQkvW)),
+                   param(params, layer_param(l, kQkvB)), Tensor{qkv + q0 * 3 * C * e, compute_, Tq, 3 * C}, false);
+      // Every head at once: head h's columns start h D elements into each part (q, k, v).
+      ops_.gemm(gemm_of(GemmShape(Tq, Tk, D, H), GemmIn(qkv + q0 * 3 * C * e, 3 * C, D),
+                        GemmIn(qkv + C * e, 3 * C, D).t(), GemmOut(dfc_.data(), Tk, Tq * Tk), compute_, DType::F32));
+      CausalSoftmaxArgs sm;
+      sm.batch = int64_t(H), sm.T = int64_t(Tk), sm.q_rows = int64_t(Tq), sm.scale = scale_;
+      sm.s = dfc_.data(), sm.s_type = DType::F32, sm.p = dqkv_.data(), sm.p_type = compute_;
+      ops_.causal_softmax_forward(sm);
+      ops_.gemm(gemm_of(GemmShape(Tq, D, Tk, H), GemmIn(dqkv_.data(), Tk, Tq * Tk), GemmIn(qkv + 2 * C * e, 3 * C, D),
+                        GemmOut(y.att.data(), C, D), compute_, compute_));
+      lin_.forward(linear_id(l, kProj), act(y.att, Tq, C), param(params, layer_param(l, kProjW)),
+                   param(params, layer_param(l, kProjB)), act(tmp_, Tq, C), false);
+      ops_.add(AddArgs{res_in_[l].data(), compute_, tmp_.data(), compute_, y.res_mid.data(), compute_, int64_t(Tq * C)});
+      layernorm(y.res_mid.data(), params, layer_param(l, kLn2W), y.ln2.data(), y.mean2, y.rstd2, Tq);
+      lin_.forward(linear_id(l, kFc), act(y.ln2, Tq, C), param(params, layer_param(l, kFcW)),
+                   param(params, layer_param(l, kFcB)), act(y.fc, Tq, 4 * C), false);
+      ops_.activation_forward(Activation::GeluTanh, act(y.fc, Tq, 4 * C), act(y.gelu, Tq, 4 * C));
+      lin_.forward(linear_id(l, kMProj), act(y.gelu, Tq, 4 * C), param(params, layer_param(l, kMProjW)),
+                   param(params, layer_param(l, kMProjB)), act(tmp_, Tq, C), false);
+      ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(Tq * C)});
+    }
+  }
+  // The last position's final LayerNorm and logits (wte itself: one row).
+  const size_t last = (n - 1 - p0) % chunk;  // its row in the last chunk
+  layernorm(res_out_.as<char>() + last * C * e, params, lnf_w(), lnf_.data(), meanf_, rstdf_, 1);
+  ops_.gemm(gemm_of(GemmShape(1, opt_.vocab, C), GemmIn(lnf_.data(), C), GemmIn(param(params, kWte).data, C).t(),
+                    GemmOut(logits_.data(), opt_.logits_ld()), compute_, compute_));
+}
+
+}  // namespace amp
