@@ -333,7 +333,7 @@ phase_done build
 case "$FAKE" in
   nolist) TESTS=/bin/false ;;
 esac
-GROUPS_RUN=(cast gemm ops tops loss amp optim graph trainer zero comm nccl)
+GROUPS_RUN=(cast gemm ops tops loss amp optim graph model trainer zero comm nccl)
 MAY_BE_ABSENT=" nccl "
 [ $HAVE_NCCL = 0 ] && [ $DRY = 0 ] && MAY_BE_ABSENT=" comm nccl "
 listing=$(bounded 30 "$TESTS_END" -- "$TESTS" --list-test-names-only "[.cuda]" 2> "$LOGS/test_listing.err")

@@ -91,11 +91,13 @@ class Gpt final : public Model {
   std::vector<float> next_logits(const void* params, const std::vector<int32_t>& context) override;
   // Sampling with a key/value cache (gpt_decoder.cpp): each block's qkv rows of the context's
   // positions are kept, and a longer context runs its new positions alone, their attention
-  // against every cached key (the explicit path's math for either model.attention). Its logits
-  // agree with next_logits' within the compute dtype's rounding (other GEMM shapes); a context
+  // against every cached key (the explicit path's math for either model.attention). A context
   // that is not an extension of the last one (a new prompt, or a window that slid past seq_len)
-  // runs all its positions again. The cache is the blocks' own qkv buffers (one position's rows
-  // each), or with model.recompute n_layer x seq_len x 3 n_embd elements allocated for the decoder.
+  // runs all its positions again, as next_logits does. Its logits agree with next_logits' within
+  // the compute dtype's rounding (other GEMM shapes, and the explicit path's probabilities). The
+  // cache is the blocks' own qkv buffers, or with model.recompute (one set of buffers for every
+  // block) n_layer x seq_len x 3 n_embd elements allocated for the decoder, whose positions then
+  // all run in chunks of decode_chunk().
   std::unique_ptr<TokenDecoder> decoder(const void* params) override;
 
   // Bytes of backend memory for the activations and their scratch at max_rows (the parameters'

@@ -42,11 +42,19 @@ class GptDecoder final : public TokenDecoder {
                                  window.begin());
     const size_t p0 = std::min(common, n - 1);  // the last position runs again for its logits
     cached_.clear();
-    g_.decode_positions(params_, window, kv_, p0);
+    std::vector<float> logits;
+    if (p0 == 0 && owned_.empty()) {
+      // Nothing cached (a new prompt, a window that slid): the whole context's forward pass, whose
+      // qkv rows land in the blocks' buffers, the cache (one sequence: position p at row p).
+      logits = g_.next_logits(params_, window);
+    } else {
+      g_.decode_positions(params_, window, kv_, p0);
+      logits = g_.download_logits(g_.logits_.data());
+    }
     cached_ = window;
     forwards_ = g_.forwards_;
     positions_ += n - p0;
-    return g_.download_logits(g_.logits_.data());
+    return logits;
   }
   size_t positions_run() const override { return positions_; }
 
