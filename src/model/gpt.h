@@ -97,7 +97,8 @@ class Gpt final : public Model {
   // the compute dtype's rounding (other GEMM shapes, and the explicit path's probabilities). The
   // cache is the blocks' own qkv buffers, or with model.recompute (one set of buffers for every
   // block) n_layer x seq_len x 3 n_embd elements allocated for the decoder, whose positions then
-  // all run in chunks of decode_chunk().
+  // all run in chunks of kSampleStep; the decoder also allocates the attention's scratch for a
+  // chunk (n_head x kSampleStep x seq_len scores and probabilities).
   std::unique_ptr<TokenDecoder> decoder(const void* params) override;
 
   // Bytes of backend memory for the activations and their scratch at max_rows (the parameters'
@@ -112,12 +113,19 @@ class Gpt final : public Model {
   static constexpr int kWte = 0, kWpe = 1, kFirstLayer = 2;
   static constexpr size_t kSampleStep = 64;  // next_logits' positions: the context's, rounded up to this
   friend class GptDecoder;
-  // Positions [p0, window.size()) of the sequence `window`, block l's qkv rows of every position in
-  // kv[l] ([seq_len, 3C]: rows [0, p0) read, the others written), in chunks of positions that fit
-  // the scratch (decode_chunk()): the logits of the last position into logits_' first row.
-  void decode_positions(const void* params, const std::vector<int32_t>& window, const std::vector<char*>& kv,
-                        size_t p0);
-  size_t decode_chunk() const;
+  // The decoder's memory: block l's qkv rows of every position in kv[l] ([seq_len, 3C]), and the
+  // attention's scratch for kSampleStep positions: FP32 scores and probabilities in the compute
+  // dtype, [H, kSampleStep, seq_len] each.
+  struct DecodeBuffers {
+    std::vector<char*> kv;
+    void* scores = nullptr;
+    void* probs = nullptr;
+  };
+  // Positions [p0, window.size()) of the sequence `window` (kv rows [0, p0) read, the others
+  // written), in chunks of kSampleStep positions: the logits of the last position into logits_'
+  // first row. The same GEMM shapes whatever max_rows (the trainer's sample and the sample
+  // command's agree).
+  void decode_positions(const void* params, const std::vector<int32_t>& window, size_t p0, const DecodeBuffers& b);
   std::vector<float> download_logits(const void* row) const;  // one row of logits (compute dtype) -> FP32
   uint64_t forwards_ = 0;  // forward() calls: a decoder whose cache may have been overwritten starts again
   int layer_param(size_t l, int slot) const { return kFirstLayer + int(l) * kPerLayer + slot; }

@@ -18,15 +18,18 @@ class GptDecoder final : public TokenDecoder {
  public:
   GptDecoder(Gpt& g, const void* params) : g_(g), params_(params) {
     const GptOptions& o = g.opt_;
-    const size_t bytes = o.seq_len * 3 * o.n_embd * dtype_size(g.compute_);
+    const size_t e = dtype_size(g.compute_), scratch = o.n_head * Gpt::kSampleStep * o.seq_len;
     for (size_t l = 0; l < o.n_layer; ++l) {
       if (o.recompute) {  // one set of activations for every block: the cache needs its own
-        owned_.push_back(g.mem_.alloc(bytes));
-        kv_.push_back(owned_.back().as<char>());
+        owned_.push_back(g.mem_.alloc(o.seq_len * 3 * o.n_embd * e));
+        b_.kv.push_back(owned_.back().as<char>());
       } else {
-        kv_.push_back(g.saved_[l].qkv.as<char>());  // holds max_rows x seq_len rows
+        b_.kv.push_back(g.saved_[l].qkv.as<char>());  // holds max_rows x seq_len rows
       }
     }
+    scores_ = g.mem_.alloc(scratch * 4);
+    probs_ = g.mem_.alloc(scratch * e);
+    b_.scores = scores_.data(), b_.probs = probs_.data();
     g.before_weights(0, g.lnf_w() + 1);  // an overlapped all-gather of the weights completes first
   }
 
@@ -43,12 +46,12 @@ class GptDecoder final : public TokenDecoder {
     const size_t p0 = std::min(common, n - 1);  // the last position runs again for its logits
     cached_.clear();
     std::vector<float> logits;
-    if (p0 == 0 && owned_.empty()) {
+    if (p0 == 0 && !g_.opt_.recompute) {
       // Nothing cached (a new prompt, a window that slid): the whole context's forward pass, whose
       // qkv rows land in the blocks' buffers, the cache (one sequence: position p at row p).
       logits = g_.next_logits(params_, window);
     } else {
-      g_.decode_positions(params_, window, kv_, p0);
+      g_.decode_positions(params_, window, p0, b_);
       logits = g_.download_logits(g_.logits_.data());
     }
     cached_ = window;
@@ -61,28 +64,21 @@ class GptDecoder final : public TokenDecoder {
  private:
   Gpt& g_;
   const void* params_;
-  std::vector<Buffer> owned_;
-  std::vector<char*> kv_;        // per block [seq_len, 3C]
-  std::vector<int32_t> cached_;  // the tokens of the positions in kv_
+  std::vector<Buffer> owned_;    // the cache with model.recompute
+  Buffer scores_, probs_;
+  Gpt::DecodeBuffers b_;
+  std::vector<int32_t> cached_;  // the tokens of the cached positions
   uint64_t forwards_ = 0;
   size_t positions_ = 0;
 };
 
 std::unique_ptr<TokenDecoder> Gpt::decoder(const void* params) { return std::make_unique<GptDecoder>(*this, params); }
 
-// The largest chunk of positions the scratch holds: FP32 scores in dfc_, probabilities in dqkv_
-// ([H, chunk, seq_len] each; at least one position: 4 C e >= 4 + e and 3 C >= H).
-size_t Gpt::decode_chunk() const {
-  const size_t H = opt_.n_head, T = opt_.seq_len, e = dtype_size(compute_);
-  return std::min({kSampleStep, dfc_.bytes() / (H * T * 4), dqkv_.bytes() / (H * T * e)});
-}
-
-void Gpt::decode_positions(const void* params, const std::vector<int32_t>& window, const std::vector<char*>& kv,
-                           size_t p0) {
+void Gpt::decode_positions(const void* params, const std::vector<int32_t>& window, size_t p0, const DecodeBuffers& b) {
   const size_t C = opt_.n_embd, H = opt_.n_head, D = C / H, L = opt_.n_layer, e = dtype_size(compute_);
   const size_t n = window.size();
-  AMP_CHECK(p0 < n && n <= opt_.seq_len && kv.size() == L, "decode_positions: positions [", p0, ", ", n, ")");
-  const size_t chunk = decode_chunk();
+  AMP_CHECK(p0 < n && n <= opt_.seq_len && b.kv.size() == L, "decode_positions: positions [", p0, ", ", n, ")");
+  const size_t chunk = kSampleStep;
   for (size_t q0 = p0; q0 < n; q0 += chunk) {
     const size_t Tq = std::min(chunk, n - q0), Tk = q0 + Tq;
     mem_.upload(tokens_.data(), window.data() + q0, Tq * sizeof(int32_t));
@@ -95,18 +91,18 @@ void Gpt::decode_positions(const void* params, const std::vector<int32_t>& windo
     for (size_t l = 0; l < L; ++l) {
       Saved& y = saved(l);
       const Buffer& next = l + 1 < L ? res_in_[l + 1] : res_out_;
-      char* qkv = kv[l];  // [seq_len, 3C]: the chunk's rows from q0
+      char* qkv = b.kv[l];  // [seq_len, 3C]: the chunk's rows from q0
       layernorm(res_in_[l].data(), params, layer_param(l, kLn1W), y.ln1.data(), y.mean1, y.rstd1, Tq);
       lin_.forward(linear_id(l, kQkv), act(y.ln1, Tq, C), param(params, layer_param(l, kQkvW)),
                    param(params, layer_param(l, kQkvB)), Tensor{qkv + q0 * 3 * C * e, compute_, Tq, 3 * C}, false);
       // Every head at once: head h's columns start h D elements into each part (q, k, v).
       ops_.gemm(gemm_of(GemmShape(Tq, Tk, D, H), GemmIn(qkv + q0 * 3 * C * e, 3 * C, D),
-                        GemmIn(qkv + C * e, 3 * C, D).t(), GemmOut(dfc_.data(), Tk, Tq * Tk), compute_, DType::F32));
+                        GemmIn(qkv + C * e, 3 * C, D).t(), GemmOut(b.scores, Tk, Tq * Tk), compute_, DType::F32));
       CausalSoftmaxArgs sm;
       sm.batch = int64_t(H), sm.T = int64_t(Tk), sm.q_rows = int64_t(Tq), sm.scale = scale_;
-      sm.s = dfc_.data(), sm.s_type = DType::F32, sm.p = dqkv_.data(), sm.p_type = compute_;
+      sm.s = b.scores, sm.s_type = DType::F32, sm.p = b.probs, sm.p_type = compute_;
       ops_.causal_softmax_forward(sm);
-      ops_.gemm(gemm_of(GemmShape(Tq, D, Tk, H), GemmIn(dqkv_.data(), Tk, Tq * Tk), GemmIn(qkv + 2 * C * e, 3 * C, D),
+      ops_.gemm(gemm_of(GemmShape(Tq, D, Tk, H), GemmIn(b.probs, Tk, Tq * Tk), GemmIn(qkv + 2 * C * e, 3 * C, D),
                         GemmOut(y.att.data(), C, D), compute_, compute_));
       lin_.forward(linear_id(l, kProj), act(y.att, Tq, C), param(params, layer_param(l, kProjW)),
                    param(params, layer_param(l, kProjB)), act(tmp_, Tq, C), false);

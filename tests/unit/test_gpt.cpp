@@ -239,7 +239,7 @@ TEST_CASE("gpt: the decoder's key/value cache gives next_logits' logits within t
   // chunk, and one sharing only its first 40 tokens with it. The decoder's logits against
   // next_logits' (the whole context each time; other GEMM shapes and, for the fused model, the
   // explicit path's probabilities rounded to the dtype), the positions it ran, and its bits at 1
-  // and 2 threads.
+  // and 2 threads and with buffers for more rows (the trainer's sample and the sample command's).
   GptOptions o;
   o.vocab = 300, o.seq_len = 100, o.n_layer = 2, o.n_head = 2, o.n_embd = 32, o.vocab_pad = 64;
   amp::Rng rng(29);
@@ -262,10 +262,11 @@ TEST_CASE("gpt: the decoder's key/value cache gives next_logits' logits within t
       for (bool recompute : {false, true}) {
         o.fused_attention = fused, o.recompute = recompute;
         INFO(dtype_name(dt) << (fused ? ", fused" : ", explicit") << (recompute ? ", recompute" : ""));
-        std::vector<std::vector<uint32_t>> bits_at[2];
-        for (int threads : {1, 2}) {
+        std::vector<std::vector<uint32_t>> bits_at[3];
+        for (int run = 0; run < 3; ++run) {  // 1 thread, 2 threads, buffers for 3 rows (a trainer's)
+          const int threads = run == 1 ? 2 : 1;
           CpuBackend be(threads);
-          Gpt model(be.memory(), be.ops(), o, dt, 1);
+          Gpt model(be.memory(), be.ops(), o, dt, run == 2 ? 3 : 1);
           const ParamLayout& L = model.layout();
           const std::vector<float> w = model.init_params(31);
           Buffer params = be.memory().alloc(L.total * dtype_size(dt));
@@ -281,10 +282,10 @@ TEST_CASE("gpt: the decoder's key/value cache gives next_logits' logits within t
             }
           }
           for (const auto& g : got) {
-            bits_at[threads - 1].emplace_back();
-            for (float x : g) bits_at[threads - 1].back().push_back(f32_bits(x));
+            bits_at[run].emplace_back();
+            for (float x : g) bits_at[run].back().push_back(f32_bits(x));
           }
-          if (threads == 2) continue;
+          if (run > 0) continue;
           // Within a few units of the dtype's rounding of the largest logit (FP32: of its
           // accumulation over C).
           const double unit = dt == DType::F32 ? 1e-6 : dt == DType::BF16 ? 1.0 / 256 : 1.0 / 2048;
@@ -300,6 +301,7 @@ TEST_CASE("gpt: the decoder's key/value cache gives next_logits' logits within t
           CHECK(worst <= 8);
         }
         CHECK(bits_at[0] == bits_at[1]);
+        CHECK(bits_at[0] == bits_at[2]);
       }
 }
 
