@@ -28,7 +28,8 @@ def plan(C, L, zero, recompute):
         sets = {"model.vocab_size": 50257, "model.seq_len": T, "model.n_embd": C, "model.n_head": C // 128,
                 "model.n_layer": L, "model.attention": "fused", "model.recompute": recompute,
                 "data.batch_size": 1, "data.eval_batch_size": 1, "precision.compute": "bf16",
-                "distributed.zero": zero, "optimizer.type": "adamw"}
+                "distributed.zero": zero, "optimizer.type": "adamw",
+                "sample.tokens": 0}  # training alone: no sampling buffers (Gpt::decoder_sizes)
         cmd = [binary, "configs/gpt_fortunes_fp16.yaml", "--dry-run", "--ranks", str(N)]
         for k, v in sets.items():
             cmd += ["--set", f"{k}={v}"]

@@ -82,6 +82,21 @@ bool Gpt::buffer_sizes(const GptOptions& o, size_t rows, DType compute, std::vec
     const LinearLayers::Scratch q = LinearLayers::scratch_elements(linear_shapes(o), 1);
     add({N, q.input, e}), add({q.weight, e}), add({N, q.grad_output, e});
   }
+  if (o.sampling) overflow |= !decoder_sizes(o, compute, out);
+  return !overflow;
+}
+
+bool Gpt::decoder_sizes(const GptOptions& o, DType compute, std::vector<size_t>* out) {
+  const size_t e = dtype_size(compute), C = o.n_embd, T = o.seq_len, H = o.n_head;
+  bool overflow = false;
+  const auto add = [&](std::initializer_list<size_t> factors) {
+    size_t b = 1;
+    for (const size_t f : factors) overflow |= __builtin_mul_overflow(b, f, &b);
+    out->push_back(b);
+  };
+  add({H, kSampleStep, T, 4}), add({H, kSampleStep, T, e});  // scores, probabilities
+  if (o.recompute)
+    for (size_t l = 0; l < o.n_layer; ++l) add({T, 3, C, e});  // each block's qkv rows
   return !overflow;
 }
 
@@ -137,6 +152,7 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
     q_input_ = next(), q_weight_ = next(), q_grad_output_ = next();
     lin_.set_scratch(q_input_.data(), q_weight_.data(), q_grad_output_.data());
   }
+  while (k < sizes.size()) decoder_.push_back(next());  // GptOptions::sampling
   AMP_CHECK(k == sizes.size(), "every planned buffer allocated");
   for (size_t l = 0; l < opt_.n_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";

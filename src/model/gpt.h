@@ -44,6 +44,10 @@ struct GptOptions {
   // (Gpt::head_), where the logits are padded and the backend's GEMMs prefer it
   // (ComputeOps::prefers_padded_gemm: a GPU). The same function either way.
   bool pad_head = false;
+  // Text samples will be drawn (sample.tokens > 0): the decoder's buffers (decoder_sizes) are
+  // allocated with the model's, so the memory plan and check count them. Without it a decoder
+  // allocates them when it is made.
+  bool sampling = false;
   bool padded_head() const { return pad_head && logits_ld() > vocab; }
   size_t logits_ld() const { return (vocab + vocab_pad - 1) / vocab_pad * vocab_pad; }
 };
@@ -96,10 +100,14 @@ class Gpt final : public Model {
   // runs all its positions again, as next_logits does. Its logits agree with next_logits' within
   // the compute dtype's rounding (other GEMM shapes, and the explicit path's probabilities). The
   // cache is the blocks' own qkv buffers, or with model.recompute (one set of buffers for every
-  // block) n_layer x seq_len x 3 n_embd elements allocated for the decoder, whose positions then
-  // all run in chunks of kSampleStep; the decoder also allocates the attention's scratch for a
-  // chunk (n_head x kSampleStep x seq_len scores and probabilities).
+  // block) buffers of its own (decoder_sizes), whose positions then all run in chunks of
+  // kSampleStep; with the attention's scratch for a chunk. Those buffers are the model's with
+  // GptOptions::sampling, else the decoder allocates them.
   std::unique_ptr<TokenDecoder> decoder(const void* params) override;
+  // The decoder's own buffers in allocation order: the attention's FP32 scores and probabilities
+  // in the compute dtype for kSampleStep positions ([n_head, kSampleStep, seq_len] each), then
+  // with model.recompute each block's cache of qkv rows ([seq_len, 3 n_embd]); false on overflow.
+  static bool decoder_sizes(const GptOptions& o, DType compute, std::vector<size_t>* sizes);
 
   // Bytes of backend memory for the activations and their scratch at max_rows (the parameters'
   // training state: optim/state_bytes.h): the sum of buffer_sizes, what the constructor allocates;
@@ -184,6 +192,7 @@ class Gpt final : public Model {
   // backward's delta ([rows, H, T] FP32), gradient buffers.
   Buffer scores_, dprobs_, dscores_, delta_, dres_, dtmp_, dqkv_, dfc_, tmp_;
   Buffer q_input_, q_weight_, q_grad_output_;  // FP8: the quantized operands (compute dtype)
+  std::vector<Buffer> decoder_;  // GptOptions::sampling: decoder_sizes' buffers
 };
 
 }  // namespace amp

@@ -18,18 +18,20 @@ class GptDecoder final : public TokenDecoder {
  public:
   GptDecoder(Gpt& g, const void* params) : g_(g), params_(params) {
     const GptOptions& o = g.opt_;
-    const size_t e = dtype_size(g.compute_), scratch = o.n_head * Gpt::kSampleStep * o.seq_len;
-    for (size_t l = 0; l < o.n_layer; ++l) {
-      if (o.recompute) {  // one set of activations for every block: the cache needs its own
-        owned_.push_back(g.mem_.alloc(o.seq_len * 3 * o.n_embd * e));
-        b_.kv.push_back(owned_.back().as<char>());
-      } else {
-        b_.kv.push_back(g.saved_[l].qkv.as<char>());  // holds max_rows x seq_len rows
-      }
+    // Gpt::decoder_sizes' buffers: the model's (GptOptions::sampling), or allocated here.
+    std::vector<char*> mine;
+    if (g.decoder_.empty()) {
+      std::vector<size_t> sizes;
+      AMP_CHECK(Gpt::decoder_sizes(o, g.compute_, &sizes), "the GPT decoder's buffer sizes overflow");
+      for (const size_t bytes : sizes) owned_.push_back(g.mem_.alloc(bytes));
+      for (Buffer& b : owned_) mine.push_back(b.as<char>());
+    } else {
+      for (Buffer& b : g.decoder_) mine.push_back(b.as<char>());
     }
-    scores_ = g.mem_.alloc(scratch * 4);
-    probs_ = g.mem_.alloc(scratch * e);
-    b_.scores = scores_.data(), b_.probs = probs_.data();
+    b_.scores = mine[0], b_.probs = mine[1];
+    for (size_t l = 0; l < o.n_layer; ++l)
+      // With model.recompute every block shares one set of activations: the cache is its own.
+      b_.kv.push_back(o.recompute ? mine[2 + l] : g.saved_[l].qkv.as<char>());  // max_rows x seq_len rows
     g.before_weights(0, g.lnf_w() + 1);  // an overlapped all-gather of the weights completes first
   }
 
@@ -64,8 +66,7 @@ class GptDecoder final : public TokenDecoder {
  private:
   Gpt& g_;
   const void* params_;
-  std::vector<Buffer> owned_;    // the cache with model.recompute
-  Buffer scores_, probs_;
+  std::vector<Buffer> owned_;  // Gpt::decoder_sizes' buffers where the model has none
   Gpt::DecodeBuffers b_;
   std::vector<int32_t> cached_;  // the tokens of the cached positions
   uint64_t forwards_ = 0;

@@ -239,7 +239,8 @@ TEST_CASE("gpt: the decoder's key/value cache gives next_logits' logits within t
   // chunk, and one sharing only its first 40 tokens with it. The decoder's logits against
   // next_logits' (the whole context each time; other GEMM shapes and, for the fused model, the
   // explicit path's probabilities rounded to the dtype), the positions it ran, and its bits at 1
-  // and 2 threads and with buffers for more rows (the trainer's sample and the sample command's).
+  // and 2 threads and with buffers for more rows and the decoder's buffers allocated with the
+  // model (the trainer's sample; the sample command's model has one row and the decoder its own).
   GptOptions o;
   o.vocab = 300, o.seq_len = 100, o.n_layer = 2, o.n_head = 2, o.n_embd = 32, o.vocab_pad = 64;
   amp::Rng rng(29);
@@ -266,7 +267,9 @@ TEST_CASE("gpt: the decoder's key/value cache gives next_logits' logits within t
         for (int run = 0; run < 3; ++run) {  // 1 thread, 2 threads, buffers for 3 rows (a trainer's)
           const int threads = run == 1 ? 2 : 1;
           CpuBackend be(threads);
-          Gpt model(be.memory(), be.ops(), o, dt, run == 2 ? 3 : 1);
+          GptOptions ob = o;
+          ob.sampling = run == 2;  // the decoder's buffers allocated with the model's
+          Gpt model(be.memory(), be.ops(), ob, dt, run == 2 ? 3 : 1);
           const ParamLayout& L = model.layout();
           const std::vector<float> w = model.init_params(31);
           Buffer params = be.memory().alloc(L.total * dtype_size(dt));
@@ -402,7 +405,9 @@ TEST_CASE("gpt: the memory plan's activation bytes are what the model allocates"
                                   GptOptions{300, 16, 4, 2, 32, 128, true}, GptOptions{50257, 64, 3, 4, 128, 128, true},
                                   GptOptions{300, 16, 4, 2, 32, 128, false, true},
                                   GptOptions{50257, 64, 3, 4, 128, 128, true, true},
-                                  GptOptions{50257, 64, 3, 4, 128, 128, false, true, false, true}}) {
+                                  GptOptions{50257, 64, 3, 4, 128, 128, false, true, false, true},
+                                  GptOptions{300, 16, 4, 2, 32, 128, true, false, false, false, true},
+                                  GptOptions{50257, 64, 3, 4, 128, 128, false, true, false, false, true}}) {
         Gpt model(be.memory(), be.ops(), o, dt, rows);
         size_t plan = 0;
         REQUIRE(Gpt::activation_bytes(o, rows, dt, &plan));
@@ -420,6 +425,13 @@ TEST_CASE("gpt: the memory plan's activation bytes are what the model allocates"
           plain.pad_head = false;
           CHECK(model.buffer_bytes() == Gpt(be.memory(), be.ops(), plain, dt, rows).buffer_bytes() +
                                             o.logits_ld() * o.n_embd * dtype_size(dt));
+        }
+        if (o.sampling) {  // the decoder's buffers: its attention scratch, with recompute its cache
+          GptOptions plain = o;
+          plain.sampling = false;
+          const size_t e = dtype_size(dt), scratch = o.n_head * 64 * o.seq_len * (4 + e);
+          CHECK(model.buffer_bytes() == Gpt(be.memory(), be.ops(), plain, dt, rows).buffer_bytes() + scratch +
+                                            (o.recompute ? o.n_layer * o.seq_len * 3 * o.n_embd * e : 0));
         }
         if (o.fused_attention) {  // less than the explicit attention's probabilities and scores
           GptOptions expl = o;
