@@ -66,7 +66,7 @@ bool Gpt::buffer_sizes(const GptOptions& o, size_t rows, DType compute, std::vec
     else add({rows, H, T, T, e});                       // probabilities [H][rows][T][T]
     add({N, C, e}), add({N, C, e});                     // att, res_mid
     add({N, C, e}), add({N, 4}), add({N, 4});           // ln2, mean2, rstd2
-    add({N, 4, C, e}), add({N, 4, C, e});               // fc, gelu
+    if (l == 0 || !o.mlp_shared()) add({N, 4, C, e}), add({N, 4, C, e});  // fc, gelu
   }
   add({N, C, e}), add({N, C, e}), add({N, 4}), add({N, 4});  // res_out, lnf, meanf, rstdf
   add({N, Vp, e}), add({N, Vp, e});                     // logits, dlogits (rows Vp apart)
@@ -137,7 +137,7 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
     l.qkv = next(), l.attn_keep = next();
     l.att = next(), l.res_mid = next();
     l.ln2 = next(), l.mean2 = next(), l.rstd2 = next();
-    l.fc = next(), l.gelu = next();
+    if (&l == &saved_[0] || !opt_.mlp_shared()) l.fc = next(), l.gelu = next();
   }
   res_out_ = next(), lnf_ = next(), meanf_ = next(), rstdf_ = next();
   logits_ = next(), dlogits_ = next();
@@ -281,12 +281,20 @@ void Gpt::forward_block(const void* params, size_t l, size_t rows, size_t T, boo
                param(params, layer_param(l, kProjB)), act(tmp_, N, C), record);
   ops_.add(AddArgs{res_in_[l].data(), compute_, tmp_.data(), compute_, y.res_mid.data(), compute_, int64_t(N * C)});
   layernorm(y.res_mid.data(), params, layer_param(l, kLn2W), y.ln2.data(), y.mean2, y.rstd2, N);
-  lin_.forward(linear_id(l, kFc), act(y.ln2, N, C), param(params, layer_param(l, kFcW)),
-               param(params, layer_param(l, kFcB)), act(y.fc, N, 4 * C), record);
-  ops_.activation_forward(Activation::GeluTanh, act(y.fc, N, 4 * C), act(y.gelu, N, 4 * C));
-  lin_.forward(linear_id(l, kMProj), act(y.gelu, N, 4 * C), param(params, layer_param(l, kMProjW)),
+  forward_mlp(params, l, rows * T, record);
+  const Saved& m = mlp_saved(l);
+  lin_.forward(linear_id(l, kMProj), act(m.gelu, N, 4 * C), param(params, layer_param(l, kMProjW)),
                param(params, layer_param(l, kMProjB)), act(tmp_, N, C), record);
   ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(N * C)});
+}
+
+// fc = ln2 W_fc^T + b_fc, gelu = GELU(fc) for N positions of block l.
+void Gpt::forward_mlp(const void* params, size_t l, size_t N, bool record) {
+  const size_t C = opt_.n_embd;
+  Saved& m = mlp_saved(l);
+  lin_.forward(linear_id(l, kFc), act(saved(l).ln2, N, C), param(params, layer_param(l, kFcW)),
+               param(params, layer_param(l, kFcB)), act(m.fc, N, 4 * C), record);
+  ops_.activation_forward(Activation::GeluTanh, act(m.fc, N, 4 * C), act(m.gelu, N, 4 * C));
 }
 
 void Gpt::forward(const void* params, size_t rows, size_t T, bool record, bool head) {
@@ -394,12 +402,16 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
   layernorm_back(dtmp_.data(), res_out_.data(), lnf_w(), meanf_, rstdf_, false);
   for (size_t li = L; li-- > 0;) {
     // The last block's activations are still in the shared buffers after forward.
-    if (opt_.recompute && li + 1 < L) forward_block(params, li, rows, T, false);
+    if (li + 1 < L) {
+      if (opt_.recompute) forward_block(params, li, rows, T, false);
+      else if (opt_.recompute_mlp) forward_mlp(params, li, N, false);
+    }
     const Saved& y = saved(li);
+    const Saved& m = mlp_saved(li);
     auto lp = [&](int slot) { return layer_param(li, slot); };
     // MLP: dres is the gradient of the block's output (the residual passes it through).
-    linear_back(linear_id(li, kMProj), act(dres_, N, C), act(y.gelu, N, 4 * C), lp(kMProjW), act(dfc_, N, 4 * C));
-    ops_.activation_backward(Activation::GeluTanh, act(y.fc, N, 4 * C), act(dfc_, N, 4 * C), act(dfc_, N, 4 * C));
+    linear_back(linear_id(li, kMProj), act(dres_, N, C), act(m.gelu, N, 4 * C), lp(kMProjW), act(dfc_, N, 4 * C));
+    ops_.activation_backward(Activation::GeluTanh, act(m.fc, N, 4 * C), act(dfc_, N, 4 * C), act(dfc_, N, 4 * C));
     linear_back(linear_id(li, kFc), act(dfc_, N, 4 * C), act(y.ln2, N, C), lp(kFcW), act(dtmp_, N, C));
     layernorm_back(dtmp_.data(), y.res_mid.data(), lp(kLn2W), y.mean2, y.rstd2, true);
     // Attention: dres is now the gradient of the middle residual.

@@ -48,6 +48,11 @@ struct GptOptions {
   // allocated with the model's, so the memory plan and check count them. Without it a decoder
   // allocates them when it is made.
   bool sampling = false;
+  // model.recompute mlp: the MLP's two activations (fc's output and GELU's, 8 n_embd per token of
+  // a block's 16) live in one set of buffers for every block and are computed again (one linear
+  // layer and GELU) inside backward, block by block. Implied by recompute (block).
+  bool recompute_mlp = false;
+  bool mlp_shared() const { return recompute || recompute_mlp; }
   bool padded_head() const { return pad_head && logits_ld() > vocab; }
   size_t logits_ld() const { return (vocab + vocab_pad - 1) / vocab_pad * vocab_pad; }
 };
@@ -177,6 +182,10 @@ class Gpt final : public Model {
   };
   std::vector<Saved> saved_;
   Saved& saved(size_t l) { return saved_[opt_.recompute ? 0 : l]; }
+  // Block l's fc and gelu buffers: the first set's with GptOptions::mlp_shared().
+  Saved& mlp_saved(size_t l) { return saved_[opt_.mlp_shared() ? 0 : l]; }
+  // Block l's MLP activations computed again from its ln2 (recompute mlp, inside backward).
+  void forward_mlp(const void* params, size_t l, size_t rows, bool record);
   // The explicit attention from y.qkv into y.att, and its backward from dtmp_ into dqkv_.
   void attention_explicit(Saved& y, size_t rows, size_t T);
   void attention_explicit_backward(const Saved& y, size_t rows);

@@ -109,10 +109,8 @@ void Gpt::decode_positions(const void* params, const std::vector<int32_t>& windo
                    param(params, layer_param(l, kProjB)), act(tmp_, Tq, C), false);
       ops_.add(AddArgs{res_in_[l].data(), compute_, tmp_.data(), compute_, y.res_mid.data(), compute_, int64_t(Tq * C)});
       layernorm(y.res_mid.data(), params, layer_param(l, kLn2W), y.ln2.data(), y.mean2, y.rstd2, Tq);
-      lin_.forward(linear_id(l, kFc), act(y.ln2, Tq, C), param(params, layer_param(l, kFcW)),
-                   param(params, layer_param(l, kFcB)), act(y.fc, Tq, 4 * C), false);
-      ops_.activation_forward(Activation::GeluTanh, act(y.fc, Tq, 4 * C), act(y.gelu, Tq, 4 * C));
-      lin_.forward(linear_id(l, kMProj), act(y.gelu, Tq, 4 * C), param(params, layer_param(l, kMProjW)),
+      forward_mlp(params, l, Tq, false);
+      lin_.forward(linear_id(l, kMProj), act(mlp_saved(l).gelu, Tq, 4 * C), param(params, layer_param(l, kMProjW)),
                    param(params, layer_param(l, kMProjB)), act(tmp_, Tq, C), false);
       ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(Tq * C)});
     }

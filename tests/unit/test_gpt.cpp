@@ -328,11 +328,12 @@ TEST_CASE("gpt: padded logits rows and recomputed blocks give the plain loss, gr
     std::vector<int32_t> sample;
   };
   auto run_with = [&](size_t pad, DType dt, float scale, bool recompute = false, bool fused = false,
-                      bool pad_head = false) {
+                      bool pad_head = false, bool recompute_mlp = false) {
     GptOptions o = base;
     o.vocab_pad = pad;
     o.pad_head = pad_head;
     o.recompute = recompute;
+    o.recompute_mlp = recompute_mlp;
     o.fused_attention = fused;
     CpuBackend be(2);
     Gpt model(be.memory(), be.ops(), o, dt, B);
@@ -385,13 +386,23 @@ TEST_CASE("gpt: padded logits rows and recomputed blocks give the plain loss, gr
     CHECK(rec.logits == plain.logits);
     CHECK(rec.grads == plain.grads);
     CHECK(rec.sample == plain.sample);
-    // The same with fused attention: recomputed blocks give the stored blocks' bits.
-    INFO(dtype_name(dt) << ", fused attention, recomputed blocks");
-    const Out fused = run_with(1, dt, scale, false, true), fused_rec = run_with(1, dt, scale, true, true);
-    CHECK(f32_bits(fused_rec.loss) == f32_bits(fused.loss));
-    CHECK(fused_rec.logits == fused.logits);
-    CHECK(fused_rec.grads == fused.grads);
-    CHECK(fused_rec.sample == fused.sample);
+    // model.recompute mlp: blocks 0 and 1's fc and GELU computed again inside backward.
+    INFO(dtype_name(dt) << ", recomputed MLPs");
+    const Out rec_mlp = run_with(1, dt, scale, false, false, false, true);
+    CHECK(f32_bits(rec_mlp.loss) == f32_bits(plain.loss));
+    CHECK(rec_mlp.logits == plain.logits);
+    CHECK(rec_mlp.grads == plain.grads);
+    CHECK(rec_mlp.sample == plain.sample);
+    // The same with fused attention: recomputed blocks and MLPs give the stored blocks' bits.
+    INFO(dtype_name(dt) << ", fused attention, recomputed blocks and MLPs");
+    const Out fused = run_with(1, dt, scale, false, true), fused_rec = run_with(1, dt, scale, true, true),
+              fused_mlp = run_with(1, dt, scale, false, true, false, true);
+    for (const Out* r : {&fused_rec, &fused_mlp}) {
+      CHECK(f32_bits(r->loss) == f32_bits(fused.loss));
+      CHECK(r->logits == fused.logits);
+      CHECK(r->grads == fused.grads);
+      CHECK(r->sample == fused.sample);
+    }
   }
 }
 
@@ -407,11 +418,13 @@ TEST_CASE("gpt: the memory plan's activation bytes are what the model allocates"
                                   GptOptions{50257, 64, 3, 4, 128, 128, true, true},
                                   GptOptions{50257, 64, 3, 4, 128, 128, false, true, false, true},
                                   GptOptions{300, 16, 4, 2, 32, 128, true, false, false, false, true},
-                                  GptOptions{50257, 64, 3, 4, 128, 128, false, true, false, false, true}}) {
+                                  GptOptions{50257, 64, 3, 4, 128, 128, false, true, false, false, true},
+                                  GptOptions{300, 16, 4, 2, 32, 128, false, false, false, false, true, true},
+                                  GptOptions{50257, 64, 3, 4, 128, 128, false, true, false, false, false, true}}) {
         Gpt model(be.memory(), be.ops(), o, dt, rows);
         size_t plan = 0;
         REQUIRE(Gpt::activation_bytes(o, rows, dt, &plan));
-        INFO("vocab " << o.vocab << (o.recompute ? ", recompute" : "") << (o.fused_attention ? ", fused" : "") << ", " << rows << " rows, " << dtype_name(dt) << ": plan " << plan << ", allocated "
+        INFO("vocab " << o.vocab << (o.recompute ? ", recompute" : "") << (o.recompute_mlp ? ", recompute mlp" : "") << (o.fused_attention ? ", fused" : "") << ", " << rows << " rows, " << dtype_name(dt) << ": plan " << plan << ", allocated "
                       << model.buffer_bytes());
         CHECK(model.max_rows() == rows);
         CHECK(plan == model.buffer_bytes());
@@ -419,6 +432,12 @@ TEST_CASE("gpt: the memory plan's activation bytes are what the model allocates"
           GptOptions kept = o;
           kept.recompute = false;
           CHECK(model.buffer_bytes() < Gpt(be.memory(), be.ops(), kept, dt, rows).buffer_bytes());
+        }
+        if (o.recompute_mlp) {  // every block but one without its fc and gelu (8 C a position)
+          GptOptions kept = o;
+          kept.recompute_mlp = false;
+          CHECK(model.buffer_bytes() + (o.n_layer - 1) * rows * o.seq_len * 8 * o.n_embd * dtype_size(dt) ==
+                Gpt(be.memory(), be.ops(), kept, dt, rows).buffer_bytes());
         }
         if (o.padded_head()) {  // the padded LM head: wte padded to Vp rows in the compute dtype
           GptOptions plain = o;
