@@ -194,7 +194,7 @@ int sample_main(int argc, char** argv) {
   amp::SampleRequest r;
   std::string prompt;
   int64_t tokens = 0, top_k = 0, seed = 0;
-  double temperature = 0;
+  double temperature = 0, top_p = 1;
   app.add_option("checkpoint", r.checkpoint, "a checkpoint of a model.type gpt run")->required();
   auto* o_prompt = app.add_option("--prompt", prompt, "the text the sample continues");
   auto* o_tokens = app.add_option("--tokens", tokens, "tokens to generate")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
@@ -208,7 +208,19 @@ int sample_main(int argc, char** argv) {
   auto* o_temp = app.add_option("--temperature", temperature, "sampling temperature (> 0)")->check(positive);
   auto* o_topk = app.add_option("--top-k", top_k, "sample among the k likeliest tokens (0: all)")
                      ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
-  auto* o_seed = app.add_option("--seed", seed, "sampling seed")->check(CLI::NonNegativeNumber);
+  const CLI::Validator probability(
+      [](std::string& v) {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        return end && *end == '\0' && x > 0 && x <= 1 ? std::string() : "expected a number in (0, 1], got " + v;
+      },
+      "NUMBER in (0, 1]");
+  auto* o_topp = app.add_option("--top-p", top_p,
+                                "nucleus sampling: among the fewest likeliest tokens whose probabilities sum to p (1: all)")
+                     ->check(probability);
+  auto* o_seed = app.add_option("--seed", seed, "sampling seed (sample i draws with seed + i)")->check(CLI::NonNegativeNumber);
+  app.add_option("--samples", r.samples, "samples to draw, separated by a line of dashes")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   app.add_option("--device", r.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--threads", r.threads, "CPU threads (0: every CPU)")->check(CLI::Range(0, 1024));
   return run_subcommand(app, argc, argv, [&] {
@@ -216,6 +228,7 @@ int sample_main(int argc, char** argv) {
     if (*o_tokens) r.tokens = tokens;
     if (*o_temp) r.temperature = temperature;
     if (*o_topk) r.top_k = top_k;
+    if (*o_topp) r.top_p = top_p;
     if (*o_seed) r.seed = seed;
     amp::run_sample(r);
   });

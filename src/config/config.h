@@ -145,6 +145,7 @@ struct Config {
     int64_t tokens = 0;         // generated tokens per sample (0: none)
     double temperature = 1;     // > 0
     int64_t top_k = 0;          // sample among the k likeliest tokens (0: all)
+    double top_p = 1;           // then among the likeliest whose probabilities reach p (1: all)
     int64_t seed = 0;
   } sample;
 

@@ -62,13 +62,21 @@ void run_sample(const SampleRequest& r) {
   o.tokens = size_t(r.tokens ? *r.tokens : (cfg.sample.tokens > 0 ? cfg.sample.tokens : 200));
   o.temperature = r.temperature ? *r.temperature : cfg.sample.temperature;
   o.top_k = size_t(r.top_k ? *r.top_k : cfg.sample.top_k);
-  o.seed = uint64_t(r.seed ? *r.seed : cfg.sample.seed);
+  o.top_p = r.top_p ? *r.top_p : cfg.sample.top_p;
+  const uint64_t seed = uint64_t(r.seed ? *r.seed : cfg.sample.seed);
+  // One decoder for every sample: each new sample's prompt is a prefix of the cached context, so
+  // its positions are not run again.
   const std::unique_ptr<TokenDecoder> decoder = model->decoder(params);
-  const std::vector<int32_t> out =
-      generate(prompt, o, [&](const std::vector<int32_t>& context) { return decoder->next_logits(context); });
-  const std::string text = decode_sample(shape.tokenizer, out);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fputc('\n', stdout);
+  for (int64_t i = 0; i < r.samples; ++i) {
+    o.seed = seed + uint64_t(i);
+    const std::vector<int32_t> out =
+        generate(prompt, o, [&](const std::vector<int32_t>& context) { return decoder->next_logits(context); });
+    const std::string text = decode_sample(shape.tokenizer, out);
+    if (i > 0) std::fputs(kSampleSeparator, stdout);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace amp

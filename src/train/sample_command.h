@@ -15,12 +15,17 @@ struct SampleRequest {
   // Each unset option takes the checkpoint's sample.* value.
   std::optional<std::string> prompt;
   std::optional<int64_t> tokens, top_k, seed;
-  std::optional<double> temperature;
+  std::optional<double> temperature, top_p;
+  int64_t samples = 1;  // sample i (from 0) draws with seed + i
   std::string device = "cpu";
   int threads = 0;  // 0: every CPU of this process
 };
 
-// Prints the sample's text to stdout. Errors are amp::Error (checkpoint, config, device).
+// The line between two samples on stdout.
+inline constexpr const char* kSampleSeparator = "---------------\n";
+
+// Prints the samples' text to stdout, each followed by a newline, kSampleSeparator between two.
+// Errors are amp::Error (checkpoint, config, device).
 void run_sample(const SampleRequest& r);
 
 }  // namespace amp

@@ -154,6 +154,7 @@ void Trainer::write_sample(int64_t step) {
   o.tokens = size_t(cfg_.sample.tokens);
   o.temperature = cfg_.sample.temperature;
   o.top_k = size_t(cfg_.sample.top_k);
+  o.top_p = cfg_.sample.top_p;
   o.seed = uint64_t(cfg_.sample.seed);
   const void* params = step_->working_params();
   // A stop signal ends the sample where it is (its step is done and checkpointed before it).

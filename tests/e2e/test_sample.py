@@ -46,6 +46,22 @@ rc3, c, _ = sample(ckpt, "--prompt", "the lazy ", "--tokens", "25", "--seed", "8
 check(rc1 == 0 and a.startswith("the lazy ") and len(a.encode()) >= len("the lazy ") + 25 and a == b and a != c,
       f"options: the prompt is continued by 25 tokens, one seed one text, another seed another ({a!r}, {c!r}; {e.strip()[-200:]})")
 
+# --samples: samples separated by a line of dashes, sample i drawn with seed + i.
+rc, many, e = sample(ckpt, "--prompt", "the lazy ", "--tokens", "25", "--seed", "7", "--temperature", "0.5", "--samples", "3")
+parts = many.split("\n---------------\n")
+check(rc == 0 and len(parts) == 3 and parts[0] + "\n" == a and parts[1] + "\n" == c,
+      f"--samples 3: three samples, the first with seed 7's text, the second seed 8's ({rc}: {many!r}; {e.strip()[-200:]})")
+# --top-p: a nucleus of one token (p below any token's probability) is greedy: every seed the same.
+rc1, g1, e = sample(ckpt, "--prompt", "the lazy ", "--tokens", "25", "--seed", "7", "--top-p", "1e-9")
+rc2, g2, _ = sample(ckpt, "--prompt", "the lazy ", "--tokens", "25", "--seed", "8", "--top-p", "1e-9")
+rc3, g3, _ = sample(ckpt, "--prompt", "the lazy ", "--tokens", "25", "--seed", "7", "--top-p", "1e-9", "--temperature", "3")
+check(rc1 == rc2 == rc3 == 0 and g1 == g2 == g3 and g1.startswith("the lazy "),
+      f"--top-p 1e-9: the likeliest token each time, whatever the seed or temperature ({g1!r}, {g2!r}, {g3!r}; {e.strip()[-200:]})")
+rc, o, e = sample(ckpt, "--top-p", "0")
+check(rc == 2 and "usage error" in e and "--top-p" in e, f"--top-p 0: a usage error ({rc}: {e.strip()})")
+rc, o, e = run(cfg, [f"run.out_dir={os.path.join(base, 'topp')}", "sample.top_p=1.5"])
+check(rc == 2 and "sample.top_p" in e, f"sample.top_p 1.5: a config error naming the key ({rc}: {e.strip()[-300:]})")
+
 # An MLP's checkpoint: not a language model.
 mlp = os.path.join(base, "mlp")
 run(source("configs", "seed_dynamic.yaml"), [f"run.out_dir={mlp}", "run.steps=3", "run.progress=off"])

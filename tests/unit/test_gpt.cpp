@@ -162,15 +162,28 @@ TEST_CASE("gpt: BF16 and FP16 (loss-scaled) match the reference within the forma
   SECTION("fp16") { check_against(ref, run(ref, DType::F16, 1024.0f), 0.01, 0.005); }
 }
 
-TEST_CASE("sampling: top-k and temperature choose among the likeliest, seeded, and byte text is valid UTF-8", "[gpt]") {
+TEST_CASE("sampling: top-k, top-p and temperature choose among the likeliest, seeded, and byte text is valid UTF-8",
+          "[gpt]") {
   const std::vector<float> logits{0.0f, 5.0f, 4.0f, -3.0f, 4.0f};
   // top_k 1: always the largest; ties broken by the lower id among equal logits.
-  for (double u : {0.0, 0.5, 0.999}) CHECK(sample_token(logits, 1.0, 1, u) == 1);
+  for (double u : {0.0, 0.5, 0.999}) CHECK(sample_token(logits, 1.0, 1, 1.0, u) == 1);
   // top_k 3 among {1, 2, 4}: u near 1 takes the last of them (4, the higher id of the tie).
-  CHECK(sample_token(logits, 1.0, 3, 0.0) == 1);
-  CHECK(sample_token(logits, 1.0, 3, 0.9999) == 4);
+  CHECK(sample_token(logits, 1.0, 3, 1.0, 0.0) == 1);
+  CHECK(sample_token(logits, 1.0, 3, 1.0, 0.9999) == 4);
   // A low temperature concentrates on the largest.
-  CHECK(sample_token(logits, 0.01, 0, 0.99) == 1);
+  CHECK(sample_token(logits, 0.01, 0, 1.0, 0.99) == 1);
+  // top_p: probabilities 0.5737 (token 1), 0.2111 (2 and 4), 0.0039 (0), 0.0002 (3). Up to 0.5737
+  // the nucleus is token 1 alone; at 0.6 tokens 1 and 2 (0.7848), renormalized: 1 below
+  // u = 0.7310, 2 above; at 0.9 tokens 1, 2 and 4.
+  for (double u : {0.0, 0.5, 0.999}) CHECK(sample_token(logits, 1.0, 0, 0.5, u) == 1);
+  CHECK(sample_token(logits, 1.0, 0, 0.57, 0.999) == 1);
+  CHECK(sample_token(logits, 1.0, 0, 0.6, 0.72) == 1);
+  CHECK(sample_token(logits, 1.0, 0, 0.6, 0.74) == 2);
+  CHECK(sample_token(logits, 1.0, 0, 0.6, 0.9999) == 2);
+  CHECK(sample_token(logits, 1.0, 0, 0.9, 0.9999) == 4);
+  CHECK(sample_token(logits, 1.0, 2, 0.9, 0.9999) == 2);  // top_k first: {1, 2}, which reach 0.9 of their own
+  CHECK_THROWS(sample_token(logits, 1.0, 0, 0.0, 0.5));
+  CHECK_THROWS(sample_token(logits, 1.0, 0, 1.5, 0.5));
   // The same seed gives the same text.
   auto next = [](const std::vector<int32_t>& ctx) {
     std::vector<float> l(256, 0.0f);
