@@ -174,7 +174,7 @@ if [ $DRY = 1 ]; then
   else
     rc=$?; fail "configure ($(why $rc))"; show_tail "$LOGS/configure.log" 40; finish
   fi
-  TARGETS=(amp_ddp amp_device_logic_tests bench_gpt_step)
+  TARGETS=(amp_ddp amp_device_logic_tests bench_gpt_step bench_sampling)
 else
   BUILD=$ROOT/build-gpu
   DEVICE=cuda
@@ -230,12 +230,13 @@ else
     mkdir -p "$BUILD/tests/gpu" "$BUILD/bench/gpu"
     if ! { install -m 755 .gpu_prebuilt/amp_ddp "$BUILD/amp_ddp" && install -m 755 .gpu_prebuilt/amp_gpu_tests "$TESTS" &&
            install -m 755 .gpu_prebuilt/bench_gpu_step .gpu_prebuilt/bench_gpu_gemm .gpu_prebuilt/probe_fp8_gemm \
-             "$BUILD/bench/gpu/" && install -m 755 .gpu_prebuilt/bench_gpt_step "$BUILD/bench/"; } 2> "$LOGS/install.log"; then
+             "$BUILD/bench/gpu/" && install -m 755 .gpu_prebuilt/bench_gpt_step .gpu_prebuilt/bench_sampling "$BUILD/bench/"; } \
+           2> "$LOGS/install.log"; then
       fail "prebuilt binaries: $(head -1 "$LOGS/install.log") (scripts/gpu_prepare.sh --prebuilt makes them all)"
       finish
     fi
     say "prebuilt: $(paste -sd ';' .gpu_prebuilt/MANIFEST)"
-    BINS=("$BUILD/amp_ddp" "$TESTS" "$BUILD"/bench/gpu/{bench_gpu_step,bench_gpu_gemm,probe_fp8_gemm} "$BUILD/bench/bench_gpt_step")
+    BINS=("$BUILD/amp_ddp" "$TESTS" "$BUILD"/bench/gpu/{bench_gpu_step,bench_gpu_gemm,probe_fp8_gemm} "$BUILD"/bench/{bench_gpt_step,bench_sampling})
     # Where a CUDA toolkit or PyTorch's wheels (nvidia/<library>/lib, nvidia/cu13/lib) keep
     # libcudart, libcublas(Lt) and libnccl: each library the loader cannot find is looked up there,
     # in this order, and its folder appended to LD_LIBRARY_PATH.
@@ -310,7 +311,7 @@ PY
     fi
     HAVE_NCCL=0
     grep -qE "NCCL +: ON" "$LOGS/configure.log" && HAVE_NCCL=1
-    TARGETS=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm bench_gpt_step)
+    TARGETS=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm bench_gpt_step bench_sampling)
   fi
 fi
 if [ "${PREBUILT:-0}" = 1 ]; then :
@@ -519,6 +520,19 @@ if run_logged "$LOGS/bench_gpt_step.log" 60 -- "$BUILD/bench/bench_gpt_step" "${
 else
   rc=$?
   if [ $rc = 125 ]; then note "bench_gpt_step not run (time budget)"; else fail "bench_gpt_step ($(why $rc))"; show_tail "$LOGS/bench_gpt_step.log" 15; fi
+fi
+
+# Sampling on this GPU: a generated token with the key/value cache against the whole context's
+# forward pass, GPT-2 124M (bench_sampling: ms a token, the ratio to one read of the weights and
+# the cache, and the logits' agreement). The dry run: a tiny GPT on the CPU.
+SAMPLE_ARGS=(--device "$DEVICE" --tokens 8 --contexts 16,1000)
+[ $DRY = 1 ] && SAMPLE_ARGS=(--device cpu --layers 2 --embd 64 --heads 2 --seq 128 --tokens 4 --contexts 8,100)
+if run_logged "$LOGS/bench_sampling.log" 40 -- "$BUILD/bench/bench_sampling" "${SAMPLE_ARGS[@]}"; then
+  pass "sampling (bench_sampling): $(grep -E '^\| [0-9]+ \|' "$LOGS/bench_sampling.log" | awk -F'|' '{gsub(/ /, ""); printf "context %s: %s -> %s ms a token (%s); ", $2, $3, $4, $5}')"
+  sed -n '/^| context/,/^$/p' "$LOGS/bench_sampling.log" | tee -a "$REPORT"
+else
+  rc=$?
+  if [ $rc = 125 ]; then note "bench_sampling not run (time budget)"; else fail "bench_sampling ($(why $rc))"; show_tail "$LOGS/bench_sampling.log" 15; fi
 fi
 
 # Where fused attention overtakes the explicit path on this GPU: GPT-2 124M at 16 x 1024 tokens per

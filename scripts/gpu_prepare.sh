@@ -66,7 +66,7 @@ if [ -n "$prebuilt" ]; then
   arch=$(grep -rhoE "sm_[0-9]+a?" "$prebuilt" --include=flags.make | sort -u | paste -sd, -)
   [[ ",$arch," == *",sm_90,"* || ",$arch," == *",sm_90a,"* ]] ||
     { echo "gpu_prepare: $prebuilt builds CUDA machine code for '${arch:-nothing}', not sm_90 (the H100/H200)" >&2; exit 1; }
-  targets=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm bench_gpt_step)
+  targets=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm bench_gpt_step bench_sampling)
   cmake --build "$prebuilt" -j "$(nproc)" --target "${targets[@]}" > /dev/null ||
     { echo "gpu_prepare: building ${targets[*]} in $prebuilt failed" >&2; exit 1; }
   mkdir -p .gpu_prebuilt

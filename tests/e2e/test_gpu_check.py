@@ -19,7 +19,7 @@ from e2e_util import args, check, done, source, tmpdir
 
 SCRIPT = source("scripts", "gpu_check.sh")
 BUILD = os.path.dirname(os.path.abspath(args().binary))
-GROUPS = ["cast", "gemm", "ops", "tops", "loss", "amp", "optim", "graph", "trainer", "comm"]
+GROUPS = ["cast", "gemm", "ops", "tops", "loss", "amp", "optim", "graph", "model", "trainer", "comm"]
 
 
 def dry_run(budget, fake=None):
@@ -65,6 +65,9 @@ check(re.search(r"^\| 32 \| 8 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", report, re.
 check(re.search(r"^PASS: where the GPT-2 step's time goes \(bench_gpt_step.*GEMMs [0-9.]+ ms", report, re.M) is not None and
       re.search(r"^  attention_backward +[0-9.]+ ms", report, re.M) is not None,
       "the bench phase reports where the GPT-2 step's time goes, op by op")
+check(re.search(r"^PASS: sampling \(bench_sampling\): context 8: [0-9.]+ -> [0-9.]+ ms a token", report, re.M) is not None and
+      re.search(r"^\| 100 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", report, re.M) is not None,
+      "the bench phase measures sampling with the cache against the whole context")
 check(re.search(r"^gpu_check: 0 failure\(s\)", report, re.M) is not None, "the summary counts no failure")
 summ = open(os.path.join(out, "gpu_check_summary.txt")).read()
 check(summ.startswith("== summary (final") and "gpu_check: 0 failure(s)" in summ, "the summary file is the final one")
