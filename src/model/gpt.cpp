@@ -281,7 +281,7 @@ void Gpt::forward_block(const void* params, size_t l, size_t rows, size_t T, boo
                param(params, layer_param(l, kProjB)), act(tmp_, N, C), record);
   ops_.add(AddArgs{res_in_[l].data(), compute_, tmp_.data(), compute_, y.res_mid.data(), compute_, int64_t(N * C)});
   layernorm(y.res_mid.data(), params, layer_param(l, kLn2W), y.ln2.data(), y.mean2, y.rstd2, N);
-  forward_mlp(params, l, rows * T, record);
+  forward_mlp(params, l, N, record);
   const Saved& m = mlp_saved(l);
   lin_.forward(linear_id(l, kMProj), act(m.gelu, N, 4 * C), param(params, layer_param(l, kMProjW)),
                param(params, layer_param(l, kMProjB)), act(tmp_, N, C), record);
@@ -298,18 +298,8 @@ void Gpt::forward_mlp(const void* params, size_t l, size_t N, bool record) {
 }
 
 void Gpt::forward(const void* params, size_t rows, size_t T, bool record, bool head) {
-  const size_t C = opt_.n_embd, N = rows * T, V = opt_.vocab, L = opt_.n_layer;
-  ++forwards_;
-  EmbeddingArgs emb;
-  emb.B = int64_t(rows), emb.T = int64_t(T), emb.C = int64_t(C), emb.vocab = int64_t(V);
-  emb.max_positions = int64_t(opt_.seq_len), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
-  emb.wte = param(params, kWte).data, emb.wpe = param(params, kWpe).data, emb.x = res_in_[0].data();
-  before_weights(kWte, kWpe);
-  ops_.embedding_forward(emb);
-  for (size_t l = 0; l < L; ++l) {
-    before_weights(layer_param(l, 0), layer_param(l, kPerLayer - 1));
-    forward_block(params, l, rows, T, record);
-  }
+  const size_t C = opt_.n_embd, N = rows * T, V = opt_.vocab;
+  forward_blocks(params, rows, T, record);
   before_weights(lnf_w(), lnf_w() + 1);  // ln_f; the LM head is the embedding's (waited for above)
   layernorm(res_out_.data(), params, lnf_w(), lnf_.data(), meanf_, rstdf_, N);
   // The LM head, tied to the token embedding: logits = lnf wte^T, rows Vp apart; padded, all Vp
@@ -323,6 +313,21 @@ void Gpt::forward(const void* params, size_t rows, size_t T, bool record, bool h
   }
   ops_.gemm(gemm_of(GemmShape(N, head ? Vp : V, C), GemmIn(lnf_.data(), C), GemmIn(w, C).t(),
                     GemmOut(logits_.data(), Vp), compute_, compute_));
+}
+
+void Gpt::forward_blocks(const void* params, size_t rows, size_t T, bool record) {
+  const size_t C = opt_.n_embd, V = opt_.vocab, L = opt_.n_layer;
+  ++forwards_;
+  EmbeddingArgs emb;
+  emb.B = int64_t(rows), emb.T = int64_t(T), emb.C = int64_t(C), emb.vocab = int64_t(V);
+  emb.max_positions = int64_t(opt_.seq_len), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
+  emb.wte = param(params, kWte).data, emb.wpe = param(params, kWpe).data, emb.x = res_in_[0].data();
+  before_weights(kWte, kWpe);
+  ops_.embedding_forward(emb);
+  for (size_t l = 0; l < L; ++l) {
+    before_weights(layer_param(l, 0), layer_param(l, kPerLayer - 1));
+    forward_block(params, l, rows, T, record);
+  }
 }
 
 void Gpt::forward_loss(const void* params, size_t rows, const float* scale, float inv_count, bool with_grad,
@@ -440,19 +445,39 @@ void Gpt::backward(const void* params, void* grads, size_t rows, const std::func
   done(kWte);
 }
 
-std::vector<float> Gpt::next_logits(const void* params, const std::vector<int32_t>& context) {
+// The context's positions rounded up to kSampleStep (a few shapes for the GEMM plans), not the
+// whole seq_len.
+size_t Gpt::stage_context(const std::vector<int32_t>& context, size_t* positions) {
   const size_t T = opt_.seq_len;
   AMP_CHECK(!context.empty(), "next_logits: empty context");
   const size_t n = std::min(T, context.size());
-  // The context's positions rounded up to kSampleStep (a few shapes for the GEMM plans), not the
-  // whole seq_len: the positions after the context do not matter (causal), so they are left out
-  // or hold token 0.
   const size_t Tn = std::min(T, (n + kSampleStep - 1) / kSampleStep * kSampleStep);
   std::fill(tokens_host_.begin(), tokens_host_.begin() + long(Tn), 0);
   std::copy(context.end() - long(n), context.end(), tokens_host_.begin());
   mem_.upload(tokens_.data(), tokens_host_.data(), Tn * sizeof(int32_t));
+  *positions = Tn;
+  return n;
+}
+
+std::vector<float> Gpt::next_logits(const void* params, const std::vector<int32_t>& context) {
+  size_t Tn = 0;
+  const size_t n = stage_context(context, &Tn);
   forward(params, 1, Tn, false, false);  // one sequence per token: wte itself, no copy
   return download_logits(logits_.as<char>() + (n - 1) * opt_.logits_ld() * dtype_size(compute_));
+}
+
+void Gpt::context_logits(const void* params, const std::vector<int32_t>& context) {
+  size_t Tn = 0;
+  const size_t n = stage_context(context, &Tn);
+  forward_blocks(params, 1, Tn, false);
+  position_logits(params, n - 1);
+}
+
+void Gpt::position_logits(const void* params, size_t row) {
+  const size_t C = opt_.n_embd;
+  layernorm(res_out_.as<char>() + row * C * dtype_size(compute_), params, lnf_w(), lnf_.data(), meanf_, rstdf_, 1);
+  ops_.gemm(gemm_of(GemmShape(1, opt_.vocab, C), GemmIn(lnf_.data(), C), GemmIn(param(params, kWte).data, C).t(),
+                    GemmOut(logits_.data(), opt_.logits_ld()), compute_, compute_));
 }
 
 std::vector<float> Gpt::download_logits(const void* row) const {

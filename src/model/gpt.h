@@ -140,7 +140,7 @@ class Gpt final : public Model {
   // command's agree).
   void decode_positions(const void* params, const std::vector<int32_t>& window, size_t p0, const DecodeBuffers& b);
   std::vector<float> download_logits(const void* row) const;  // one row of logits (compute dtype) -> FP32
-  uint64_t forwards_ = 0;  // forward() calls: a decoder whose cache may have been overwritten starts again
+  uint64_t forwards_ = 0;  // forward_blocks() calls: a decoder whose cache may have been overwritten starts again
   int layer_param(size_t l, int slot) const { return kFirstLayer + int(l) * kPerLayer + slot; }
   int lnf_w() const { return kFirstLayer + int(opt_.n_layer) * kPerLayer; }
   Tensor param(const void* base, int index) const;
@@ -149,6 +149,19 @@ class Gpt final : public Model {
   // context rounded up, kSampleStep). record: a training step's forward (the FP8 casts record their
   // amaxes). head: the LM head multiplies head_ (see there) at the padded width instead of wte.
   void forward(const void* params, size_t rows, size_t T, bool record, bool head);
+  // forward's embedding and blocks: res_out_ holds the last block's output.
+  void forward_blocks(const void* params, size_t rows, size_t T, bool record);
+  // The logits of one position, res_out_'s row `row`: its final LayerNorm and wte (one row),
+  // into logits_' first row (the decoder's LM head).
+  void position_logits(const void* params, size_t row);
+  // next_logits' whole-context pass without its LM head (the decoder's first call): the context's
+  // last seq_len tokens, rounded up to kSampleStep positions, through the blocks, then
+  // position_logits of its last position.
+  void context_logits(const void* params, const std::vector<int32_t>& context);
+  // Uploads the context's last seq_len tokens, rounded up to kSampleStep positions with token 0
+  // (causal: the positions after the context do not reach it): its positions into *positions,
+  // returns the context's.
+  size_t stage_context(const std::vector<int32_t>& context, size_t* positions);
   bool padded_head() const { return opt_.padded_head(); }
   // Block l of rows sequences of T positions: res_in_[l] -> the next input.
   void forward_block(const void* params, size_t l, size_t rows, size_t T, bool record);

@@ -47,15 +47,14 @@ class GptDecoder final : public TokenDecoder {
                                  window.begin());
     const size_t p0 = std::min(common, n - 1);  // the last position runs again for its logits
     cached_.clear();
-    std::vector<float> logits;
     if (p0 == 0 && !g_.opt_.recompute) {
       // Nothing cached (a new prompt, a window that slid): the whole context's forward pass, whose
       // qkv rows land in the blocks' buffers, the cache (one sequence: position p at row p).
-      logits = g_.next_logits(params_, window);
+      g_.context_logits(params_, window);
     } else {
       g_.decode_positions(params_, window, p0, b_);
-      logits = g_.download_logits(g_.logits_.data());
     }
+    std::vector<float> logits = g_.download_logits(g_.logits_.data());
     cached_ = window;
     forwards_ = g_.forwards_;
     positions_ += n - p0;
@@ -115,11 +114,7 @@ void Gpt::decode_positions(const void* params, const std::vector<int32_t>& windo
       ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(Tq * C)});
     }
   }
-  // The last position's final LayerNorm and logits (wte itself: one row).
-  const size_t last = (n - 1 - p0) % chunk;  // its row in the last chunk
-  layernorm(res_out_.as<char>() + last * C * e, params, lnf_w(), lnf_.data(), meanf_, rstdf_, 1);
-  ops_.gemm(gemm_of(GemmShape(1, opt_.vocab, C), GemmIn(lnf_.data(), C), GemmIn(param(params, kWte).data, C).t(),
-                    GemmOut(logits_.data(), opt_.logits_ld()), compute_, compute_));
+  position_logits(params, (n - 1 - p0) % chunk);  // the last position: its row in the last chunk
 }
 
 }  // namespace amp

@@ -69,8 +69,8 @@ class Model {
   // divergence check (run.max_loss_vs_uniform); 0 for a regression loss, which has none.
   virtual double uniform_loss() const { return 0.0; }
   // Language models generate: the logits (FP32, host) of the token after `context` (its last
-  // context-length tokens) from the working parameters `params`. Others throw.
-  // Each call a forward pass over the whole context: the reference of decoder().
+  // context-length tokens) from the working parameters `params`, each call a forward pass over the
+  // whole context (the reference of decoder()'s). Others throw.
   virtual std::vector<float> next_logits(const void* /*params*/, const std::vector<int32_t>& /*context*/) {
     throw Error(ErrorKind::Internal, strcat("next_logits: ", describe(), " is not a language model"));
   }
