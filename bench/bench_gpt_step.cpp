@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "gpt_args.h"
 #include "step_phases.h"
 #include "timed_ops.h"
 #include "backend/backend.h"
@@ -59,12 +60,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const size_t v = std::strtoul(argv[i + 1], nullptr, 10);
-    if (a == "--layers") o.n_layer = v;
-    else if (a == "--embd") o.n_embd = v;
-    else if (a == "--heads") o.n_head = v;
-    else if (a == "--seq") o.seq_len = v;
-    else if (a == "--vocab") o.vocab = v;
-    else if (a == "--batch") batch = v;
+    if (bench::gpt_shape_option(a, argv[i + 1], o)) continue;
+    if (a == "--batch") batch = v;
     else if (a == "--steps") steps = v;
     else if (a == "--rounds") rounds = std::max<size_t>(1, v);
     else if (a == "--threads") threads = int(v);
