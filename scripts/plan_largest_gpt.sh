@@ -58,7 +58,7 @@ def largest(C, zero, rc):
         L += 1
     return L
 
-modes = [(z, rc) for rc in ("none", "block") for z in (0, 1, 2)]
+modes = [(z, rc) for rc in ("none", "mlp", "block") for z in (0, 1, 2)]
 print(f"# amp_ddp --dry-run --ranks {N}: GPT-2 vocabulary, context {T}, batch 1, bf16, AdamW, fused attention; "
       f"budget {budget / 2**30:g} GiB per rank")
 print()

@@ -139,8 +139,8 @@ const std::vector<Key>& keys() {
       {"sample.tokens", "200", "gpt: tokens generated per sample (0: no samples)", F(sample.tokens), count_upto(kMaxGenerated)},
       {"sample.temperature", "0.8", "gpt: sampling temperature", F(sample.temperature), above(0)},
       {"sample.top_k", "40", "gpt: sample among the k likeliest tokens (0: all)", F(sample.top_k), count_upto(kMaxWidth)},
-      {"sample.top_p", "1", "gpt: nucleus sampling: then among the fewest likeliest of those whose probabilities sum to p or more (1: all)", F(sample.top_p), between(0, 1, true, false)},
       {"sample.seed", "1", "gpt: seed of sampling", F(sample.seed), count_upto(9.0e15)},
+      {"sample.top_p", "1", "gpt: nucleus sampling: then among the fewest likeliest of those whose probabilities sum to p or more (1: all)", F(sample.top_p), between(0, 1, true, false)},
   };
   return k;
 }

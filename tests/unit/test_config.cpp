@@ -269,6 +269,7 @@ TEST_CASE("the new keys are appended: the existing printed keys keep their order
   CHECK_THAT(text, Contains("  init_std: 0.01\n  n_layer: 2\n  n_head: 4\n  n_embd: 128\n  seq_len: 64\n  vocab_size: 0\n  vocab_pad: 0\n  init_from: \"\"\n  recompute: \"none\"\n  attention: \"explicit\"\ndata:\n"));
   CHECK_THAT(text, Contains("    noise: 0.1\n  text_files: []\n  train_tokens: []\n  eval_tokens: []\n  tokenizer: \"auto\"\nprecision:\n"));
   CHECK_THAT(text, Contains("  fail_setup: []\nsample:\n  prompt: \"\\n\"\n  tokens: 200\n  temperature: 0.8\n  top_k: 40\n  seed: 1\n"));
+  CHECK_THAT(text, Contains("  top_k: 40\n  seed: 1\n  top_p: 1\n"));  // sample.top_p, appended
 }
 
 TEST_CASE("record-list keys: fault drills read, default, refuse and round-trip like any other key", "[config]") {
