@@ -64,10 +64,11 @@ void run_sample(const SampleRequest& r) {
   o.top_k = size_t(r.top_k ? *r.top_k : cfg.sample.top_k);
   o.top_p = r.top_p ? *r.top_p : cfg.sample.top_p;
   const uint64_t seed = uint64_t(r.seed ? *r.seed : cfg.sample.seed);
-  // One decoder for every sample: each new sample's prompt is a prefix of the cached context, so
-  // its positions are not run again.
-  const std::unique_ptr<TokenDecoder> decoder = model->decoder(params);
   for (int64_t i = 0; i < r.samples; ++i) {
+    // A decoder of its own for each sample (the prompt runs again): reusing the last sample's
+    // cache would run the prompt's last position alone, other GEMM shapes than a first call's, so
+    // sample i could differ from the sample of --seed seed + i.
+    const std::unique_ptr<TokenDecoder> decoder = model->decoder(params);
     o.seed = seed + uint64_t(i);
     const std::vector<int32_t> out =
         generate(prompt, o, [&](const std::vector<int32_t>& context) { return decoder->next_logits(context); });
