@@ -273,9 +273,10 @@ TEST_CASE("gpt: the decoder's key/value cache gives next_logits' logits within t
   contexts.push_back(third), runs.push_back(90 - 40);
   for (DType dt : {DType::F32, DType::BF16, DType::F16})
     for (bool fused : {false, true})
-      for (bool recompute : {false, true}) {
-        o.fused_attention = fused, o.recompute = recompute;
-        INFO(dtype_name(dt) << (fused ? ", fused" : ", explicit") << (recompute ? ", recompute" : ""));
+      for (int recompute : {0, 1, 2}) {  // none, block, mlp
+        o.fused_attention = fused, o.recompute = recompute == 1, o.recompute_mlp = recompute == 2;
+        INFO(dtype_name(dt) << (fused ? ", fused" : ", explicit") << (recompute == 1 ? ", recompute block" : "")
+                            << (recompute == 2 ? ", recompute mlp" : ""));
         std::vector<std::vector<uint32_t>> bits_at[3];
         for (int run = 0; run < 3; ++run) {  // 1 thread, 2 threads, buffers for 3 rows (a trainer's)
           const int threads = run == 1 ? 2 : 1;
