@@ -89,6 +89,14 @@ check(sum(1 for r in records(g2e) if "eval_loss" in r) == 3, "the overlapped run
 ob = summary(g2e).get("allgather_buckets_overlapped", {})
 check(ob.get("settled_by_other_readers", 0) > 0, f"there, the per-step hash settled the all-gathers first ({ob})")
 
+# Samples every 4 steps read the weights while the overlapped all-gather may still be in flight:
+# the decoder waits for it (Model::before_weights), so zero 0's samples are drawn again.
+samp = [s for s in gsets if s != "sample.tokens=0"] + ["run.sample_interval=4", "sample.tokens=8"]
+g0s, _ = train(gpt, "gpt_z0_samples", samp + ["distributed.zero=0"])
+g2s, _ = train(gpt, "gpt_z2_on_samples", samp + ["distributed.zero=2", "distributed.overlap=on"])
+same(g0s, g2s, "gpt overlap on, a sample every 4 steps: zero 2 against zero 0 (the samples included)")
+check(sum(1 for r in records(g2s) if "sample" in r) == 3, "the overlapped run sampled at steps 4, 8 and 12")
+
 # ---- stop and resume ----------------------------------------------------------------------------
 ref = os.path.join(base, "fp16_z2_off")
 for z in (2, 1):
