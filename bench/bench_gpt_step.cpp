@@ -5,7 +5,7 @@
 // batched GEMM over all B x H heads. Usage:
 //   bench_gpt_step [--layers 4] [--embd 128] [--heads 4] [--seq 64] [--vocab 256] [--batch 16]
 //                  [--precision fp32] [--threads 1] [--steps 20] [--rounds 3]
-//                  [--attention explicit|fused] [--recompute none|mlp|block] [--device cpu|cuda]
+//                  [--attention explicit|fused] [--recompute none|attention|mlp|block] [--device cpu|cuda]
 // On a GPU every op and phase waits for the device before its time is read (nothing overlaps, no
 // CUDA graph): the per-op table is each kernel's own time plus a launch and a wait.
 // Each round times `steps` steps, then every bare GEMM (median of `steps`), so a ratio compares
@@ -67,10 +67,11 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = int(v);
     else if (a == "--precision") prec = argv[i + 1];
     else if (a == "--attention") o.fused_attention = std::string(argv[i + 1]) == "fused";
-    else if (a == "--recompute") {  // none|mlp|block (0|1: none|block)
+    else if (a == "--recompute") {  // none|attention|mlp|block (0|1: none|block)
       const std::string r = argv[i + 1];
       o.recompute = r == "block" || r == "1";
       o.recompute_mlp = r == "mlp";
+      o.recompute_attention = r == "attention";
     }
     else if (a == "--device") device = argv[i + 1];
   }
@@ -168,7 +169,7 @@ int main(int argc, char** argv) {
   std::printf("\nstep phases (%s, %zu layers x %zu, %zu heads, T %zu, batch %zu, %s, %d thread%s, %s attention%s, "
               "activations %.1f MiB, mean of %zu steps):\n",
               prec.c_str(), o.n_layer, C, H, T, batch, be.name().c_str(), threads, threads == 1 ? "" : "s",
-              o.fused_attention ? "fused" : "explicit", o.recompute ? ", recompute block" : o.recompute_mlp ? ", recompute mlp" : "",
+              o.fused_attention ? "fused" : "explicit", o.recompute ? ", recompute block" : o.recompute_mlp ? ", recompute mlp" : o.recompute_attention ? ", recompute attention" : "",
               double(model.buffer_bytes()) / 1048576.0, steps);
   phases.print();
   std::printf("  %-22s %8.3f ms  (%.0f tokens/s)\n", "step", step * 1e3, double(M) / step);

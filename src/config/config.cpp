@@ -102,6 +102,9 @@ void validate(const Config& c) {
   if (c.distributed.zero == 2 && c.precision.telemetry_interval > 0)
     fail("precision.telemetry_interval", "reads every rank's whole gradient after the step, which distributed.zero 2 "
                                          "returns bucket by bucket during backward: use distributed.zero 1 for telemetry runs");
+  if (gpt && c.model.recompute == "attention" && c.model.attention == "fused")
+    fail("model.recompute", "attention recomputes the explicit path's probabilities; model.attention fused keeps none "
+                            "(two FP32 numbers per position and head): use mlp or block, or model.attention explicit");
   if (c.distributed.first_bucket_mb > c.distributed.bucket_mb)
     fail("distributed.first_bucket_mb", "must not exceed distributed.bucket_mb");
 }

@@ -86,7 +86,7 @@ struct Config {
     // Initial weights instead of model.init: a safetensors file (Hugging Face GPT-2 names), an
     // llm.c model file or an amp_ddp checkpoint ("" : none). A fresh optimizer and loss scale.
     std::string init_from;
-    std::string recompute = "none";  // gpt: none, mlp, block (model/gpt.h)
+    std::string recompute = "none";  // gpt: none, attention, mlp, block (model/gpt.h)
     std::string attention = "explicit";  // gpt: explicit, fused (model/gpt.h)
   } model;
   struct Synthetic {

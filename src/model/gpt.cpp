@@ -63,7 +63,7 @@ bool Gpt::buffer_sizes(const GptOptions& o, size_t rows, DType compute, std::vec
     add({N, C, e}), add({N, 4}), add({N, 4});           // ln1, mean1, rstd1
     add({N, 3, C, e});                                  // qkv
     if (o.fused_attention) add({2, N, H, 4});           // row_max, row_sum [rows, H, T] FP32
-    else add({rows, H, T, T, e});                       // probabilities [H][rows][T][T]
+    else if (o.probs_kept()) add({rows, H, T, T, e});   // probabilities [H][rows][T][T]
     add({N, C, e}), add({N, C, e});                     // att, res_mid
     add({N, C, e}), add({N, 4}), add({N, 4});           // ln2, mean2, rstd2
     if (l == 0 || !o.mlp_shared()) add({N, 4, C, e}), add({N, 4, C, e});  // fc, gelu
@@ -75,6 +75,7 @@ bool Gpt::buffer_sizes(const GptOptions& o, size_t rows, DType compute, std::vec
     add({N, H, 4});  // the backward's delta [rows, H, T] FP32
   } else {  // one head at a time over every row (see forward): rows x T x T each
     add({rows, T, T, 4}), add({rows, T, T, 4}), add({rows, T, T, e});  // scores, dprobs (FP32), dscores
+    if (o.recompute_attention) add({rows, T, T, e});                    // one head's probabilities
   }
   add({N, C, e}), add({N, C, e}), add({N, C, e});       // dres, dtmp, tmp
   add({N, 3, C, e}), add({N, 4, C, e});                 // dqkv, dfc
@@ -134,7 +135,8 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
   saved_.resize(opt_.recompute ? 1 : opt_.n_layer);
   for (Saved& l : saved_) {
     l.ln1 = next(), l.mean1 = next(), l.rstd1 = next();
-    l.qkv = next(), l.attn_keep = next();
+    l.qkv = next();
+    if (opt_.fused_attention || opt_.probs_kept()) l.attn_keep = next();
     l.att = next(), l.res_mid = next();
     l.ln2 = next(), l.mean2 = next(), l.rstd2 = next();
     if (&l == &saved_[0] || !opt_.mlp_shared()) l.fc = next(), l.gelu = next();
@@ -146,6 +148,7 @@ Gpt::Gpt(DeviceMemory& mem, ComputeOps& ops, GptOptions opt, DType compute, size
   if (padded_head()) head_ = next();
   if (opt_.fused_attention) delta_ = next();
   else scores_ = next(), dprobs_ = next(), dscores_ = next();
+  if (!opt_.fused_attention && opt_.recompute_attention) probs_ = next();
   dres_ = next(), dtmp_ = next(), tmp_ = next();
   dqkv_ = next(), dfc_ = next();
   if (opt_.fp8) {
@@ -238,21 +241,29 @@ void Gpt::layernorm_backward(const void* dy, const void* x, const void* params, 
 
 // The explicit attention (model.attention: explicit): one head at a time, each GEMM batched over
 // the rows (sequences): the head's Q, K and V columns of qkv repeat every T x 3C elements;
-// probabilities are stored [H][rows][T][T].
+// probabilities are stored [H][rows][T][T] (or, with recompute attention, one head's at a time).
+char* Gpt::head_probs(const Saved& y, size_t rows, size_t T, size_t h) {
+  const size_t C = opt_.n_embd, D = C / opt_.n_head, e = dtype_size(compute_);
+  const int64_t B = int64_t(rows), qs = int64_t(T * 3 * C), tt = int64_t(T * T);
+  const char* q = y.qkv.as<char>() + h * D * e;
+  char* probs = opt_.probs_kept() ? y.attn_keep.as<char>() + h * rows * T * T * e : probs_.as<char>();
+  // scores[b] = Q_h K_h^T (FP32); the 1/sqrt(D) is applied inside the softmax.
+  ops_.gemm(gemm_of(GemmShape(T, T, D, B), GemmIn(q, 3 * C, qs), GemmIn(q + C * e, 3 * C, qs).t(),
+                    GemmOut(scores_.data(), T, tt), compute_, DType::F32));
+  CausalSoftmaxArgs sm;
+  sm.batch = B, sm.T = int64_t(T), sm.scale = scale_, sm.s = scores_.data(), sm.s_type = DType::F32;
+  sm.p = probs, sm.p_type = compute_;
+  ops_.causal_softmax_forward(sm);
+  return probs;
+}
+
 void Gpt::attention_explicit(Saved& y, size_t rows, size_t T) {
   const size_t C = opt_.n_embd, H = opt_.n_head, D = C / H;
   const size_t e = dtype_size(compute_);
   const int64_t B = int64_t(rows), qs = int64_t(T * 3 * C), tt = int64_t(T * T);
   for (size_t h = 0; h < H; ++h) {
     const char* q = y.qkv.as<char>() + h * D * e;
-    char* probs = y.attn_keep.as<char>() + h * rows * T * T * e;
-    // scores[b] = Q_h K_h^T (FP32); the 1/sqrt(D) is applied inside the softmax.
-    ops_.gemm(gemm_of(GemmShape(T, T, D, B), GemmIn(q, 3 * C, qs), GemmIn(q + C * e, 3 * C, qs).t(),
-                      GemmOut(scores_.data(), T, tt), compute_, DType::F32));
-    CausalSoftmaxArgs sm;
-    sm.batch = B, sm.T = int64_t(T), sm.scale = scale_, sm.s = scores_.data(), sm.s_type = DType::F32;
-    sm.p = probs, sm.p_type = compute_;
-    ops_.causal_softmax_forward(sm);
+    const char* probs = head_probs(y, rows, T, h);
     // att[:, h] = P_h V_h, the heads side by side in C columns.
     ops_.gemm(gemm_of(GemmShape(T, D, T, B), GemmIn(probs, T, tt), GemmIn(q + 2 * C * e, 3 * C, qs),
                       GemmOut(y.att.as<char>() + h * D * e, C, T * C), compute_, compute_));
@@ -342,15 +353,16 @@ void Gpt::forward_loss(const void* params, size_t rows, const float* scale, floa
   ops_.softmax_xent(x);
 }
 
-// The explicit attention's backward: one head at a time, batched over the rows, as its forward;
-// d(att) is in dtmp_, d(qkv) goes to dqkv_.
+// The explicit attention's backward: one head at a time, batched over the rows, as its forward
+// (with recompute attention each head's probabilities computed again first); d(att) is in dtmp_,
+// d(qkv) goes to dqkv_.
 void Gpt::attention_explicit_backward(const Saved& y, size_t rows) {
   const size_t T = opt_.seq_len, C = opt_.n_embd, H = opt_.n_head, D = C / H;
   const size_t e = dtype_size(compute_);
   const int64_t B = int64_t(rows), qs = int64_t(T * 3 * C), tt = int64_t(T * T), ts = int64_t(T * C);
   for (size_t h = 0; h < H; ++h) {
     const char* q = y.qkv.as<char>() + h * D * e;
-    const char* probs = y.attn_keep.as<char>() + h * rows * T * T * e;
+    const char* probs = opt_.probs_kept() ? y.attn_keep.as<char>() + h * rows * T * T * e : head_probs(y, rows, T, h);
     const char* datt = dtmp_.as<char>() + h * D * e;
     char* dq = dqkv_.as<char>() + h * D * e;
     // dP_h = dAtt_h V_h^T (FP32); dV_h = P_h^T dAtt_h.

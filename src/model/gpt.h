@@ -53,6 +53,11 @@ struct GptOptions {
   // layer and GELU) inside backward, block by block. Implied by recompute (block).
   bool recompute_mlp = false;
   bool mlp_shared() const { return recompute || recompute_mlp; }
+  // model.recompute attention (explicit attention only): no block keeps its attention
+  // probabilities ([H, rows, T, T] each); each head's are computed again (its scores' GEMM and the
+  // softmax) in one [rows, T, T] buffer, in forward and again in backward.
+  bool recompute_attention = false;
+  bool probs_kept() const { return !fused_attention && !recompute_attention; }
   bool padded_head() const { return pad_head && logits_ld() > vocab; }
   size_t logits_ld() const { return (vocab + vocab_pad - 1) / vocab_pad * vocab_pad; }
 };
@@ -201,6 +206,9 @@ class Gpt final : public Model {
   void forward_mlp(const void* params, size_t l, size_t rows, bool record);
   // The explicit attention from y.qkv into y.att, and its backward from dtmp_ into dqkv_.
   void attention_explicit(Saved& y, size_t rows, size_t T);
+  // Head h's probabilities from y.qkv (its scores' GEMM, then the causal softmax) into where they
+  // live (y.attn_keep, or probs_ with recompute attention); returns that place.
+  char* head_probs(const Saved& y, size_t rows, size_t T, size_t h);
   void attention_explicit_backward(const Saved& y, size_t rows);
   Buffer res_out_, lnf_, meanf_, rstdf_, logits_, dlogits_;
   // With GptOptions::padded_head(): wte padded to logits_ld() rows [Vp, C] (compute dtype), so the
@@ -212,7 +220,8 @@ class Gpt final : public Model {
   Buffer head_;
   // Scratch: attention scores / their gradient (FP32, one head; explicit) or the fused
   // backward's delta ([rows, H, T] FP32), gradient buffers.
-  Buffer scores_, dprobs_, dscores_, delta_, dres_, dtmp_, dqkv_, dfc_, tmp_;
+  // probs_: one head's probabilities with recompute attention ([rows, T, T], compute dtype).
+  Buffer scores_, dprobs_, dscores_, probs_, delta_, dres_, dtmp_, dqkv_, dfc_, tmp_;
   Buffer q_input_, q_weight_, q_grad_output_;  // FP8: the quantized operands (compute dtype)
   std::vector<Buffer> decoder_;  // GptOptions::sampling: decoder_sizes' buffers
 };

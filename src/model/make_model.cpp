@@ -47,6 +47,7 @@ GptOptions gpt_options(const Config& cfg, size_t vocab) {
   o.vocab_pad = vocab_pad_for(cfg.model.vocab_pad, o.vocab);
   o.recompute = cfg.model.recompute == "block";
   o.recompute_mlp = cfg.model.recompute == "mlp";
+  o.recompute_attention = cfg.model.recompute == "attention";
   o.fused_attention = cfg.model.attention == "fused";
   o.sampling = cfg.sample.tokens > 0;
   o.fp8 = cfg.precision.fp8;

@@ -273,10 +273,12 @@ TEST_CASE("gpt: the decoder's key/value cache gives next_logits' logits within t
   contexts.push_back(third), runs.push_back(90 - 40);
   for (DType dt : {DType::F32, DType::BF16, DType::F16})
     for (bool fused : {false, true})
-      for (int recompute : {0, 1, 2}) {  // none, block, mlp
+      for (int recompute : {0, 1, 2, 3}) {  // none, block, mlp, attention
+        if (fused && recompute == 3) continue;  // the fused path keeps no probabilities
         o.fused_attention = fused, o.recompute = recompute == 1, o.recompute_mlp = recompute == 2;
+        o.recompute_attention = recompute == 3;
         INFO(dtype_name(dt) << (fused ? ", fused" : ", explicit") << (recompute == 1 ? ", recompute block" : "")
-                            << (recompute == 2 ? ", recompute mlp" : ""));
+                            << (recompute == 2 ? ", recompute mlp" : "") << (recompute == 3 ? ", recompute attention" : ""));
         std::vector<std::vector<uint32_t>> bits_at[3];
         for (int run = 0; run < 3; ++run) {  // 1 thread, 2 threads, buffers for 3 rows (a trainer's)
           const int threads = run == 1 ? 2 : 1;
@@ -342,12 +344,13 @@ TEST_CASE("gpt: padded logits rows and recomputed blocks give the plain loss, gr
     std::vector<int32_t> sample;
   };
   auto run_with = [&](size_t pad, DType dt, float scale, bool recompute = false, bool fused = false,
-                      bool pad_head = false, bool recompute_mlp = false) {
+                      bool pad_head = false, bool recompute_mlp = false, bool recompute_attention = false) {
     GptOptions o = base;
     o.vocab_pad = pad;
     o.pad_head = pad_head;
     o.recompute = recompute;
     o.recompute_mlp = recompute_mlp;
+    o.recompute_attention = recompute_attention;
     o.fused_attention = fused;
     CpuBackend be(2);
     Gpt model(be.memory(), be.ops(), o, dt, B);
@@ -407,6 +410,13 @@ TEST_CASE("gpt: padded logits rows and recomputed blocks give the plain loss, gr
     CHECK(rec_mlp.logits == plain.logits);
     CHECK(rec_mlp.grads == plain.grads);
     CHECK(rec_mlp.sample == plain.sample);
+    // model.recompute attention: every head's probabilities computed again inside backward.
+    INFO(dtype_name(dt) << ", recomputed attention probabilities");
+    const Out rec_att = run_with(1, dt, scale, false, false, false, false, true);
+    CHECK(f32_bits(rec_att.loss) == f32_bits(plain.loss));
+    CHECK(rec_att.logits == plain.logits);
+    CHECK(rec_att.grads == plain.grads);
+    CHECK(rec_att.sample == plain.sample);
     // The same with fused attention: recomputed blocks and MLPs give the stored blocks' bits.
     INFO(dtype_name(dt) << ", fused attention, recomputed blocks and MLPs");
     const Out fused = run_with(1, dt, scale, false, true), fused_rec = run_with(1, dt, scale, true, true),
@@ -434,11 +444,14 @@ TEST_CASE("gpt: the memory plan's activation bytes are what the model allocates"
                                   GptOptions{300, 16, 4, 2, 32, 128, true, false, false, false, true},
                                   GptOptions{50257, 64, 3, 4, 128, 128, false, true, false, false, true},
                                   GptOptions{300, 16, 4, 2, 32, 128, false, false, false, false, true, true},
-                                  GptOptions{50257, 64, 3, 4, 128, 128, false, true, false, false, false, true}}) {
+                                  GptOptions{50257, 64, 3, 4, 128, 128, false, true, false, false, false, true},
+                                  GptOptions{300, 16, 4, 2, 32, 128, false, false, false, false, false, false, true},
+                                  GptOptions{50257, 64, 3, 4, 128, 128, false, false, false, false, true, true, true}}) {
         Gpt model(be.memory(), be.ops(), o, dt, rows);
         size_t plan = 0;
         REQUIRE(Gpt::activation_bytes(o, rows, dt, &plan));
-        INFO("vocab " << o.vocab << (o.recompute ? ", recompute" : "") << (o.recompute_mlp ? ", recompute mlp" : "") << (o.fused_attention ? ", fused" : "") << ", " << rows << " rows, " << dtype_name(dt) << ": plan " << plan << ", allocated "
+        INFO("vocab " << o.vocab << (o.recompute ? ", recompute" : "") << (o.recompute_mlp ? ", recompute mlp" : "")
+                      << (o.recompute_attention ? ", recompute attention" : "") << (o.fused_attention ? ", fused" : "") << ", " << rows << " rows, " << dtype_name(dt) << ": plan " << plan << ", allocated "
                       << model.buffer_bytes());
         CHECK(model.max_rows() == rows);
         CHECK(plan == model.buffer_bytes());
@@ -446,6 +459,12 @@ TEST_CASE("gpt: the memory plan's activation bytes are what the model allocates"
           GptOptions kept = o;
           kept.recompute = false;
           CHECK(model.buffer_bytes() < Gpt(be.memory(), be.ops(), kept, dt, rows).buffer_bytes());
+        }
+        if (o.recompute_attention) {  // no block's probabilities, one head's buffer instead
+          GptOptions kept = o;
+          kept.recompute_attention = false;
+          const size_t e = dtype_size(dt), tt = rows * o.seq_len * o.seq_len * e;
+          CHECK(model.buffer_bytes() + o.n_layer * o.n_head * tt == Gpt(be.memory(), be.ops(), kept, dt, rows).buffer_bytes() + tt);
         }
         if (o.recompute_mlp) {  // every block but one without its fc and gelu (8 C a position)
           GptOptions kept = o;
