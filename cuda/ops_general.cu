@@ -3,8 +3,6 @@
 // C). Each element is computed by the same FP32 expression as on the CPU twin, so results are
 // bit-identical (NaN payloads aside). Inputs and outputs of add may be the same memory, so they are
 // not __restrict__.
-#include <algorithm>
-
 #include "cuda/cuda_ops.h"
 #include "cuda/kernel_util.cuh"
 #include "cuda/row_sum_order.cuh"
@@ -108,7 +106,7 @@ void CudaOps::row_sum(const RowSumArgs& r) {
   check_args(r);
   if (r.cols == 0) return;
   const dim3 grid = sums::segment_grid(r.rows, r.cols, "row_sum");
-  const int64_t segments = std::max<int64_t>(1, row_sum_segments(r.rows));
+  const int64_t segments = sums::segment_count(r.rows);
   float* partial = segments > 1 ? sum_scratch(size_t(segments) * size_t(r.cols)) : nullptr;
   dispatch_float(r.x_type, "row_sum", [&](auto xt) {
     dispatch_float(r.out_type, "row_sum", [&](auto ot) {

@@ -1,7 +1,5 @@
 // LayerNorm forward and backward (cuda/cuda_ops.h): the CUDA twins of src/backend/cpu/ops_layernorm.cpp,
 // element for element the same FP32 expressions (amp::tmath) in the same reduction orders.
-#include <algorithm>
-
 #include "cuda/cuda_ops.h"
 #include "cuda/row_kernels.cuh"
 #include "cuda/row_sum_order.cuh"
@@ -150,7 +148,7 @@ void CudaOps::layernorm_backward(const LayerNormBackwardArgs& a) {
   check_args(a);
   if (a.C == 0) return;
   const dim3 grid = sums::segment_grid(a.rows, a.C, "layernorm_backward");
-  const int64_t segments = std::max<int64_t>(1, row_sum_segments(a.rows));
+  const int64_t segments = sums::segment_count(a.rows);
   float* pg = segments > 1 ? sum_scratch(2 * size_t(segments) * size_t(a.C)) : nullptr;
   float* pb = pg ? pg + size_t(segments) * size_t(a.C) : nullptr;
   dispatch_float(a.type, "layernorm_backward", [&](auto tt) {

@@ -23,12 +23,15 @@ constexpr int kAhead = 16;       // rows a lane loads before adding them
 static_assert(kLanes * kCols <= 1024, "row-sum block size");
 static_assert(kRowSumSegment % (kLanes * kAhead) == 0, "a segment holds whole rounds of the loads");
 
+// The segments the kernels walk: rows == 0 is one empty segment.
+inline int64_t segment_count(int64_t rows) { return rows > 0 ? row_sum_segments(rows) : 1; }
+
 // The grid of the segment kernels: (column tiles, segments), at most 65535 segments side by side
-// (a block takes segments blockIdx.y, blockIdx.y + gridDim.y, ...). rows == 0: one empty segment.
+// (a block takes segments blockIdx.y, blockIdx.y + gridDim.y, ...).
 inline dim3 segment_grid(int64_t rows, int64_t cols, const char* what) {
-  const int64_t tiles = (cols + kCols - 1) / kCols, segments = row_sum_segments(rows);
+  const int64_t tiles = (cols + kCols - 1) / kCols, segments = segment_count(rows);
   AMP_CHECK(tiles <= int64_t(INT32_MAX), what, ": ", cols, " columns is too many");
-  return dim3(unsigned(tiles), unsigned(segments < 1 ? 1 : segments < 65535 ? segments : 65535));
+  return dim3(unsigned(tiles), unsigned(segments < 65535 ? segments : 65535));
 }
 
 // The one-past-last row of segment g.

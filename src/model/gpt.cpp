@@ -5,8 +5,8 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "core/convert.h"
 #include "core/error.h"
-#include "core/half.h"
 #include "core/rng.h"
 
 namespace amp {
@@ -45,16 +45,25 @@ ParamLayout gpt_layout(const GptOptions& o) {
   return l;
 }
 
+namespace {
+
+// Appends the product of `factors` (a buffer's bytes) to sizes; true if it overflowed.
+bool push_size(std::vector<size_t>* sizes, std::initializer_list<size_t> factors) {
+  size_t b = 1;
+  bool overflow = false;
+  for (const size_t f : factors) overflow |= __builtin_mul_overflow(b, f, &b);
+  sizes->push_back(b);
+  return overflow;
+}
+
+}  // namespace
+
 // The one list of the model's buffers: the constructor allocates exactly these, in this order,
 // and activation_bytes() (the memory plan of --dry-run and of make_model's check) is their sum.
 bool Gpt::buffer_sizes(const GptOptions& o, size_t rows, DType compute, std::vector<size_t>* out) {
   const size_t e = dtype_size(compute), C = o.n_embd, T = o.seq_len, H = o.n_head, Vp = o.logits_ld();
   bool overflow = false;
-  const auto add = [&](std::initializer_list<size_t> factors) {
-    size_t b = 1;
-    for (const size_t f : factors) overflow |= __builtin_mul_overflow(b, f, &b);
-    out->push_back(b);
-  };
+  const auto add = [&](std::initializer_list<size_t> factors) { overflow |= push_size(out, factors); };
   size_t N = 0;
   overflow |= __builtin_mul_overflow(rows, T, &N);
   add({N, 4}), add({N, 4});                             // tokens, targets (int32)
@@ -90,11 +99,7 @@ bool Gpt::buffer_sizes(const GptOptions& o, size_t rows, DType compute, std::vec
 bool Gpt::decoder_sizes(const GptOptions& o, DType compute, std::vector<size_t>* out) {
   const size_t e = dtype_size(compute), C = o.n_embd, T = o.seq_len, H = o.n_head;
   bool overflow = false;
-  const auto add = [&](std::initializer_list<size_t> factors) {
-    size_t b = 1;
-    for (const size_t f : factors) overflow |= __builtin_mul_overflow(b, f, &b);
-    out->push_back(b);
-  };
+  const auto add = [&](std::initializer_list<size_t> factors) { overflow |= push_size(out, factors); };
   add({H, kSampleStep, T, 4}), add({H, kSampleStep, T, e});  // scores, probabilities
   if (o.recompute)
     for (size_t l = 0; l < o.n_layer; ++l) add({T, 3, C, e});  // each block's qkv rows
@@ -273,21 +278,30 @@ void Gpt::attention_explicit(Saved& y, size_t rows, size_t T) {
 // One block: res_in_[l] -> the next block's input (res_out_ after the last), its activations into
 // saved(l). Backward calls it again for a block whose activations were not kept (recompute).
 void Gpt::forward_block(const void* params, size_t l, size_t rows, size_t T, bool record) {
-  const size_t C = opt_.n_embd, H = opt_.n_head, D = C / H, N = rows * T, L = opt_.n_layer;
+  const size_t C = opt_.n_embd, H = opt_.n_head, D = C / H, N = rows * T;
+  Saved& y = saved(l);
+  run_block(params, l, N, act(y.qkv, N, 3 * C), record, [&] {
+    if (opt_.fused_attention) {
+      AttentionArgs a;
+      a.B = int64_t(rows), a.T = int64_t(T), a.H = int64_t(H), a.D = int64_t(D), a.scale = scale_, a.type = compute_;
+      a.qkv = y.qkv.data(), a.out = y.att.data();
+      a.row_max = y.attn_keep.as<float>(), a.row_sum = y.attn_keep.as<float>() + N * H;
+      ops_.attention_forward(a);
+    } else {
+      attention_explicit(y, rows, T);
+    }
+  });
+}
+
+void Gpt::run_block(const void* params, size_t l, size_t N, const Tensor& qkv, bool record,
+                    const std::function<void()>& attention) {
+  const size_t C = opt_.n_embd, L = opt_.n_layer;
   Saved& y = saved(l);
   const Buffer& next = l + 1 < L ? res_in_[l + 1] : res_out_;
   layernorm(res_in_[l].data(), params, layer_param(l, kLn1W), y.ln1.data(), y.mean1, y.rstd1, N);
   lin_.forward(linear_id(l, kQkv), act(y.ln1, N, C), param(params, layer_param(l, kQkvW)),
-               param(params, layer_param(l, kQkvB)), act(y.qkv, N, 3 * C), record);
-  if (opt_.fused_attention) {
-    AttentionArgs a;
-    a.B = int64_t(rows), a.T = int64_t(T), a.H = int64_t(H), a.D = int64_t(D), a.scale = scale_, a.type = compute_;
-    a.qkv = y.qkv.data(), a.out = y.att.data();
-    a.row_max = y.attn_keep.as<float>(), a.row_sum = y.attn_keep.as<float>() + N * H;
-    ops_.attention_forward(a);
-  } else {
-    attention_explicit(y, rows, T);
-  }
+               param(params, layer_param(l, kQkvB)), qkv, record);
+  attention();
   lin_.forward(linear_id(l, kProj), act(y.att, N, C), param(params, layer_param(l, kProjW)),
                param(params, layer_param(l, kProjB)), act(tmp_, N, C), record);
   ops_.add(AddArgs{res_in_[l].data(), compute_, tmp_.data(), compute_, y.res_mid.data(), compute_, int64_t(N * C)});
@@ -297,6 +311,19 @@ void Gpt::forward_block(const void* params, size_t l, size_t rows, size_t T, boo
   lin_.forward(linear_id(l, kMProj), act(m.gelu, N, 4 * C), param(params, layer_param(l, kMProjW)),
                param(params, layer_param(l, kMProjB)), act(tmp_, N, C), record);
   ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(N * C)});
+}
+
+// The first block's input for positions [p0, p0 + T) of rows sequences (tokens_): token and
+// position embeddings, wpe read from its row p0.
+void Gpt::embed(const void* params, size_t rows, size_t T, size_t p0) {
+  const size_t C = opt_.n_embd;
+  EmbeddingArgs emb;
+  emb.B = int64_t(rows), emb.T = int64_t(T), emb.C = int64_t(C), emb.vocab = int64_t(opt_.vocab);
+  emb.max_positions = int64_t(opt_.seq_len - p0), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
+  emb.wte = param(params, kWte).data;
+  emb.wpe = static_cast<const char*>(param(params, kWpe).data) + p0 * C * dtype_size(compute_);
+  emb.x = res_in_[0].data();
+  ops_.embedding_forward(emb);
 }
 
 // fc = ln2 W_fc^T + b_fc, gelu = GELU(fc) for N positions of block l.
@@ -327,15 +354,10 @@ void Gpt::forward(const void* params, size_t rows, size_t T, bool record, bool h
 }
 
 void Gpt::forward_blocks(const void* params, size_t rows, size_t T, bool record) {
-  const size_t C = opt_.n_embd, V = opt_.vocab, L = opt_.n_layer;
   ++forwards_;
-  EmbeddingArgs emb;
-  emb.B = int64_t(rows), emb.T = int64_t(T), emb.C = int64_t(C), emb.vocab = int64_t(V);
-  emb.max_positions = int64_t(opt_.seq_len), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
-  emb.wte = param(params, kWte).data, emb.wpe = param(params, kWpe).data, emb.x = res_in_[0].data();
   before_weights(kWte, kWpe);
-  ops_.embedding_forward(emb);
-  for (size_t l = 0; l < L; ++l) {
+  embed(params, rows, T, 0);
+  for (size_t l = 0; l < opt_.n_layer; ++l) {
     before_weights(layer_param(l, 0), layer_param(l, kPerLayer - 1));
     forward_block(params, l, rows, T, record);
   }
@@ -497,14 +519,7 @@ std::vector<float> Gpt::download_logits(const void* row) const {
   std::vector<char> raw(V * dtype_size(compute_));
   mem_.download(raw.data(), row, raw.size());
   std::vector<float> out(V);
-  for (size_t i = 0; i < V; ++i) {
-    if (compute_ == DType::F32) std::memcpy(&out[i], raw.data() + 4 * i, 4);
-    else {
-      uint16_t bits;
-      std::memcpy(&bits, raw.data() + 2 * i, 2);
-      out[i] = compute_ == DType::F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
-    }
-  }
+  convert(raw.data(), compute_, out.data(), DType::F32, V);
   return out;
 }
 

@@ -170,6 +170,12 @@ class Gpt final : public Model {
   bool padded_head() const { return opt_.padded_head(); }
   // Block l of rows sequences of T positions: res_in_[l] -> the next input.
   void forward_block(const void* params, size_t l, size_t rows, size_t T, bool record);
+  // Block l over N positions, its qkv projection into `qkv` and `attention` writing saved(l).att
+  // from it: the rest as forward_block (the decoder runs it with its own attention).
+  void run_block(const void* params, size_t l, size_t N, const Tensor& qkv, bool record,
+                 const std::function<void()>& attention);
+  // The first block's input for positions [p0, p0 + T) of rows sequences (tokens_).
+  void embed(const void* params, size_t rows, size_t T, size_t p0);
   // The blocks' linear layers, four per block in this order (their ids: 4 l + k).
   enum Linear { kQkv, kProj, kFc, kMProj, kLinearsPerLayer };
   int linear_id(size_t l, Linear k) const { return int(l) * kLinearsPerLayer + k; }

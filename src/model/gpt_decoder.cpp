@@ -82,36 +82,20 @@ void Gpt::decode_positions(const void* params, const std::vector<int32_t>& windo
   for (size_t q0 = p0; q0 < n; q0 += chunk) {
     const size_t Tq = std::min(chunk, n - q0), Tk = q0 + Tq;
     mem_.upload(tokens_.data(), window.data() + q0, Tq * sizeof(int32_t));
-    EmbeddingArgs emb;  // positions q0.. : wpe from its row q0
-    emb.B = 1, emb.T = int64_t(Tq), emb.C = int64_t(C), emb.vocab = int64_t(opt_.vocab);
-    emb.max_positions = int64_t(opt_.seq_len - q0), emb.type = compute_, emb.tokens = tokens_.as<int32_t>();
-    emb.wte = param(params, kWte).data, emb.wpe = static_cast<const char*>(param(params, kWpe).data) + q0 * C * e;
-    emb.x = res_in_[0].data();
-    ops_.embedding_forward(emb);
+    embed(params, 1, Tq, q0);
     for (size_t l = 0; l < L; ++l) {
-      Saved& y = saved(l);
-      const Buffer& next = l + 1 < L ? res_in_[l + 1] : res_out_;
       char* qkv = b.kv[l];  // [seq_len, 3C]: the chunk's rows from q0
-      layernorm(res_in_[l].data(), params, layer_param(l, kLn1W), y.ln1.data(), y.mean1, y.rstd1, Tq);
-      lin_.forward(linear_id(l, kQkv), act(y.ln1, Tq, C), param(params, layer_param(l, kQkvW)),
-                   param(params, layer_param(l, kQkvB)), Tensor{qkv + q0 * 3 * C * e, compute_, Tq, 3 * C}, false);
-      // Every head at once: head h's columns start h D elements into each part (q, k, v).
-      ops_.gemm(gemm_of(GemmShape(Tq, Tk, D, H), GemmIn(qkv + q0 * 3 * C * e, 3 * C, D),
-                        GemmIn(qkv + C * e, 3 * C, D).t(), GemmOut(b.scores, Tk, Tq * Tk), compute_, DType::F32));
-      CausalSoftmaxArgs sm;
-      sm.batch = int64_t(H), sm.T = int64_t(Tk), sm.q_rows = int64_t(Tq), sm.scale = scale_;
-      sm.s = b.scores, sm.s_type = DType::F32, sm.p = b.probs, sm.p_type = compute_;
-      ops_.causal_softmax_forward(sm);
-      ops_.gemm(gemm_of(GemmShape(Tq, D, Tk, H), GemmIn(b.probs, Tk, Tq * Tk), GemmIn(qkv + 2 * C * e, 3 * C, D),
-                        GemmOut(y.att.data(), C, D), compute_, compute_));
-      lin_.forward(linear_id(l, kProj), act(y.att, Tq, C), param(params, layer_param(l, kProjW)),
-                   param(params, layer_param(l, kProjB)), act(tmp_, Tq, C), false);
-      ops_.add(AddArgs{res_in_[l].data(), compute_, tmp_.data(), compute_, y.res_mid.data(), compute_, int64_t(Tq * C)});
-      layernorm(y.res_mid.data(), params, layer_param(l, kLn2W), y.ln2.data(), y.mean2, y.rstd2, Tq);
-      forward_mlp(params, l, Tq, false);
-      lin_.forward(linear_id(l, kMProj), act(mlp_saved(l).gelu, Tq, 4 * C), param(params, layer_param(l, kMProjW)),
-                   param(params, layer_param(l, kMProjB)), act(tmp_, Tq, C), false);
-      ops_.add(AddArgs{y.res_mid.data(), compute_, tmp_.data(), compute_, next.data(), compute_, int64_t(Tq * C)});
+      run_block(params, l, Tq, Tensor{qkv + q0 * 3 * C * e, compute_, Tq, 3 * C}, false, [&] {
+        // Every head at once: head h's columns start h D elements into each part (q, k, v).
+        ops_.gemm(gemm_of(GemmShape(Tq, Tk, D, H), GemmIn(qkv + q0 * 3 * C * e, 3 * C, D),
+                          GemmIn(qkv + C * e, 3 * C, D).t(), GemmOut(b.scores, Tk, Tq * Tk), compute_, DType::F32));
+        CausalSoftmaxArgs sm;
+        sm.batch = int64_t(H), sm.T = int64_t(Tk), sm.q_rows = int64_t(Tq), sm.scale = scale_;
+        sm.s = b.scores, sm.s_type = DType::F32, sm.p = b.probs, sm.p_type = compute_;
+        ops_.causal_softmax_forward(sm);
+        ops_.gemm(gemm_of(GemmShape(Tq, D, Tk, H), GemmIn(b.probs, Tk, Tq * Tk), GemmIn(qkv + 2 * C * e, 3 * C, D),
+                          GemmOut(saved(l).att.data(), C, D), compute_, compute_));
+      });
     }
   }
   position_logits(params, (n - 1 - p0) % chunk);  // the last position: its row in the last chunk
