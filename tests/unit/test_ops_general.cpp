@@ -352,6 +352,69 @@ TEST_CASE("row_sum: the specification's bits at 1, 2, 3, 5 and 32 threads", "[op
   omp_set_num_threads(saved);
 }
 
+TEST_CASE("gemm: strided operands run on the dense product's brgemm through dense copies, with its bits", "[ops]") {
+  // oneDNN takes a strided operand (one head's columns of qkv, a tile of C narrower than C) on its
+  // jit GEMM only; where the dense shape has brgemm, DnnlMatmul copies the strided operands into
+  // dense buffers and runs that (matmul_dnnl.cpp). Then the strided product's bits are the dense
+  // one's on the same values.
+  struct Shape { int64_t m, n, k, batch; bool ta, tb; ops_ref::GemmLayout lay; bool copied; };
+  ops_ref::GemmLayout qkv, out, both;
+  qkv.pad_a = qkv.pad_b = 1088;  // Q and K: rows 3C apart (C = 576, D = 64)
+  out.pad_b = 1088, out.pad_c = 512;  // P V: V's rows 3C apart, the head's output C apart
+  both.pad_a = 5, both.pad_b = 3, both.pad_c = 7, both.gap = 11;
+  // Copied where the copies pay (matmul_dnnl.cpp): K or N at most 256, or 1024 FLOPs per copied
+  // element; not A^T B, nor a few rows.
+  const std::vector<Shape> shapes{{256, 256, 64, 4, false, true, qkv, true},    {256, 64, 256, 4, false, false, out, true},
+                                  {300, 200, 96, 1, false, true, both, true},  {64, 96, 128, 3, false, false, both, true},
+                                  {256, 64, 256, 3, true, false, out, false},  {12, 64, 64, 2, false, false, both, false},
+                                  {300, 600, 700, 1, false, false, both, false}};
+  cpu::CpuOps ops;
+  uint64_t seed = 9100;
+  size_t packed = 0;
+  std::set<std::string> impls;
+  for (const Shape& sh : shapes)
+    for (DType ab : {DType::F32, DType::BF16})
+      for (DType c : {DType::F32, ab}) {
+        const auto strided = ops_ref::make_gemm_case(sh.m, sh.n, sh.k, sh.batch, sh.ta, sh.tb, ab, c, 1.0f, 0.0f,
+                                                     sh.lay, ++seed);
+        auto dense = ops_ref::make_gemm_case(sh.m, sh.n, sh.k, sh.batch, sh.ta, sh.tb, ab, c, 1.0f, 0.0f, {}, seed);
+        // The strided case's values, densely.
+        const GemmArgs& gs = strided.g;
+        const GemmArgs& gd = dense.g;
+        for (int64_t bi = 0; bi < gs.batch; ++bi) {
+          for (int64_t r = 0; r < gs.a_rows(); ++r)
+            for (int64_t q = 0; q < gs.a_cols(); ++q)
+              dense.a.set_bits(size_t(bi * gd.stride_a + r * gd.lda + q), strided.a.bits(size_t(bi * gs.stride_a + r * gs.lda + q)));
+          for (int64_t r = 0; r < gs.b_rows(); ++r)
+            for (int64_t q = 0; q < gs.b_cols(); ++q)
+              dense.b.set_bits(size_t(bi * gd.stride_b + r * gd.ldb + q), strided.b.bits(size_t(bi * gs.stride_b + r * gs.ldb + q)));
+        }
+        Raw probe = strided.c0, dense_probe = dense.c0;
+        const std::string how = ops.gemm_implementation(strided.bind(strided.a.data(), strided.b.data(), probe.data()));
+        const std::string dense_how =
+            ops.gemm_implementation(dense.bind(dense.a.data(), dense.b.data(), dense_probe.data()));
+        impls.insert(how);
+        INFO(strided.name << ": " << how << "; dense: " << dense_how);
+        const Raw got = run_gemm(ops, strided), want = run_gemm(ops, dense);
+        OPS_REQUIRE_GEMM(strided, got, 1.0);
+        const bool copies = dense_how.rfind("brg:", 0) == 0 && sh.copied;
+        CHECK((how.find("(dense copies)") != std::string::npos) == copies);
+        if (!copies) continue;
+        ++packed;
+        size_t differ = 0;
+        for (int64_t bi = 0; bi < gs.batch; ++bi)
+          for (int64_t i = 0; i < gs.m; ++i)
+            for (int64_t j = 0; j < gs.n; ++j)
+              differ += got.bits(size_t(bi * gs.stride_c + i * gs.ldc + j)) != want.bits(size_t(bi * gd.stride_c + i * gd.ldc + j));
+        CHECK(differ == 0);
+      }
+  std::string ran;
+  for (const auto& i : impls) ran += (ran.empty() ? "" : "; ") + i;
+  const char* isa_limit = std::getenv("ONEDNN_MAX_CPU_ISA");
+  WARN(packed << " strided products ran on dense copies (" << ran << "; oneDNN ISA limit "
+              << (isa_limit ? isa_limit : "none") << ")" << (packed ? "" : ": no brgemm on this CPU, nothing to copy"));
+}
+
 TEST_CASE("gemm: the same bits at 1, 2 and 3 threads, batched and single, strided and widened", "[ops]") {
   // The explicit attention's batched products and the LM head's single ones (alpha 1, beta 0).
   struct Shape { int64_t m, n, k, batch; bool ta, tb; };

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -45,6 +46,7 @@ struct DnnlMatmul::Impl {
     std::unique_ptr<dnnl::stream> stream;
     std::vector<char> scratch;
     std::vector<float> partial;  // a K chunk's FP32 product (run_k_chunks)
+    std::vector<char> dense[3];  // dense copies of a strided A, B and C (packed products)
   };
   std::vector<float> k_sum;  // run_k_chunks' running sum
   std::deque<Slot> slots;  // references stay valid as it grows
@@ -57,9 +59,72 @@ struct DnnlMatmul::Impl {
     }
   }
 
+  // oneDNN 2.6's brgemm matmul takes dense operands only: a product with a strided A, B or C (one
+  // head's columns of qkv, a tile of C narrower than C) goes to its jit GEMM, whose short sums run
+  // 2x slower than brgemm on AMX (docs/benchmarks.md). Such a product, where its dense shape has
+  // brgemm and the copies pay (copies_pay), is packed: its strided operands are copied into the
+  // slot's dense buffers (exact, the same dtype), the dense product runs, and C is copied out.
+  static MatmulShape dense(MatmulShape s) {
+    s.lda = s.ldb = s.ldc = 0;
+    return s;
+  }
+  static bool is_brgemm(const Entry& e) { return e.impl.rfind("brg:", 0) == 0; }
+  // Measured on an AMX CPU (docs/benchmarks.md): copies pay where K or N is at most 256, which the
+  // jit GEMM runs slowly (the attention's products, one head's 64 columns: QK^T 1.9x, P V 1.2x
+  // faster copied), and for products of at least 1024 FLOPs per copied element with K up to 4096
+  // (a linear tile's C: 1.2x faster); not for fewer FLOPs per element (a linear tile's B, copied
+  // for each row tile: 1.13x slower), nor for long sums, where the jit GEMM is as fast (d(lnf)
+  // over GPT-2's vocabulary: 1.10x slower). A^T B (measured no faster) and products of a few rows
+  // (bound by the read of B) are not copied.
+  static bool copies_pay(const MatmulShape& s, const MatmulShape& d) {
+    if (s.trans_a || s.m <= kFewRows) return false;
+    if (s.k <= 256 || s.n <= 256) return true;
+    const double copied = double(s.a_stride() != d.a_stride() ? s.m * s.k : 0) +
+                          double(s.b_stride() != d.b_stride() ? s.k * s.n : 0) +
+                          double(s.c_stride() != d.c_stride() ? s.m * s.n : 0);
+    return s.k <= 4096 && 2.0 * double(s.m) * double(s.n) * double(s.k) >= 1024.0 * copied;
+  }
+  bool packs(const MatmulShape& s) {
+    const MatmulShape d = dense(s);
+    if (d.key() == s.key() || !copies_pay(s, d) || is_brgemm(get(s))) return false;
+    return is_brgemm(get(d));
+  }
+  // The primitive a product runs on (the dense shape's when it is packed).
+  Entry& runs(const MatmulShape& s) { return packs(s) ? get(dense(s)) : get(s); }
+
+  // Rows of `rows` x `len` elements, `ld` apart, to or from a dense block (ld == len: one copy).
+  static void copy_rows(const char* src, size_t src_ld, char* dst, size_t dst_ld, size_t rows, size_t len, size_t e) {
+    for (size_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_ld * e, src + r * src_ld * e, len * e);
+  }
+
   void execute(int slot, const MatmulShape& s, const void* a, const void* b, const void* bias, void* c) {
-    Entry& e = get(s);
-    Slot& sl = slots[size_t(slot)];
+    if (packs(s)) {
+      Slot& sl = slots[size_t(slot)];
+      const MatmulShape d = dense(s);
+      const size_t ea = dtype_size(s.ab), ec = dtype_size(s.c);
+      // A is stored m x k (k x m transposed), B k x n (n x k); a stride equal to the dense one
+      // needs no copy.
+      const auto pack = [&](const void* src, size_t ld, size_t dense_ld, size_t rows, std::vector<char>& buf) {
+        if (ld == dense_ld) return src;
+        buf.resize(rows * dense_ld * ea);
+        copy_rows(static_cast<const char*>(src), ld, buf.data(), dense_ld, rows, dense_ld, ea);
+        return static_cast<const void*>(buf.data());
+      };
+      const void* da = pack(a, s.a_stride(), d.a_stride(), s.trans_a ? s.k : s.m, sl.dense[0]);
+      const void* db = pack(b, s.b_stride(), d.b_stride(), s.trans_b ? s.n : s.k, sl.dense[1]);
+      if (s.c_stride() == d.c_stride()) {
+        run_primitive(sl, get(d), d, da, db, bias, c);
+        return;
+      }
+      sl.dense[2].resize(s.m * s.n * ec);
+      run_primitive(sl, get(d), d, da, db, bias, sl.dense[2].data());
+      copy_rows(sl.dense[2].data(), s.n, static_cast<char*>(c), s.c_stride(), s.m, s.n, ec);
+      return;
+    }
+    run_primitive(slots[size_t(slot)], get(s), s, a, b, bias, c);
+  }
+
+  void run_primitive(Slot& sl, Entry& e, const MatmulShape& s, const void* a, const void* b, const void* bias, void* c) {
     if (sl.scratch.size() < e.scratch_bytes + kAlign) sl.scratch.resize(e.scratch_bytes + kAlign);
     memory ma(e.a, engine, const_cast<void*>(a));
     memory mb(e.b, engine, const_cast<void*>(b));
@@ -105,9 +170,7 @@ struct DnnlMatmul::Impl {
 DnnlMatmul::DnnlMatmul() : impl_(std::make_unique<Impl>()) {}
 DnnlMatmul::~DnnlMatmul() = default;
 
-bool DnnlMatmul::k_chunked(const MatmulShape& s) {
-  return s.trans_a && s.k > 0 && impl_->get(s).impl.rfind("brg:", 0) == 0;
-}
+bool DnnlMatmul::k_chunked(const MatmulShape& s) { return s.trans_a && s.k > 0 && Impl::is_brgemm(impl_->runs(s)); }
 
 MatmulTiles DnnlMatmul::tiles(const MatmulShape& s) {
   MatmulTiles t;
@@ -119,7 +182,7 @@ MatmulTiles DnnlMatmul::tiles(const MatmulShape& s) {
     t.cols = int(std::clamp<size_t>(s.n / kFewRowsCols, 1, kFewRowsTiles));
     return t;
   }
-  if (impl_->get(s).impl.rfind("brg:", 0) != 0) {
+  if (!Impl::is_brgemm(impl_->runs(s))) {
     // oneDNN's jit GEMM (AVX2-only CPUs) threads a product by cutting its sum over K where the
     // shape suits, and blocks K by the product's shape, so its bits would depend on the thread
     // count and on any cut made by it. The tiles here depend on the shape alone: every product
@@ -269,6 +332,8 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
   }
 }
 
-std::string DnnlMatmul::implementation(const MatmulShape& s) { return impl_->get(s).impl; }
+std::string DnnlMatmul::implementation(const MatmulShape& s) {
+  return impl_->packs(s) ? impl_->get(Impl::dense(s)).impl + " (dense copies)" : impl_->get(s).impl;
+}
 
 }  // namespace amp::cpu

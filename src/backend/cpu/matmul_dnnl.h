@@ -17,10 +17,16 @@
 //   single-threaded A^T B product into FP32, run side by side (a wave of as many as there are
 //   threads), and added in chunk order (((P0 + P1) + P2) + ...), the bias after them, rounded
 //   once to C's dtype. The same additions in the same order at any thread count.
-// - jit GEMM (AVX2-only CPUs, and strided operands anywhere): it orders an element's sum over K
-//   by the shape it is given, and threaded by itself cuts K for some shapes, so C is cut into
-//   tiles chosen by the product's shape alone, each tile a single-threaded product, whatever the
-//   thread count (1 included).
+// - Strided operands (one head's columns of qkv, a tile of C narrower than C): oneDNN 2.6 runs
+//   them on its jit GEMM only, 2-3x slower than brgemm on AMX. Where the dense shape has brgemm, a
+//   product of more than kFewRows rows is copied: its strided A, B and C go through dense buffers
+//   of the worker's (exact copies), and it runs as the dense product, with its bits. A^T B
+//   products (measured no faster copied) and products of a few rows (bound by the read of B,
+//   which a copy doubles) keep the jit GEMM; implementation() says "(dense copies)".
+// - jit GEMM (AVX2-only CPUs, and the strided products above that are not copied): it orders an
+//   element's sum over K by the shape it is given, and threaded by itself cuts K for some shapes,
+//   so C is cut into tiles chosen by the product's shape alone, each tile a single-threaded
+//   product, whatever the thread count (1 included).
 #pragma once
 
 #include <cstddef>
