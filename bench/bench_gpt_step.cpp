@@ -5,7 +5,9 @@
 // batched GEMM over all B x H heads. Usage:
 //   bench_gpt_step [--layers 4] [--embd 128] [--heads 4] [--seq 64] [--vocab 256] [--batch 16]
 //                  [--precision fp32] [--threads 1] [--steps 20] [--rounds 3]
-//                  [--attention explicit|fused] [--recompute none|attention|mlp|block] [--device cpu|cuda]
+//                  [--attention explicit|fused|exact] [--recompute none|attention|mlp|block] [--device cpu|cuda]
+// (--attention exact: the fused op on the specification's kernels, where the CPU backend would run
+// BF16 on the matmul, src/backend/cpu/ops_attention_matmul.cpp; CPU only)
 // On a GPU every op and phase waits for the device before its time is read (nothing overlaps, no
 // CUDA graph): the per-op table is each kernel's own time plus a launch and a wait.
 // Each round times `steps` steps, then every bare GEMM (median of `steps`), so a ratio compares
@@ -31,6 +33,7 @@
 #include "step_phases.h"
 #include "timed_ops.h"
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
 #include "model/gpt.h"
 
@@ -57,6 +60,7 @@ int main(int argc, char** argv) {
   size_t batch = 16, steps = 20, rounds = 3;
   int threads = 1;
   std::string prec = "fp32", device = "cpu";
+  bool exact_attention = false;  // --attention exact
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const size_t v = std::strtoul(argv[i + 1], nullptr, 10);
@@ -66,7 +70,11 @@ int main(int argc, char** argv) {
     else if (a == "--rounds") rounds = std::max<size_t>(1, v);
     else if (a == "--threads") threads = int(v);
     else if (a == "--precision") prec = argv[i + 1];
-    else if (a == "--attention") o.fused_attention = std::string(argv[i + 1]) == "fused";
+    else if (a == "--attention") {
+      const std::string at = argv[i + 1];
+      o.fused_attention = at == "fused" || at == "exact";
+      exact_attention = at == "exact";
+    }
     else if (a == "--recompute") {  // none|attention|mlp|block (0|1: none|block)
       const std::string r = argv[i + 1];
       o.recompute = r == "block" || r == "1";
@@ -79,6 +87,15 @@ int main(int argc, char** argv) {
   const DType dt = prec == "fp32" ? DType::F32 : prec == "fp16" ? DType::F16 : DType::BF16;
   std::unique_ptr<Backend> backend = make_backend(device, 0, threads);
   Backend& be = *backend;
+  // Which fused-attention path runs (the CPU's BF16 matmul path, or the specification's kernels).
+  std::string attention_path;
+  if (auto* cpu = dynamic_cast<CpuBackend*>(&be)) {
+    cpu->cpu_ops().set_exact_attention(exact_attention);
+    attention_path = cpu->cpu_ops().attention_on_matmul(dt) ? " on the BF16 matmul" : " on the specification's kernels";
+  } else if (exact_attention) {
+    std::fprintf(stderr, "bench_gpt_step: --attention exact is for the CPU backend\n");
+    return 2;
+  }
   const bool host = be.memory().host_accessible();
   bench::TimedOps timed(be.ops(), host ? nullptr : &be.memory());
   o.pad_head = be.ops().prefers_padded_gemm();  // as make_model decides
@@ -169,7 +186,7 @@ int main(int argc, char** argv) {
   std::printf("\nstep phases (%s, %zu layers x %zu, %zu heads, T %zu, batch %zu, %s, %d thread%s, %s attention%s, "
               "activations %.1f MiB, mean of %zu steps):\n",
               prec.c_str(), o.n_layer, C, H, T, batch, be.name().c_str(), threads, threads == 1 ? "" : "s",
-              o.fused_attention ? "fused" : "explicit", o.recompute ? ", recompute block" : o.recompute_mlp ? ", recompute mlp" : o.recompute_attention ? ", recompute attention" : "",
+              o.fused_attention ? ("fused" + attention_path).c_str() : "explicit", o.recompute ? ", recompute block" : o.recompute_mlp ? ", recompute mlp" : o.recompute_attention ? ", recompute attention" : "",
               double(model.buffer_bytes()) / 1048576.0, steps);
   phases.print();
   std::printf("  %-22s %8.3f ms  (%.0f tokens/s)\n", "step", step * 1e3, double(M) / step);

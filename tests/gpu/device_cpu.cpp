@@ -14,9 +14,15 @@ std::vector<std::string> gemm_paths() { return {"oneDNN"}; }
 
 void select_gemm_path(amp::Backend& /*dev*/, size_t i) { REQUIRE(i == 0); }
 
-std::vector<AttentionPath> attention_paths() { return {{"the specification", true}}; }
+std::vector<AttentionPath> attention_paths() {
+  return {{"BF16 products on the matmul where native (else the specification)", false}, {"the specification", true}};
+}
 
-void select_attention_path(amp::Backend& /*dev*/, size_t i) { REQUIRE(i == 0); }
+void select_attention_path(amp::Backend& dev, size_t i) {
+  auto* c = dynamic_cast<amp::CpuBackend*>(&dev);
+  REQUIRE(c != nullptr);
+  c->cpu_ops().set_exact_attention(i == 1);
+}
 
 std::string gemm_path(amp::Backend& dev, const amp::GemmArgs& g) {
   auto* c = dynamic_cast<amp::CpuBackend*>(&dev);

@@ -51,57 +51,6 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed, int3
   return t;
 }
 
-// The fused attention's results (out [B*T, H*D], dqkv [B*T, 3*H*D]) against the float64 reference
-// of every head, from the stored inputs: |got - want| <= (4u + 2^-18) mag + 2u |want| + tiny, u the
-// dtype's unit roundoff and mag the sum of the terms' magnitudes (attention_ref.h). Rounding P and dS
-// to the dtype before their products (the tensor-core path, cuda/attention_tc.h) moves a result by
-// at most 2u mag; the FP32 chains' own error stays far below 2^-18 mag at these lengths; the output's
-// rounding is the 2u |want|. Reports the worst element of each result.
-void check_attention_bound(int64_t B, int64_t T, int64_t H, int64_t D, float scale, const Raw& qkv, const Raw& dout,
-                           const Raw& out, const Raw& dqkv) {
-  const int64_t C = H * D;
-  const double u = ops_ref::unit_roundoff(qkv.t), tiny = ops_ref::tiny_of(qkv.t);
-  const char* names[] = {"out", "dq", "dk", "dv"};
-  double worst[4] = {0, 0, 0, 0};
-  std::string where[4];
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      std::vector<double> q, k, v, go;
-      for (int64_t i = 0; i < T; ++i)
-        for (int64_t d = 0; d < D; ++d) {
-          const size_t row = size_t((b * T + i) * 3 * C);
-          q.push_back(qkv.get(row + size_t(h * D + d)));
-          k.push_back(qkv.get(row + size_t(C + h * D + d)));
-          v.push_back(qkv.get(row + size_t(2 * C + h * D + d)));
-          go.push_back(dout.get(size_t((b * T + i) * C + h * D + d)));
-        }
-      const attention_ref::Head ref = attention_ref::reference_head(q, k, v, go, T, D, double(scale));
-      for (int64_t i = 0; i < T; ++i)
-        for (int64_t d = 0; d < D; ++d) {
-          const size_t e = size_t(i * D + d), row = size_t((b * T + i) * 3 * C);
-          const double got[4] = {out.get(size_t((b * T + i) * C + h * D + d)), dqkv.get(row + size_t(h * D + d)),
-                                 dqkv.get(row + size_t(C + h * D + d)), dqkv.get(row + size_t(2 * C + h * D + d))};
-          const double want[4] = {ref.out[e], ref.dq[e], ref.dk[e], ref.dv[e]};
-          const double mag[4] = {ref.mag_out[e], ref.mag_dq[e], ref.mag_dk[e], ref.mag_dv[e]};
-          for (int r = 0; r < 4; ++r) {
-            const double bound = (4 * u + 0x1p-18) * mag[r] + 2 * u * std::fabs(want[r]) + tiny;
-            const double ratio = std::fabs(got[r] - want[r]) / bound;
-            if (!(ratio <= worst[r])) {  // NaN too
-              worst[r] = ratio;
-              std::ostringstream w;
-              w << "b " << b << " h " << h << " t " << i << " d " << d << ": got " << got[r] << " want " << want[r]
-                << " magnitude " << mag[r];
-              where[r] = w.str();
-            }
-          }
-        }
-    }
-  for (int r = 0; r < 4; ++r) {
-    INFO(names[r] << " against float64: worst error " << worst[r] << " of the bound at " << where[r]);
-    CHECK(worst[r] <= 1.0);
-  }
-}
-
 }  // namespace
 
 TEST_CASE("cuda tops layernorm forward and backward: bit-identical to the CPU twin", "[.cuda][tops]") {
@@ -222,13 +171,14 @@ TEST_CASE("cuda tops causal softmax forward and backward: bit-identical to the C
 TEST_CASE("cuda tops fused attention forward and backward: every path against float64, the exact one bit-identical to the CPU twin",
           "[.cuda][tops][attention]") {
   // Every path the device has (attention_paths) is checked against a float64 reference within the
-  // rounding of P and dS to the dtype (check_attention_bound); the specification's path, which
+  // rounding of P and dS to the dtype (attention_ref::check_bound); the specification's path, which
   // transcribes backend/attention_args.h's chains (tmath::exp_f32, explicit FMAs) as the CPU twin
   // does, must also give the CPU twin's out, statistics and gradients bit for bit. Lengths across
   // the 64-key tile, head dimensions that are and are not multiples of the CPU's vector width and
   // 64 (the tensor cores' shape).
   auto dev = make_device();
   cpu::CpuOps cpu_ops;
+  cpu_ops.set_exact_attention(true);  // the twin of the device's exact path
   struct Shape {
     int64_t B, T, H, D;
   };
@@ -263,7 +213,7 @@ TEST_CASE("cuda tops fused attention forward and backward: every path against fl
                                                             gout.get(), gdout.get(), gm.as<float>(), gl.as<float>(),
                                                             gdelta.as<float>(), gdqkv.get()});
         const Raw dev_out = gout.read(t), dev_dqkv = gdqkv.read(t), dev_l = gl.read(DType::F32);
-        check_attention_bound(sh.B, sh.T, sh.H, sh.D, scale, qkv, dout, dev_out, dev_dqkv);
+        attention_ref::check_bound(sh.B, sh.T, sh.H, sh.D, scale, qkv, dout, dev_out, dev_dqkv);
         for (size_t i = 0; i < stats; ++i) REQUIRE(dev_l.get(i) >= 1.0f);  // every row's sum written
         if (!paths[path_i].exact) continue;
         TWINS_REQUIRE_SAME(dev_out, out, "out");

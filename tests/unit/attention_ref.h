@@ -6,10 +6,16 @@
 // CPU tests (tests/unit/test_attention.cpp) and the device tests (tests/gpu/).
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <sstream>
+#include <string>
 #include <vector>
+
+#include "ops_general_ref.h"
 
 namespace attention_ref {
 
@@ -70,6 +76,58 @@ inline Head reference_head(const std::vector<double>& q, const std::vector<doubl
     }
   }
   return r;
+}
+
+// The fused attention's results (out [B*T, H*D], dqkv [B*T, 3*H*D]) against the float64 reference
+// of every head, from the stored inputs: |got - want| <= (4u + 2^-18) mag + 2u |want| + tiny, u the
+// dtype's unit roundoff and mag the sum of the terms' magnitudes (reference_head). Rounding P and dS
+// to the dtype before their products (the CUDA tensor-core path, cuda/attention_tc.h, and the CPU's
+// matmul path, src/backend/cpu/ops_attention_matmul.cpp) moves a result by
+// at most 2u mag; the FP32 chains' own error stays far below 2^-18 mag at these lengths; the output's
+// rounding is the 2u |want|. Reports the worst element of each result.
+inline void check_bound(int64_t B, int64_t T, int64_t H, int64_t D, float scale, const ops_ref::Raw& qkv,
+                        const ops_ref::Raw& dout, const ops_ref::Raw& out, const ops_ref::Raw& dqkv) {
+  const int64_t C = H * D;
+  const double u = ops_ref::unit_roundoff(qkv.t), tiny = ops_ref::tiny_of(qkv.t);
+  const char* names[] = {"out", "dq", "dk", "dv"};
+  double worst[4] = {0, 0, 0, 0};
+  std::string where[4];
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> q, k, v, go;
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t row = size_t((b * T + i) * 3 * C);
+          q.push_back(qkv.get(row + size_t(h * D + d)));
+          k.push_back(qkv.get(row + size_t(C + h * D + d)));
+          v.push_back(qkv.get(row + size_t(2 * C + h * D + d)));
+          go.push_back(dout.get(size_t((b * T + i) * C + h * D + d)));
+        }
+      const Head ref = reference_head(q, k, v, go, T, D, double(scale));
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t e = size_t(i * D + d), row = size_t((b * T + i) * 3 * C);
+          const double got[4] = {out.get(size_t((b * T + i) * C + h * D + d)), dqkv.get(row + size_t(h * D + d)),
+                                 dqkv.get(row + size_t(C + h * D + d)), dqkv.get(row + size_t(2 * C + h * D + d))};
+          const double want[4] = {ref.out[e], ref.dq[e], ref.dk[e], ref.dv[e]};
+          const double mag[4] = {ref.mag_out[e], ref.mag_dq[e], ref.mag_dk[e], ref.mag_dv[e]};
+          for (int r = 0; r < 4; ++r) {
+            const double bound = (4 * u + 0x1p-18) * mag[r] + 2 * u * std::fabs(want[r]) + tiny;
+            const double ratio = std::fabs(got[r] - want[r]) / bound;
+            if (!(ratio <= worst[r])) {  // NaN too
+              worst[r] = ratio;
+              std::ostringstream w;
+              w << "b " << b << " h " << h << " t " << i << " d " << d << ": got " << got[r] << " want " << want[r]
+                << " magnitude " << mag[r];
+              where[r] = w.str();
+            }
+          }
+        }
+    }
+  for (int r = 0; r < 4; ++r) {
+    INFO(names[r] << " against float64: worst error " << worst[r] << " of the bound at " << where[r]);
+    CHECK(worst[r] <= 1.0);
+  }
 }
 
 }  // namespace attention_ref

@@ -254,6 +254,7 @@ TEST_CASE("attention: every kernel set of this CPU gives the scalar specificatio
 
 TEST_CASE("attention: forward and backward against the float64 reference in every dtype", "[attention]") {
   cpu::CpuOps ops;
+  ops.set_exact_attention(true);  // the specification's kernels (the BF16 matmul path: below)
   struct Shape {
     int64_t B, T, H, D;
   };
@@ -315,6 +316,7 @@ TEST_CASE("attention: BF16 heads follow the specification's pair order through t
   // product: its V is then widened and transposed, the others' are not); the natural order must
   // differ somewhere (else this test could not tell the orders apart).
   cpu::CpuOps ops;
+  ops.set_exact_attention(true);
   const int64_t B = 2, T = 70, H = 2, D = 20, C = H * D;
   OpCase c(B, T, H, D, DType::BF16, 31);
   c.qkv.set(size_t((1 * T + 9) * 3 * C + C + 1 * D + 4), 3e-20f);       // a key of sequence 1, head 1
@@ -380,6 +382,47 @@ TEST_CASE("attention: BF16 heads follow the specification's pair order through t
   CHECK(differ_natural > 0);
 }
 
+TEST_CASE("attention: BF16 on the matmul within the rounding of P and dS, the same bits at 1, 2 and 3 threads",
+          "[attention]") {
+  // The path CpuOps takes for BF16 where oneDNN multiplies BF16 natively (ops_attention_matmul.cpp):
+  // against the float64 reference within the bound of a path that rounds P and dS to BF16 before
+  // their products (the CUDA tensor-core path's bound, attention_ref::check_bound); the same bits
+  // at 1, 2 and 3 threads and on a second run; lengths across the 64-query tile, head dimensions 64
+  // and 20.
+  cpu::CpuOps ops;
+  if (!ops.attention_on_matmul(DType::BF16)) {
+    WARN("SKIPPED: oneDNN has no native BF16 matmul on this CPU; BF16 attention runs the specification's kernels");
+    return;
+  }
+  struct Shape {
+    int64_t B, T, H, D;
+  };
+  const Shape shapes[] = {{1, 1, 1, 64}, {2, 37, 3, 64}, {1, 130, 2, 64}, {2, 70, 2, 20}, {1, 257, 1, 64}};
+  uint64_t seed = 900;
+  const int threads = omp_get_max_threads();
+  for (const Shape& s : shapes) {
+    const OpCase c(s.B, s.T, s.H, s.D, DType::BF16, seed += 2);
+    INFO("B " << s.B << " T " << s.T << " H " << s.H << " D " << s.D);
+    omp_set_num_threads(1);
+    const OpResult first = run_op(ops, c);
+    attention_ref::check_bound(s.B, s.T, s.H, s.D, c.scale(), c.qkv, c.dout, first.out, first.dqkv);
+    for (size_t i = 0; i < first.row_sum.size(); ++i) {  // every statistic written, the sums at least 1
+      REQUIRE(std::isfinite(first.row_max[i]));
+      REQUIRE(first.row_sum[i] >= 1.0f);
+    }
+    for (int t : {1, 2, 3}) {
+      omp_set_num_threads(t);
+      const OpResult again = run_op(ops, c);
+      INFO(t << " threads");
+      CHECK(again.out.bytes == first.out.bytes);
+      CHECK(again.dqkv.bytes == first.dqkv.bytes);
+      CHECK(again.row_max == first.row_max);
+      CHECK(again.row_sum == first.row_sum);
+    }
+  }
+  omp_set_num_threads(threads);
+}
+
 TEST_CASE("attention: keys after a query are never read, non-finite values make rows NaN", "[attention]") {
   cpu::CpuOps ops;
   const int64_t B = 1, T = 150, H = 2, D = 16, C = H * D;
@@ -410,15 +453,20 @@ TEST_CASE("attention: 1 and 2 OpenMP threads give the same bits, invalid argumen
   cpu::CpuOps ops;
   const OpCase c(3, 90, 3, 24, DType::BF16, 5);
   const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const OpResult one = run_op(ops, c);
-  omp_set_num_threads(2);
-  const OpResult two = run_op(ops, c);
-  omp_set_num_threads(threads);
-  CHECK(one.out.bytes == two.out.bytes);
-  CHECK(one.dqkv.bytes == two.dqkv.bytes);
-  CHECK(one.row_max == two.row_max);
-  CHECK(one.row_sum == two.row_sum);
+  for (bool exact : {true, false}) {  // the specification's kernels; BF16 on the matmul where native
+    ops.set_exact_attention(exact);
+    INFO((exact ? "the specification's kernels" : ops.attention_on_matmul(c.type) ? "the matmul path" : "the default path"));
+    omp_set_num_threads(1);
+    const OpResult one = run_op(ops, c);
+    omp_set_num_threads(2);
+    const OpResult two = run_op(ops, c);
+    omp_set_num_threads(threads);
+    CHECK(one.out.bytes == two.out.bytes);
+    CHECK(one.dqkv.bytes == two.dqkv.bytes);
+    CHECK(one.row_max == two.row_max);
+    CHECK(one.row_sum == two.row_sum);
+  }
+  ops.set_exact_attention(false);
 
   std::vector<float> buf(4096), stats(64);
   AttentionArgs a;

@@ -7,7 +7,8 @@
 //                      transformer_rows.h
 //   ops_fp8.cpp        the FP8 quantization of the linear layers' operands (precision.compute fp8)
 //   ops_attention.cpp  the fused causal attention (backend/attention_args.h), its tile kernels in
-//                      attention_kernels.h (scalar specification, AVX2, AVX-512 chosen at run time)
+//                      attention_kernels.h (scalar specification, AVX2, AVX-512 chosen at run time);
+//                      ops_attention_matmul.cpp its BF16 path on oneDNN's products
 //
 // GEMMs: FP16 operands are widened to FP32 (oneDNN has no FP16 matmul without AVX512-FP16); BF16
 // runs natively where oneDNN can (AVX-512, probed once by creating a BF16 primitive) and is widened
@@ -80,6 +81,11 @@ class CpuOps final : public ComputeOps {
   bool bf16_native() const { return bf16_native_; }
   // The instruction set of the fused attention's kernels ("avx512", "avx2" or "scalar").
   const char* attention_isa() const;
+  // The fused attention's paths: BF16 runs its products on oneDNN's BF16 matmul where it is native
+  // (ops_attention_matmul.cpp: P and dS rounded to BF16, as the CUDA twin's tensor cores), unless
+  // set_exact_attention(true); every other case, and that one, the specification's kernels.
+  void set_exact_attention(bool on) { exact_attention_ = on; }
+  bool attention_on_matmul(DType type) const;
   // How gemm() runs these arguments: oneDNN's implementation name, followed by " (direct)" when it
   // reads and writes the caller's memory, or " (widened to f32)" when it goes through FP32 scratch.
   std::string gemm_implementation(const GemmArgs& g);
@@ -93,6 +99,9 @@ class CpuOps final : public ComputeOps {
   // A linear layer's product with operands oneDNN cannot take widened to FP32 (cpu_ops.cpp).
   void linear_gemm(const MatmulShape& s, const void* a, const void* b, const void* bias, void* c);
   float* scratch(int slot, size_t n);  // reusable FP32 buffers for widening (under linear_mu_)
+  // The fused attention on the matmul (ops_attention_matmul.cpp).
+  void attention_forward_matmul(const AttentionArgs& a);
+  void attention_backward_matmul(const AttentionBackwardArgs& a);
 
   // The general GEMM's primitives and scratch (ops_general.cpp).
   struct GemmPlans;
@@ -111,6 +120,7 @@ class CpuOps final : public ComputeOps {
   };
 
   bool bf16_native_ = false;  // oneDNN has a BF16 matmul on this CPU
+  bool exact_attention_ = false;
   DnnlMatmul matmul_;
   std::mutex linear_mu_;
   std::vector<float> scratch_[4];

@@ -8,6 +8,7 @@
 #include <deque>
 #include <exception>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -42,11 +43,18 @@ struct DnnlMatmul::Impl {
   std::mutex mu;
   // Per slice: a stream and the scratchpad its primitive uses (slices run at once, so oneDNN's
   // one library scratchpad cannot be shared: the primitives take the user's).
+  // A primitive's arguments on one slot, made once: each run only sets their pointers (creating
+  // the memory objects and the map for every product cost as much as a small product's kernel).
+  struct Bound {
+    std::unordered_map<int, memory> args;
+    const char* scratch = nullptr;  // where the scratchpad memory points
+  };
   struct Slot {
     std::unique_ptr<dnnl::stream> stream;
     std::vector<char> scratch;
     std::vector<float> partial;  // a K chunk's FP32 product (run_k_chunks)
     std::vector<char> dense[3];  // dense copies of a strided A, B and C (packed products)
+    std::map<const void*, Bound> bound;  // by Entry
   };
   std::vector<float> k_sum;  // run_k_chunks' running sum
   std::deque<Slot> slots;  // references stay valid as it grows
@@ -126,15 +134,26 @@ struct DnnlMatmul::Impl {
 
   void run_primitive(Slot& sl, Entry& e, const MatmulShape& s, const void* a, const void* b, const void* bias, void* c) {
     if (sl.scratch.size() < e.scratch_bytes + kAlign) sl.scratch.resize(e.scratch_bytes + kAlign);
-    memory ma(e.a, engine, const_cast<void*>(a));
-    memory mb(e.b, engine, const_cast<void*>(b));
-    memory mc(e.c, engine, c);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-    if (s.has_bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, engine, const_cast<void*>(bias)));
-    if (e.scratch_bytes)
-      args.emplace(DNNL_ARG_SCRATCHPAD, memory({{memory::dim(e.scratch_bytes)}, memory::data_type::u8, {1}}, engine,
-                                               sl.scratch.data() + (kAlign - uintptr_t(sl.scratch.data()) % kAlign) % kAlign));
-    e.prim.execute(*sl.stream, args);
+    char* scratch = sl.scratch.data() + (kAlign - uintptr_t(sl.scratch.data()) % kAlign) % kAlign;
+    Bound& bd = sl.bound[&e];
+    if (bd.args.empty()) {
+      bd.args.emplace(DNNL_ARG_SRC, memory(e.a, engine, DNNL_MEMORY_NONE));
+      bd.args.emplace(DNNL_ARG_WEIGHTS, memory(e.b, engine, DNNL_MEMORY_NONE));
+      bd.args.emplace(DNNL_ARG_DST, memory(e.c, engine, DNNL_MEMORY_NONE));
+      if (s.has_bias) bd.args.emplace(DNNL_ARG_BIAS, memory(e.bias, engine, DNNL_MEMORY_NONE));
+      if (e.scratch_bytes)
+        bd.args.emplace(DNNL_ARG_SCRATCHPAD,
+                        memory({{memory::dim(e.scratch_bytes)}, memory::data_type::u8, {1}}, engine, DNNL_MEMORY_NONE));
+    }
+    bd.args.at(DNNL_ARG_SRC).set_data_handle(const_cast<void*>(a));
+    bd.args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<void*>(b));
+    bd.args.at(DNNL_ARG_DST).set_data_handle(c);
+    if (s.has_bias) bd.args.at(DNNL_ARG_BIAS).set_data_handle(const_cast<void*>(bias));
+    if (e.scratch_bytes && bd.scratch != scratch) {
+      bd.args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(scratch);
+      bd.scratch = scratch;
+    }
+    e.prim.execute(*sl.stream, bd.args);
     sl.stream->wait();
   }
 
@@ -212,6 +231,15 @@ MatmulTiles DnnlMatmul::tiles(const MatmulShape& s) {
   t.rows = int(s.m / kBrgTileRows > 0 ? s.m / kBrgTileRows : 1);
   t.cols = int(s.n / kBrgTileCols > 0 ? s.n / kBrgTileCols : 1);
   return t;
+}
+
+void DnnlMatmul::reserve_slots(int n) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->ensure_slots(n < 1 ? 1 : n);
+}
+
+void DnnlMatmul::run_on(int slot, const MatmulShape& s, const void* a, const void* b, void* c) {
+  if (s.m && s.n) impl_->execute(slot, s, a, b, nullptr, c);
 }
 
 void DnnlMatmul::run(const MatmulShape& s, const void* a, const void* b, const void* bias, void* c) {

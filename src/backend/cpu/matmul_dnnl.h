@@ -85,6 +85,12 @@ class DnnlMatmul {
     size_t count = 1, stride_a = 0, stride_b = 0, stride_c = 0;
   };
   void run_batch(const MatmulShape& s, const Batch& batch, const void* a, const void* b, const void* bias, void* c);
+  // For callers that run products in their own parallel region (the fused attention's matmul path):
+  // reserve_slots(n) once outside it, then run_on(slot, ...) runs one whole product of shape s
+  // single-threaded on that slot's stream and scratchpad (the calling thread must have called
+  // omp_set_num_threads(1), which plans it for one thread). Distinct slots may run at once.
+  void reserve_slots(int n);
+  void run_on(int slot, const MatmulShape& s, const void* a, const void* b, void* c);
   // The tiles run() cuts a product into: by its shape alone, the same at any thread count.
   MatmulTiles tiles(const MatmulShape& s);
   // Implementation oneDNN chose for a shape (e.g. "brg:avx512_core_bf16"), for benchmarks.

@@ -20,6 +20,7 @@
 #include "backend/attention_args.h"
 #include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/head_rows.h"
 #include "core/convert.h"
 
 namespace amp::cpu {
@@ -56,15 +57,6 @@ struct HeadScratch {
     b.assign(rows, 0.0f), c.assign(rows, 0.0f), dout16.assign(rows, 0), vp.assign(pairs, 0);
   }
 };
-
-// The head's rows are short (D elements) and far apart (3 * H * D), so the hardware's prefetchers
-// bring in little ahead of the copy loops, which then wait on every row: the loops ask for the row
-// this many rows ahead (3-6% off the op at T = 256, docs/benchmarks.md).
-constexpr int64_t kPrefetchRows = 8;
-// The cache lines of `bytes` bytes from p (a hint: nothing is read).
-inline void prefetch_row(const void* p, int64_t bytes) {
-  for (int64_t o = 0; o < bytes + 63; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o);
-}
 
 // dst_t[d][t] = src[t][d] for t < T, d < D (row strides ld_src, ld_dst) of 32-bit elements
 // (floats, or pairs of BF16 moved as bits): 8 x 8 blocks through registers with AVX2 (the
@@ -105,12 +97,7 @@ void transpose(const E* src, int64_t T, int64_t D, int64_t ld_src, E* dst_t, int
 // The rows t = 0 .. T-1 of one head's D 16-bit columns at element offset `col` of a [B*T, ld]
 // tensor, from sequence b, into rows16 [T][Dp].
 void copy16(const void* src, int64_t ld, int64_t b, int64_t col, const HeadScratch& s, uint16_t* rows16) {
-  const int64_t T = s.T, D = s.D, Dp = s.Dp;
-  const uint16_t* x = static_cast<const uint16_t*>(src) + b * T * ld + col;
-  for (int64_t t = 0; t < T; ++t) {
-    if (t + kPrefetchRows < T) prefetch_row(x + (t + kPrefetchRows) * ld, D * 2);
-    for (int64_t d = 0; d < D; ++d) rows16[t * Dp + d] = x[t * ld + d];
-  }
+  copy_head_rows16(src, ld, b, col, s.T, s.D, rows16, s.Dp);
 }
 
 // Those rows (FP32 or 16-bit, then widened by one call of the bulk conversion: per-row calls cost
@@ -184,6 +171,7 @@ int64_t attention_native_bf16_products() { return native_products.load(std::memo
 void CpuOps::attention_forward(const AttentionArgs& a) {
   check_args(a);
   if (a.B * a.T * a.H * a.D == 0) return;
+  if (attention_on_matmul(a.type)) return attention_forward_matmul(a);
   const AttnKernels& kern = active_attention_kernels();
   const int64_t C = a.H * a.D, items = a.B * a.H;
   const bool native = native_bf16(kern, a.type, a.D);
@@ -228,6 +216,7 @@ void CpuOps::attention_forward(const AttentionArgs& a) {
 void CpuOps::attention_backward(const AttentionBackwardArgs& a) {
   check_args(a);
   if (a.B * a.T * a.H * a.D == 0) return;
+  if (attention_on_matmul(a.type)) return attention_backward_matmul(a);
   const AttnKernels& kern = active_attention_kernels();
   const int64_t C = a.H * a.D, items = a.B * a.H;
   const bool native = native_bf16(kern, a.type, a.D);

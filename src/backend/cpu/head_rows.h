@@ -1,0 +1,32 @@
+// One attention head's rows of a [B*T, ld] tensor (the qkv projection's output, the attention's
+// output and its gradient), copied to or from a thread's dense rows: shared by the fused
+// attention's two CPU paths (ops_attention.cpp, ops_attention_matmul.cpp).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace amp::cpu {
+
+// The head's rows are short (D elements) and far apart (3 * H * D), so the hardware's prefetchers
+// bring in little ahead of the copy loops, which then wait on every row: the loops ask for the row
+// this many rows ahead (3-6% off the op at T = 256, docs/benchmarks.md).
+constexpr int64_t kPrefetchRows = 8;
+
+// The cache lines of `bytes` bytes from p (a hint: nothing is read).
+inline void prefetch_row(const void* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes + 63; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o);
+}
+
+// Rows t = 0 .. T-1 of sequence b's D 16-bit columns at element offset `col` of a [B*T, ld] tensor
+// into dst, rows dst_ld apart.
+inline void copy_head_rows16(const void* src, int64_t ld, int64_t b, int64_t col, int64_t T, int64_t D, uint16_t* dst,
+                             int64_t dst_ld) {
+  const uint16_t* x = static_cast<const uint16_t*>(src) + b * T * ld + col;
+  for (int64_t t = 0; t < T; ++t) {
+    if (t + kPrefetchRows < T) prefetch_row(x + (t + kPrefetchRows) * ld, D * 2);
+    std::memcpy(dst + t * dst_ld, x + t * ld, size_t(D) * 2);
+  }
+}
+
+}  // namespace amp::cpu
