@@ -7,19 +7,22 @@
 # fused op is faster) and the activation bytes of each.
 # With repeats > 1 the two paths run alternately that many times and each cell is the median (this
 # shared VM's speed drifts by tens of percent between runs a minute apart).
-# Usage: scripts/bench_attention.sh [precision (fp32)] [threads (1)] [steps (5)] [repeats (1)]
+# Usage: scripts/bench_attention.sh [precision (fp32)] [threads (1)] [steps (5)] [repeats (1)] [fused (fused)]
+# (fused: `fused`, the op as the trainer runs it, or `exact`, the CPU's specification kernels where
+# the trainer would run BF16 on the matmul: bench_gpt_step --attention)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prec=${1:-fp32}
 threads=${2:-1}
 steps=${3:-5}
 repeats=${4:-1}
+fused=${5:-fused}
 bin=${AMP_BUILD:-build}/bench/bench_gpt_step
 [ -x "$bin" ] || { echo "bench_attention: $bin missing (configure with -DAMP_BUILD_BENCH=ON)" >&2; exit 2; }
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores," \
      "$(grep -o -w 'avx512f\|avx512_bf16' /proc/cpuinfo | sort -u | xargs | sed 's/^$/no AVX-512/')"
 echo "1 layer x 384, 6 heads, $prec, $threads thread(s), 2048 tokens per step, mean of $steps steps," \
-     "median of $repeats alternating run(s) per path"
+     "median of $repeats alternating run(s) per path; fused: bench_gpt_step --attention $fused"
 echo
 echo "| T | batch | explicit attention ms | fused attention ms | ratio | explicit step ms | fused step ms | activations explicit / fused MiB |"
 echo "|---|---|---|---|---|---|---|---|"
@@ -35,7 +38,7 @@ for T in 64 128 256 512 1024; do
   ea=() fa=() es=() fs=() em="" fm=""
   for ((k = 0; k < repeats; ++k)); do
     e=$(run explicit)
-    f=$(run fused)
+    f=$(run "$fused")
     ea+=("$(attn_ms <<<"$e")") fa+=("$(attn_ms <<<"$f")") es+=("$(step_ms <<<"$e")") fs+=("$(step_ms <<<"$f")")
     em=$(act_mib <<<"$e") fm=$(act_mib <<<"$f")
   done

@@ -41,14 +41,14 @@ struct DnnlMatmul::Impl {
   // Keyed by the shape and the threads oneDNN plans it for (a slice's primitive is planned for one).
   std::map<std::pair<decltype(MatmulShape().key()), int>, Entry> cache;
   std::mutex mu;
-  // Per slice: a stream and the scratchpad its primitive uses (slices run at once, so oneDNN's
-  // one library scratchpad cannot be shared: the primitives take the user's).
   // A primitive's arguments on one slot, made once: each run only sets their pointers (creating
   // the memory objects and the map for every product cost as much as a small product's kernel).
   struct Bound {
     std::unordered_map<int, memory> args;
     const char* scratch = nullptr;  // where the scratchpad memory points
   };
+  // Per slice: a stream and the scratchpad its primitive uses (slices run at once, so oneDNN's
+  // one library scratchpad cannot be shared: the primitives take the user's).
   struct Slot {
     std::unique_ptr<dnnl::stream> stream;
     std::vector<char> scratch;

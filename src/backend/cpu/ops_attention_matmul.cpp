@@ -22,8 +22,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <vector>
 
@@ -101,6 +103,37 @@ void tile_probs(const Products& mm, const RowKernels& kern, MatmulHead& w, int64
   }
 }
 
+// Runs item(b, h, w, mm) for every (sequence, head) of the call, in parallel: each thread with its
+// own buffers and slot of the matmul, every product single-threaded (planned for one thread). The
+// first exception is rethrown after the region, the remaining items skipped.
+template <typename Item>
+void for_heads(DnnlMatmul& matmul, int64_t B, int64_t H, int64_t T, int64_t D, bool backward, Item item) {
+  const int64_t items = B * H;
+  const int threads = omp_get_max_threads();
+  matmul.reserve_slots(threads);
+  std::exception_ptr failed;
+  std::atomic<bool> stop{false};
+#pragma omp parallel num_threads(int(items < threads ? items : threads))
+  {
+    omp_set_num_threads(1);
+    static thread_local MatmulHead w;
+    const Products mm{matmul, omp_get_thread_num()};
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < items; ++i) {
+      if (stop.load()) continue;
+      try {
+        w.size(T, D, backward);
+        item(i / H, i % H, w, mm);
+      } catch (...) {
+#pragma omp critical(amp_attention_matmul_failed)
+        if (!failed) failed = std::current_exception();
+        stop.store(true);
+      }
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+}
+
 }  // namespace
 
 bool CpuOps::attention_on_matmul(DType type) const { return !exact_attention_ && type == DType::BF16 && bf16_native_; }
@@ -108,96 +141,76 @@ bool CpuOps::attention_on_matmul(DType type) const { return !exact_attention_ &&
 void CpuOps::attention_forward_matmul(const AttentionArgs& a) {
   std::lock_guard<std::mutex> lock(linear_mu_);  // the matmul's slots
   const RowKernels& kern = active_row_kernels();
-  const int64_t T = a.T, D = a.D, C = a.H * D, items = a.B * a.H;
-  const int threads = omp_get_max_threads();
-  matmul_.reserve_slots(threads);
-#pragma omp parallel num_threads(int(items < threads ? items : threads))
-  {
-    omp_set_num_threads(1);  // each product single-threaded, planned for one thread
-    static thread_local MatmulHead w;
-    w.size(T, D, false);
-    const Products mm{matmul_, omp_get_thread_num()};
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
-      const int64_t b = item / a.H, h = item % a.H;
-      take(a.qkv, 3 * C, b, h * D, T, D, w.q.data());
-      take(a.qkv, 3 * C, b, C + h * D, T, D, w.k.data());
-      take(a.qkv, 3 * C, b, 2 * C + h * D, T, D, w.v.data());
-      for (int64_t i0 = 0; i0 < T; i0 += kQueryTile) {
-        const int64_t rows = std::min(kQueryTile, T - i0), n = i0 + rows;
-        tile_probs(mm, kern, w, i0, rows, D, a.scale, a.row_max + item * T, a.row_sum + item * T);
-        mm(rows, D, n, false, false, w.p16.data(), w.v.data(), DType::BF16, w.tile16.data());  // P V
-        put(w.tile16.data(), rows, D, a.out, C, b * T + i0, h * D);
-      }
+  const int64_t T = a.T, D = a.D, C = a.H * D;
+  for_heads(matmul_, a.B, a.H, T, D, false, [&](int64_t b, int64_t h, MatmulHead& w, const Products& mm) {
+    const int64_t item = b * a.H + h;
+    take(a.qkv, 3 * C, b, h * D, T, D, w.q.data());
+    take(a.qkv, 3 * C, b, C + h * D, T, D, w.k.data());
+    take(a.qkv, 3 * C, b, 2 * C + h * D, T, D, w.v.data());
+    for (int64_t i0 = 0; i0 < T; i0 += kQueryTile) {
+      const int64_t rows = std::min(kQueryTile, T - i0), n = i0 + rows;
+      tile_probs(mm, kern, w, i0, rows, D, a.scale, a.row_max + item * T, a.row_sum + item * T);
+      mm(rows, D, n, false, false, w.p16.data(), w.v.data(), DType::BF16, w.tile16.data());  // P V
+      put(w.tile16.data(), rows, D, a.out, C, b * T + i0, h * D);
     }
-  }
+  });
 }
 
 void CpuOps::attention_backward_matmul(const AttentionBackwardArgs& a) {
   std::lock_guard<std::mutex> lock(linear_mu_);
   const RowKernels& kern = active_row_kernels();
-  const int64_t T = a.T, D = a.D, C = a.H * D, items = a.B * a.H;
-  const int threads = omp_get_max_threads();
-  matmul_.reserve_slots(threads);
-#pragma omp parallel num_threads(int(items < threads ? items : threads))
-  {
-    omp_set_num_threads(1);
-    static thread_local MatmulHead w;
-    w.size(T, D, true);
-    const Products mm{matmul_, omp_get_thread_num()};
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
-      const int64_t b = item / a.H, h = item % a.H;
-      take(a.qkv, 3 * C, b, h * D, T, D, w.q.data());
-      take(a.qkv, 3 * C, b, C + h * D, T, D, w.k.data());
-      take(a.qkv, 3 * C, b, 2 * C + h * D, T, D, w.v.data());
-      take(a.dout, C, b, h * D, T, D, w.dout.data());
-      // delta_i = dout_i . out_i in FP32 (the op's scratch output; dS below takes the row's dot of
-      // P and dP, as the explicit path).
-      take(a.out, C, b, h * D, T, D, w.o.data());
-      for (int64_t i = 0; i < T; ++i) {
-        float dot = 0.0f;
-        const uint16_t* x = w.dout.data() + i * D;
-        const uint16_t* y = w.o.data() + i * D;
+  const int64_t T = a.T, D = a.D, C = a.H * D;
+  for_heads(matmul_, a.B, a.H, T, D, true, [&](int64_t b, int64_t h, MatmulHead& w, const Products& mm) {
+    const int64_t item = b * a.H + h;
+    take(a.qkv, 3 * C, b, h * D, T, D, w.q.data());
+    take(a.qkv, 3 * C, b, C + h * D, T, D, w.k.data());
+    take(a.qkv, 3 * C, b, 2 * C + h * D, T, D, w.v.data());
+    take(a.dout, C, b, h * D, T, D, w.dout.data());
+    // delta_i = dout_i . out_i in FP32 (the op's scratch output; dS below takes the row's dot of
+    // P and dP, as the explicit path).
+    take(a.out, C, b, h * D, T, D, w.o.data());
+    for (int64_t i = 0; i < T; ++i) {
+      float dot = 0.0f;
+      const uint16_t* x = w.dout.data() + i * D;
+      const uint16_t* y = w.o.data() + i * D;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t d = 0; d < D; ++d) dot += bf16_bits_to_float(x[d]) * bf16_bits_to_float(y[d]);
-        a.delta[item * T + i] = dot;
+      for (int64_t d = 0; d < D; ++d) dot += bf16_bits_to_float(x[d]) * bf16_bits_to_float(y[d]);
+      a.delta[item * T + i] = dot;
+    }
+    std::fill(w.dk.begin(), w.dk.begin() + T * D, 0.0f);
+    std::fill(w.dv.begin(), w.dv.begin() + T * D, 0.0f);
+    for (int64_t i0 = 0; i0 < T; i0 += kQueryTile) {
+      const int64_t rows = std::min(kQueryTile, T - i0), n = i0 + rows;
+      tile_probs(mm, kern, w, i0, rows, D, a.scale, nullptr, nullptr);
+      mm(rows, n, D, false, true, w.dout.data() + i0 * D, w.v.data(), DType::F32, w.dp.data());  // dP = dO V^T
+      for (int64_t r = 0; r < rows; ++r) {  // dS from the rounded P, as the explicit path
+        const int64_t len = i0 + r + 1;
+        float* pr = w.p.data() + r * n;
+        convert(w.p16.data() + r * n, DType::BF16, pr, DType::F32, size_t(len));
+        float* ds = w.ds.data() + r * n;
+        kern.softmax_backward(pr, w.dp.data() + r * n, a.scale, ds, len);
+        uint16_t* ds16 = w.ds16.data() + r * n;
+        convert(ds, DType::F32, ds16, DType::BF16, size_t(len));
+        std::fill(ds16 + len, ds16 + n, uint16_t(0));
       }
-      std::fill(w.dk.begin(), w.dk.begin() + T * D, 0.0f);
-      std::fill(w.dv.begin(), w.dv.begin() + T * D, 0.0f);
+      mm(rows, D, n, false, false, w.ds16.data(), w.k.data(), DType::BF16, w.tile16.data());  // dQ = dS K
+      put(w.tile16.data(), rows, D, a.dqkv, 3 * C, b * T + i0, h * D);
+      // dK[0, n) += dS^T Q_tile, dV[0, n) += P^T dO_tile: in FP32, tile by tile.
+      mm(n, D, rows, true, false, w.ds16.data(), w.q.data() + i0 * D, DType::F32, w.part.data());
+      for (int64_t e = 0; e < n * D; ++e) w.dk[size_t(e)] += w.part[size_t(e)];
+      mm(n, D, rows, true, false, w.p16.data(), w.dout.data() + i0 * D, DType::F32, w.part.data());
+      for (int64_t e = 0; e < n * D; ++e) w.dv[size_t(e)] += w.part[size_t(e)];
+    }
+    // Rounded once, into the key's and the value's columns (through the tile buffer's rows).
+    for (int pass = 0; pass < 2; ++pass) {
+      const float* acc = pass == 0 ? w.dk.data() : w.dv.data();
       for (int64_t i0 = 0; i0 < T; i0 += kQueryTile) {
-        const int64_t rows = std::min(kQueryTile, T - i0), n = i0 + rows;
-        tile_probs(mm, kern, w, i0, rows, D, a.scale, nullptr, nullptr);
-        mm(rows, n, D, false, true, w.dout.data() + i0 * D, w.v.data(), DType::F32, w.dp.data());  // dP = dO V^T
-        for (int64_t r = 0; r < rows; ++r) {  // dS from the rounded P, as the explicit path
-          const int64_t len = i0 + r + 1;
-          float* pr = w.p.data() + r * n;
-          convert(w.p16.data() + r * n, DType::BF16, pr, DType::F32, size_t(len));
-          float* ds = w.ds.data() + r * n;
-          kern.softmax_backward(pr, w.dp.data() + r * n, a.scale, ds, len);
-          uint16_t* ds16 = w.ds16.data() + r * n;
-          convert(ds, DType::F32, ds16, DType::BF16, size_t(len));
-          std::fill(ds16 + len, ds16 + n, uint16_t(0));
-        }
-        mm(rows, D, n, false, false, w.ds16.data(), w.k.data(), DType::BF16, w.tile16.data());  // dQ = dS K
-        put(w.tile16.data(), rows, D, a.dqkv, 3 * C, b * T + i0, h * D);
-        // dK[0, n) += dS^T Q_tile, dV[0, n) += P^T dO_tile: in FP32, tile by tile.
-        mm(n, D, rows, true, false, w.ds16.data(), w.q.data() + i0 * D, DType::F32, w.part.data());
-        for (int64_t e = 0; e < n * D; ++e) w.dk[size_t(e)] += w.part[size_t(e)];
-        mm(n, D, rows, true, false, w.p16.data(), w.dout.data() + i0 * D, DType::F32, w.part.data());
-        for (int64_t e = 0; e < n * D; ++e) w.dv[size_t(e)] += w.part[size_t(e)];
-      }
-      // Rounded once, into the key's and the value's columns (through the tile buffer's rows).
-      for (int pass = 0; pass < 2; ++pass) {
-        const float* acc = pass == 0 ? w.dk.data() : w.dv.data();
-        for (int64_t i0 = 0; i0 < T; i0 += kQueryTile) {
-          const int64_t rows = std::min(kQueryTile, T - i0);
-          convert(acc + i0 * D, DType::F32, w.tile16.data(), DType::BF16, size_t(rows * D));
-          put(w.tile16.data(), rows, D, a.dqkv, 3 * C, b * T + i0, (pass + 1) * C + h * D);
-        }
+        const int64_t rows = std::min(kQueryTile, T - i0);
+        convert(acc + i0 * D, DType::F32, w.tile16.data(), DType::BF16, size_t(rows * D));
+        put(w.tile16.data(), rows, D, a.dqkv, 3 * C, b * T + i0, (pass + 1) * C + h * D);
       }
     }
-  }
+  });
 }
 
 }  // namespace amp::cpu
