@@ -13,7 +13,10 @@
 //   - P and dS are rounded to BF16 before their products, dS from the explicit path's row kernel
 //     (causal_softmax_backward: the dot of the rounded P and dP over the row), so its numbers are
 //     the explicit path's (model.attention: explicit) up to the products' summation order;
-//   - dK and dV add the query tiles' products in FP32 in tile order and are rounded once.
+//   - dK and dV add the query tiles' products in FP32 in tile order and are rounded once;
+//   - as in the explicit path, a key or value after a query but inside its tile enters the query's
+//     products with a probability of 0: finite values add nothing, an inf or NaN makes the row NaN
+//     (the specification never reads them; the step's overflow check sees either).
 // row_max and row_sum receive each row's softmax maximum and sum, and delta dout_i . out_i, as the
 // specification's (in their own summation orders). Backward computes the probabilities again from
 // the scores, as forward did (the same product and row kernel: the same bits).
@@ -63,6 +66,13 @@ struct MatmulHead {
 // from dense [T][D] rows.
 void take(const void* src, int64_t ld, int64_t b, int64_t col, int64_t T, int64_t D, uint16_t* dst) {
   copy_head_rows16(src, ld, b, col, T, D, dst, D);
+}
+
+// The head's query, key and value rows of a [B*T, 3C] qkv.
+void take_qkv(const void* qkv, int64_t C, int64_t b, int64_t h, int64_t T, int64_t D, MatmulHead& w) {
+  take(qkv, 3 * C, b, h * D, T, D, w.q.data());
+  take(qkv, 3 * C, b, C + h * D, T, D, w.k.data());
+  take(qkv, 3 * C, b, 2 * C + h * D, T, D, w.v.data());
 }
 
 void put(const uint16_t* src, int64_t rows, int64_t D, void* dst, int64_t ld, int64_t row0, int64_t col) {
@@ -144,9 +154,7 @@ void CpuOps::attention_forward_matmul(const AttentionArgs& a) {
   const int64_t T = a.T, D = a.D, C = a.H * D;
   for_heads(matmul_, a.B, a.H, T, D, false, [&](int64_t b, int64_t h, MatmulHead& w, const Products& mm) {
     const int64_t item = b * a.H + h;
-    take(a.qkv, 3 * C, b, h * D, T, D, w.q.data());
-    take(a.qkv, 3 * C, b, C + h * D, T, D, w.k.data());
-    take(a.qkv, 3 * C, b, 2 * C + h * D, T, D, w.v.data());
+    take_qkv(a.qkv, C, b, h, T, D, w);
     for (int64_t i0 = 0; i0 < T; i0 += kQueryTile) {
       const int64_t rows = std::min(kQueryTile, T - i0), n = i0 + rows;
       tile_probs(mm, kern, w, i0, rows, D, a.scale, a.row_max + item * T, a.row_sum + item * T);
@@ -162,9 +170,7 @@ void CpuOps::attention_backward_matmul(const AttentionBackwardArgs& a) {
   const int64_t T = a.T, D = a.D, C = a.H * D;
   for_heads(matmul_, a.B, a.H, T, D, true, [&](int64_t b, int64_t h, MatmulHead& w, const Products& mm) {
     const int64_t item = b * a.H + h;
-    take(a.qkv, 3 * C, b, h * D, T, D, w.q.data());
-    take(a.qkv, 3 * C, b, C + h * D, T, D, w.k.data());
-    take(a.qkv, 3 * C, b, 2 * C + h * D, T, D, w.v.data());
+    take_qkv(a.qkv, C, b, h, T, D, w);
     take(a.dout, C, b, h * D, T, D, w.dout.data());
     // delta_i = dout_i . out_i in FP32 (the op's scratch output; dS below takes the row's dot of
     // P and dP, as the explicit path).
