@@ -3,8 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <oneapi/dnnl/dnnl.hpp>
