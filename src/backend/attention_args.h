@@ -47,7 +47,7 @@
 // Two exceptions by default, deterministic and within the rounding of P and dS to the type of this
 // specification: the CUDA backend runs F16 and BF16 at D = 64 on tensor cores (cuda/attention_tc.h:
 // P and dS rounded to the type before their products, the hardware's sums), and the CPU backend
-// runs BF16 on oneDNN's BF16 matmul where it is native (src/backend/cpu/ops_attention_matmul.cpp:
+// runs BF16 on oneDNN's BF16 matmul where that runs on AMX (src/backend/cpu/ops_attention_matmul.cpp:
 // a query tile's scores against its keys in one product, the explicit path's row softmax, P and dS
 // rounded before their products, oneDNN's sums). CudaOps::set_exact_attention(true) and
 // CpuOps::set_exact_attention(true) run this specification there too.

@@ -384,14 +384,14 @@ TEST_CASE("attention: BF16 heads follow the specification's pair order through t
 
 TEST_CASE("attention: BF16 on the matmul within the rounding of P and dS, the same bits at 1, 2 and 3 threads",
           "[attention]") {
-  // The path CpuOps takes for BF16 where oneDNN multiplies BF16 natively (ops_attention_matmul.cpp):
+  // The path CpuOps takes for BF16 where oneDNN runs BF16 products on AMX (ops_attention_matmul.cpp):
   // against the float64 reference within the bound of a path that rounds P and dS to BF16 before
   // their products (the CUDA tensor-core path's bound, attention_ref::check_bound); the same bits
   // at 1, 2 and 3 threads and on a second run; lengths across the 64-query tile, head dimensions 64
   // and 20.
   cpu::CpuOps ops;
   if (!ops.attention_on_matmul(DType::BF16)) {
-    WARN("SKIPPED: oneDNN has no native BF16 matmul on this CPU; BF16 attention runs the specification's kernels");
+    WARN("SKIPPED: oneDNN runs no BF16 products on AMX on this CPU; BF16 attention runs the specification's kernels");
     return;
   }
   struct Shape {
@@ -453,7 +453,7 @@ TEST_CASE("attention: 1 and 2 OpenMP threads give the same bits, invalid argumen
   cpu::CpuOps ops;
   const OpCase c(3, 90, 3, 24, DType::BF16, 5);
   const int threads = omp_get_max_threads();
-  for (bool exact : {true, false}) {  // the specification's kernels; BF16 on the matmul where native
+  for (bool exact : {true, false}) {  // the specification's kernels; BF16 on the matmul on AMX CPUs
     ops.set_exact_attention(exact);
     INFO((exact ? "the specification's kernels" : ops.attention_on_matmul(c.type) ? "the matmul path" : "the default path"));
     omp_set_num_threads(1);

@@ -81,9 +81,9 @@ class CpuOps final : public ComputeOps {
   bool bf16_native() const { return bf16_native_; }
   // The instruction set of the fused attention's kernels ("avx512", "avx2" or "scalar").
   const char* attention_isa() const;
-  // The fused attention's paths: BF16 runs its products on oneDNN's BF16 matmul where it is native
-  // (ops_attention_matmul.cpp: P and dS rounded to BF16, as the CUDA twin's tensor cores), unless
-  // set_exact_attention(true); every other case, and that one, the specification's kernels.
+  // The fused attention's paths: BF16 runs its products on oneDNN's BF16 matmul where that runs on
+  // AMX (ops_attention_matmul.cpp: P and dS rounded to BF16, as the CUDA twin's tensor cores),
+  // unless set_exact_attention(true); every other case, and that one, the specification's kernels.
   void set_exact_attention(bool on) { exact_attention_ = on; }
   bool attention_on_matmul(DType type) const;
   // How gemm() runs these arguments: oneDNN's implementation name, followed by " (direct)" when it
@@ -121,6 +121,7 @@ class CpuOps final : public ComputeOps {
 
   bool bf16_native_ = false;  // oneDNN has a BF16 matmul on this CPU
   bool exact_attention_ = false;
+  bool attention_matmul_ = false;  // oneDNN runs the attention's BF16 tile products on AMX
   DnnlMatmul matmul_;
   std::mutex linear_mu_;
   std::vector<float> scratch_[4];

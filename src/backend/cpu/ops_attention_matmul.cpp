@@ -1,6 +1,6 @@
 // The fused causal attention (backend/attention_args.h) with its products on oneDNN's BF16 matmul:
-// CpuOps' path for BF16 where oneDNN multiplies BF16 natively (AVX-512-BF16 or AMX brgemm), unless
-// set_exact_attention(true). As the CUDA twin's tensor-core path (cuda/attention_tc.h), it keeps
+// CpuOps' path for BF16 where oneDNN runs BF16 products on AMX (the CpuOps constructor's probe),
+// unless set_exact_attention(true). As the CUDA twin's tensor-core path (cuda/attention_tc.h), it keeps
 // the flash-attention algorithm's memory (no [T, T] matrix: a query tile's rows at a time, the
 // probabilities computed again in backward) and determinism (one (sequence, head) per work item,
 // every product single-threaded, fixed orders), and differs from the specification's FP32 chains:
@@ -146,7 +146,9 @@ void for_heads(DnnlMatmul& matmul, int64_t B, int64_t H, int64_t T, int64_t D, b
 
 }  // namespace
 
-bool CpuOps::attention_on_matmul(DType type) const { return !exact_attention_ && type == DType::BF16 && bf16_native_; }
+bool CpuOps::attention_on_matmul(DType type) const {
+  return !exact_attention_ && type == DType::BF16 && attention_matmul_;
+}
 
 void CpuOps::attention_forward_matmul(const AttentionArgs& a) {
   std::lock_guard<std::mutex> lock(linear_mu_);  // the matmul's slots
