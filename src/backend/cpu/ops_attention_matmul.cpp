@@ -48,14 +48,14 @@ constexpr int64_t kQueryTile = 64;  // queries per product (part of the path's b
 // A thread's buffers for one head, kept between calls.
 struct MatmulHead {
   std::vector<uint16_t> q, k, v, dout, o, tile16, p16, ds16;
-  std::vector<float> s, p, dp, ds, dk, dv, part;
+  std::vector<float> s, dp, dk, dv, part;  // s: a tile's scores, then its probabilities; dp, then dS
 
   void size(int64_t T, int64_t D, bool backward) {
     const size_t rows = size_t(T * D), tile = size_t(kQueryTile * T);
     for (auto* b : {&q, &k, &v}) b->resize(rows);
     tile16.resize(size_t(kQueryTile * D));
     for (auto* b : {&p16, &ds16}) b->resize(tile);
-    for (auto* b : {&s, &p, &dp, &ds}) b->resize(tile);
+    for (auto* b : {&s, &dp}) b->resize(tile);
     if (!backward) return;
     dout.resize(rows), o.resize(rows);
     for (auto* b : {&dk, &dv, &part}) b->resize(rows);
@@ -95,8 +95,8 @@ struct Products {
 };
 
 // The probabilities of a query tile (rows i0 .. i0 + rows - 1, keys 0 .. n - 1, n = i0 + rows):
-// scores S = Q_tile K^T in FP32, each row's softmax over its keys j <= i into p (FP32) and p16
-// (rounded, zero beyond the diagonal), the row's maximum and sum into m and l when given.
+// scores S = Q_tile K^T in FP32, each row's softmax over its keys j <= i in place and rounded into
+// p16 (zero beyond the diagonal), the row's maximum and sum into m and l when given.
 void tile_probs(const Products& mm, const RowKernels& kern, MatmulHead& w, int64_t i0, int64_t rows, int64_t D,
                 float scale, float* m, float* l) {
   const int64_t n = i0 + rows;
@@ -104,8 +104,8 @@ void tile_probs(const Products& mm, const RowKernels& kern, MatmulHead& w, int64
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t len = i0 + r + 1;
     float stats[2];
-    float* pr = w.p.data() + r * n;
-    kern.softmax_forward(w.s.data() + r * n, scale, pr, len, stats);
+    float* pr = w.s.data() + r * n;
+    kern.softmax_forward(pr, scale, pr, len, stats);
     if (m) m[i0 + r] = stats[0], l[i0 + r] = stats[1];
     uint16_t* p16 = w.p16.data() + r * n;
     convert(pr, DType::F32, p16, DType::BF16, size_t(len));
@@ -193,10 +193,10 @@ void CpuOps::attention_backward_matmul(const AttentionBackwardArgs& a) {
       mm(rows, n, D, false, true, w.dout.data() + i0 * D, w.v.data(), DType::F32, w.dp.data());  // dP = dO V^T
       for (int64_t r = 0; r < rows; ++r) {  // dS from the rounded P, as the explicit path
         const int64_t len = i0 + r + 1;
-        float* pr = w.p.data() + r * n;
+        float* pr = w.s.data() + r * n;
         convert(w.p16.data() + r * n, DType::BF16, pr, DType::F32, size_t(len));
-        float* ds = w.ds.data() + r * n;
-        kern.softmax_backward(pr, w.dp.data() + r * n, a.scale, ds, len);
+        float* ds = w.dp.data() + r * n;  // over dP
+        kern.softmax_backward(pr, ds, a.scale, ds, len);
         uint16_t* ds16 = w.ds16.data() + r * n;
         convert(ds, DType::F32, ds16, DType::BF16, size_t(len));
         std::fill(ds16 + len, ds16 + n, uint16_t(0));
