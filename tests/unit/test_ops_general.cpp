@@ -415,6 +415,52 @@ TEST_CASE("gemm: strided operands run on the dense product's brgemm through dens
               << (isa_limit ? isa_limit : "none") << ")" << (packed ? "" : ": no brgemm on this CPU, nothing to copy"));
 }
 
+TEST_CASE("gemm: A^T B over long sums, in chunks and on AMX in parts summed by the product: within the bound, the same bits at 1, 2 and 3 threads", "[ops]") {
+  // The weight gradients' shape. On brgemm the sum over K is cut into chunks of 1024 rows added in
+  // order, and where a chunk runs on AMX, into parts of 512 rows, each added to the chunk's sum by
+  // the product (oneDNN's sum post-op; matmul_dnnl.cpp). K not a multiple of either: a short last
+  // part and a short last chunk.
+  struct Shape { int64_t m, n, k; bool tb; };
+  const std::vector<Shape> shapes{{96, 80, 2600, false}, {200, 64, 1536, false}, {64, 48, 1100, true}, {130, 70, 700, false}};
+  cpu::CpuOps ops;  // dense operands (strided A^T B products run on the jit GEMM, uncut)
+  const int saved = omp_get_max_threads();
+  std::set<std::string> impls;
+  size_t in_parts = 0;
+  uint64_t seed = 9300;
+  for (const Shape& sh : shapes)
+    for (DType ab : {DType::F32, DType::BF16})
+      for (DType c : {DType::F32, ab}) {
+        const auto cs = ops_ref::make_gemm_case(sh.m, sh.n, sh.k, 1, true, sh.tb, ab, c, 1.0f, 0.0f, {}, ++seed);
+        Raw c_probe = cs.c0;
+        const std::string how = ops.gemm_implementation(cs.bind(cs.a.data(), cs.b.data(), c_probe.data()));
+        impls.insert(how);
+        INFO(cs.name << ": " << how);
+        // Parts where the chunks run on AMX: with a dense B wherever the product does (B^T's chunks
+        // are strided columns, which oneDNN 2.6 runs on its jit GEMM).
+        const bool parts = how.find("parts of 512") != std::string::npos;
+        if (!sh.tb) CHECK(parts == (how.rfind("brg:avx512_core_amx", 0) == 0));
+        in_parts += parts;
+        Raw first;
+        for (int threads : {1, 2, 3}) {
+          omp_set_num_threads(threads);
+          const Raw got = run_gemm(ops, cs);
+          INFO(threads << " threads");
+          if (threads == 1) {
+            OPS_REQUIRE_GEMM(cs, got, 1.0);
+            first = got;
+          } else {
+            CHECK(got.bytes == first.bytes);
+          }
+        }
+      }
+  omp_set_num_threads(saved);
+  std::string ran;
+  for (const auto& i : impls) ran += (ran.empty() ? "" : "; ") + i;
+  const char* isa_limit = std::getenv("ONEDNN_MAX_CPU_ISA");
+  WARN(in_parts << " long A^T B products ran in parts summed by the product (" << ran << "; oneDNN ISA limit "
+                << (isa_limit ? isa_limit : "none") << ")" << (in_parts ? "" : ": no AMX brgemm on this CPU"));
+}
+
 TEST_CASE("gemm: the same bits at 1, 2 and 3 threads, batched and single, strided and widened", "[ops]") {
   // The explicit attention's batched products and the LM head's single ones (alpha 1, beta 0).
   struct Shape { int64_t m, n, k, batch; bool ta, tb; };

@@ -46,11 +46,13 @@ struct MatmulShape {
   size_t lda = 0, ldb = 0, ldc = 0;  // stored row strides in elements; 0: dense
   DType ab = DType::F32, c = DType::F32, bias = DType::F32;
   bool has_bias = false;
+  bool accumulate = false;  // C += op(A) op(B) (oneDNN's sum post-op): FP32 C, no bias; run_k_chunks' parts
   size_t a_stride() const { return lda ? lda : trans_a ? m : k; }
   size_t b_stride() const { return ldb ? ldb : trans_b ? k : n; }
   size_t c_stride() const { return ldc ? ldc : n; }
   auto key() const {
-    return std::make_tuple(m, n, k, trans_a, trans_b, a_stride(), b_stride(), c_stride(), int(ab), int(c), int(bias), has_bias);
+    return std::make_tuple(m, n, k, trans_a, trans_b, a_stride(), b_stride(), c_stride(), int(ab), int(c), int(bias), has_bias,
+                           accumulate);
   }
 };
 
@@ -115,7 +117,12 @@ class DnnlMatmul {
   // M x N FP32 block per thread, and one more for the running sum when there are more chunks
   // than threads (GPT-2's LM head at 16 x 1024 tokens, 2 threads: 3 x 154 MB).
   static constexpr size_t kKChunk = 1024;
+  // Where a chunk's product runs on AMX, it runs as parts of kKPart rows, each added to the
+  // chunk's FP32 sum by the product itself (oneDNN's sum post-op), in part order: 1.3-1.5x faster
+  // than one 1024-row product at the GPT shapes' weight gradients (docs/benchmarks.md).
+  static constexpr size_t kKPart = 512;
   bool k_chunked(const MatmulShape& s);
+  size_t k_part(const MatmulShape& chunk);  // the rows of one part of a chunk of this shape
   void run_k_chunks(const MatmulShape& s, int threads, const void* a, const void* b, const void* bias, void* c);
   struct Impl;
   std::unique_ptr<Impl> impl_;
