@@ -15,6 +15,7 @@
 #include "amp/mixed_precision.h"
 #include "backend/backend.h"
 #include "model/model.h"
+#include "optim/state_bytes.h"
 
 namespace amp::bench {
 
@@ -26,10 +27,11 @@ class StepPhases {
  public:
   // The model's parameters initialized (seed 1) into FP32 masters and their working copy in dt.
   StepPhases(Backend& be, Model& model, DType dt, float init_scale)
-      : be_(be), model_(model), dt_(dt), n_(model.layout().total) {
+      : be_(be), model_(model), dt_(dt), n_(model.layout().total),
+        chunk_(std::min(n_, unscale_chunk(size_t(25) << 20))) {
     sums_ = be.memory().alloc(2 * sizeof(float));
     master_ = be.memory().alloc(n_ * 4), lp_ = be.memory().alloc(n_ * dtype_size(dt)), grads_ = be.memory().alloc(n_ * dtype_size(dt));
-    g32_ = be.memory().alloc(n_ * 4), m_ = be.memory().alloc(n_ * 4), v_ = be.memory().alloc(n_ * 4);
+    g32_ = be.memory().alloc(chunk_ * 4), m_ = be.memory().alloc(n_ * 4), v_ = be.memory().alloc(n_ * 4);
     const std::vector<float> w = model.init_params(1);
     be.memory().upload(master_.data(), w.data(), n_ * 4);
     be.ops().cast(master_.data(), DType::F32, lp_.data(), dt, n_);
@@ -72,15 +74,21 @@ class StepPhases {
         amp.check_norm(0.0f);
       });
       timed("optimizer (+unscale, cast)", [&] {
-        amp.unscale(grads_.data(), n_, g32_.as<float>());
-        OptimizerStepArgs a;
-        a.params = op;
-        a.lr = lr_buf.as<float>();
-        a.master = master_.as<float>(), a.g32 = g32_.as<float>();
-        a.state1 = m_.as<float>(), a.state2 = v_.as<float>(), a.n = n_;
-        a.lp = dt_ == DType::F32 ? nullptr : lp_.data(), a.lp_dtype = dt_;
-        a.verdict = amp.verdict();
-        be_.optimizer().optimizer_step(a);
+        // As the trainer (TrainStep::optimizer_range): a chunk at a time unscaled into g32, then
+        // its update.
+        const size_t es = dtype_size(dt_);
+        for (size_t b = 0; b < n_; b += chunk_) {
+          const size_t len = std::min(chunk_, n_ - b);
+          amp.unscale(static_cast<const char*>(grads_.data()) + b * es, len, g32_.as<float>());
+          OptimizerStepArgs a;
+          a.params = op;
+          a.lr = lr_buf.as<float>();
+          a.master = master_.as<float>() + b, a.g32 = g32_.as<float>();
+          a.state1 = m_.as<float>() + b, a.state2 = v_.as<float>() + b, a.n = len;
+          a.lp = dt_ == DType::F32 ? nullptr : static_cast<char*>(lp_.data()) + b * es, a.lp_dtype = dt_;
+          a.verdict = amp.verdict();
+          be_.optimizer().optimizer_step(a);
+        }
       });
       timed("scale update", [&] { amp.update(); });
     }
@@ -104,6 +112,7 @@ class StepPhases {
   Model& model_;
   DType dt_;
   size_t n_;
+  size_t chunk_;  // elements unscaled at a time, as the trainer's default (distributed.bucket_mb 25)
   Buffer master_, lp_, grads_, g32_, m_, v_, sums_;
   std::unique_ptr<MixedPrecision> amp_;
   std::map<std::string, double> t_;

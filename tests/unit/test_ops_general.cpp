@@ -415,13 +415,14 @@ TEST_CASE("gemm: strided operands run on the dense product's brgemm through dens
               << (isa_limit ? isa_limit : "none") << ")" << (packed ? "" : ": no brgemm on this CPU, nothing to copy"));
 }
 
-TEST_CASE("gemm: A^T B over long sums, in chunks and on AMX in parts summed by the product: within the bound, the same bits at 1, 2 and 3 threads", "[ops]") {
+TEST_CASE("gemm: A^T B over long sums, in chunks and in parts summed by the product: within the bound, the same bits at 1, 2 and 3 threads", "[ops]") {
   // The weight gradients' shape. On brgemm the sum over K is cut into chunks of 1024 rows added in
-  // order, and where a chunk runs on AMX, into parts of 512 rows, each added to the chunk's sum by
-  // the product (oneDNN's sum post-op; matmul_dnnl.cpp). K not a multiple of either: a short last
-  // part and a short last chunk.
+  // order, and a chunk into parts, each added to the chunk's sum by the product (oneDNN's sum
+  // post-op; matmul_dnnl.h): 512 rows on AMX, 256 in FP32, 128 where 256 rows of B would pass
+  // 2 MiB (n 2100). K not a multiple of either: a short last part and a short last chunk.
   struct Shape { int64_t m, n, k; bool tb; };
-  const std::vector<Shape> shapes{{96, 80, 2600, false}, {200, 64, 1536, false}, {64, 48, 1100, true}, {130, 70, 700, false}};
+  const std::vector<Shape> shapes{{96, 80, 2600, false},   {200, 64, 1536, false}, {64, 48, 1100, true},
+                                  {130, 70, 700, false},   {40, 2100, 1100, false}};
   cpu::CpuOps ops;  // dense operands (strided A^T B products run on the jit GEMM, uncut)
   const int saved = omp_get_max_threads();
   std::set<std::string> impls;
@@ -435,10 +436,16 @@ TEST_CASE("gemm: A^T B over long sums, in chunks and on AMX in parts summed by t
         const std::string how = ops.gemm_implementation(cs.bind(cs.a.data(), cs.b.data(), c_probe.data()));
         impls.insert(how);
         INFO(cs.name << ": " << how);
-        // Parts where the chunks run on AMX: with a dense B wherever the product does (B^T's chunks
-        // are strided columns, which oneDNN 2.6 runs on its jit GEMM).
-        const bool parts = how.find("parts of 512") != std::string::npos;
-        if (!sh.tb) CHECK(parts == (how.rfind("brg:avx512_core_amx", 0) == 0));
+        // Parts where the chunks run on AMX or are FP32 on brgemm: with a dense B wherever the
+        // product does (B^T's chunks are strided columns, which oneDNN 2.6 runs on its jit GEMM).
+        const bool parts = how.find("summed by the product") != std::string::npos;
+        if (!sh.tb) {
+          const char* want = nullptr;
+          if (how.rfind("brg:avx512_core_amx", 0) == 0) want = "parts of 512";
+          else if (ab == DType::F32 && how.rfind("brg:", 0) == 0) want = sh.n > 2048 ? "parts of 128" : "parts of 256";
+          CHECK(parts == (want != nullptr));
+          if (want) CHECK(how.find(want) != std::string::npos);
+        }
         in_parts += parts;
         Raw first;
         for (int threads : {1, 2, 3}) {
@@ -458,7 +465,7 @@ TEST_CASE("gemm: A^T B over long sums, in chunks and on AMX in parts summed by t
   for (const auto& i : impls) ran += (ran.empty() ? "" : "; ") + i;
   const char* isa_limit = std::getenv("ONEDNN_MAX_CPU_ISA");
   WARN(in_parts << " long A^T B products ran in parts summed by the product (" << ran << "; oneDNN ISA limit "
-                << (isa_limit ? isa_limit : "none") << ")" << (in_parts ? "" : ": no AMX brgemm on this CPU"));
+                << (isa_limit ? isa_limit : "none") << ")" << (in_parts ? "" : ": no brgemm on this CPU"));
 }
 
 TEST_CASE("gemm: the same bits at 1, 2 and 3 threads, batched and single, strided and widened", "[ops]") {

@@ -198,11 +198,19 @@ DnnlMatmul::~DnnlMatmul() = default;
 bool DnnlMatmul::k_chunked(const MatmulShape& s) { return s.trans_a && s.k > 0 && Impl::is_brgemm(impl_->runs(s)); }
 
 // On AMX a chunk of 1024 rows ran at 600-720 GFLOP/s as one product and at 740-1030 as two parts of
-// 512 accumulated by the sum post-op (BF16, one thread, the GPT shapes' weight gradients; FP32 and
-// AVX-512-BF16 brgemm without AMX: no faster, so whole there).
+// 512 (BF16, one thread, the GPT shapes' weight gradients). FP32 brgemm ran GPT-2's 768 x 3072
+// weight gradient at 53 GFLOP/s in chunks of 1024 rows (B's chunk, 12 MiB, streamed for every
+// block of C) and at 127 in parts of 128; BF16 brgemm without AMX: no faster in parts.
 size_t DnnlMatmul::k_part(const MatmulShape& chunk) {
-  if (chunk.k <= kKPart) return chunk.k;
-  return impl_->get(chunk).impl.find("amx") != std::string::npos ? kKPart : chunk.k;
+  const Impl::Entry& e = impl_->get(chunk);
+  size_t part = chunk.k;
+  if (e.impl.find("amx") != std::string::npos) {
+    part = kKPartAmx;
+  } else if (Impl::is_brgemm(e) && chunk.ab == DType::F32 && chunk.m * chunk.n <= kKPartMaxC) {
+    part = kKPartF32;
+    while (part > kKPartF32Min && part * chunk.n * sizeof(float) > kKPartBytes) part /= 2;
+  }
+  return std::min(part, chunk.k);
 }
 
 MatmulTiles DnnlMatmul::tiles(const MatmulShape& s) {

@@ -117,10 +117,18 @@ class DnnlMatmul {
   // M x N FP32 block per thread, and one more for the running sum when there are more chunks
   // than threads (GPT-2's LM head at 16 x 1024 tokens, 2 threads: 3 x 154 MB).
   static constexpr size_t kKChunk = 1024;
-  // Where a chunk's product runs on AMX, it runs as parts of kKPart rows, each added to the
-  // chunk's FP32 sum by the product itself (oneDNN's sum post-op), in part order: 1.3-1.5x faster
-  // than one 1024-row product at the GPT shapes' weight gradients (docs/benchmarks.md).
-  static constexpr size_t kKPart = 512;
+  // A chunk's product runs as parts of rows, each after the first added to the chunk's FP32 sum by
+  // the product itself (oneDNN's sum post-op), in part order (k_part: docs/benchmarks.md):
+  // - on AMX, parts of kKPartAmx rows: 1.3-1.5x faster than one 1024-row product at the GPT
+  //   shapes' weight gradients;
+  // - FP32 on brgemm, parts of kKPartF32 rows, halved (down to kKPartF32Min) while a part of B
+  //   holds more than kKPartBytes (an L2 cache of the CPU measured), where C has at most
+  //   kKPartMaxC elements (more: each part's pass over C costs more than it saves): GPT-2's
+  //   mlp.proj weight gradient (768 x 3072, K 2048) 2.4x faster in parts of 128, the others up
+  //   to 1.12x;
+  // - otherwise whole (BF16 on AVX-512-BF16 brgemm without AMX: no faster in parts).
+  static constexpr size_t kKPartAmx = 512, kKPartF32 = 256, kKPartF32Min = 64;
+  static constexpr size_t kKPartBytes = size_t(2) << 20, kKPartMaxC = size_t(1) << 22;
   bool k_chunked(const MatmulShape& s);
   size_t k_part(const MatmulShape& chunk);  // the rows of one part of a chunk of this shape
   void run_k_chunks(const MatmulShape& s, int threads, const void* a, const void* b, const void* bias, void* c);
