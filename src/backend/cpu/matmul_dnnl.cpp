@@ -333,7 +333,9 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
   MatmulShape part = s;  // a chunk: every row and column of C, kKChunk rows of A and B, FP32, no bias
   part.lda = s.a_stride(), part.ldb = s.b_stride(), part.ldc = s.n;
   part.c = DType::F32, part.has_bias = false;
-  float* sum = impl_->k_sum.data();  // the earlier waves' sum (more waves than one)
+  // The earlier waves' sum (more waves than one); the first chunk is computed into it.
+  const bool waves = chunks > size_t(workers);
+  float* sum = impl_->k_sum.data();
   std::exception_ptr failed;
   for (size_t wave = 0; wave < chunks; wave += size_t(workers)) {
     const size_t in_wave = std::min(chunks - wave, size_t(workers));
@@ -347,13 +349,13 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
       try {  // A stored K x M: rows k0.. of it; B: rows k0.. (K x N) or columns k0.. (N x K)
         // The chunk's parts in order, each after the first added to the sum by the product.
         const size_t step = k_part(p);
+        float* into = waves && wave == 0 && w == 0 ? sum : impl_->slots[size_t(w)].partial.data();
         for (size_t k1 = k0; k1 < k0 + p.k; k1 += step) {
           MatmulShape q = p;
           q.k = std::min(k0 + p.k, k1 + step) - k1;
           q.accumulate = k1 > k0;
           impl_->execute(w, q, static_cast<const char*>(a) + k1 * part.lda * ea,
-                         static_cast<const char*>(b) + (s.trans_b ? k1 : k1 * part.ldb) * ea, nullptr,
-                         impl_->slots[size_t(w)].partial.data());
+                         static_cast<const char*>(b) + (s.trans_b ? k1 : k1 * part.ldb) * ea, nullptr, into);
         }
       } catch (...) {
 #pragma omp critical(amp_matmul_failed)
@@ -363,11 +365,12 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
     if (failed) std::rethrow_exception(failed);
     // The wave's partials in chunk order, after the running sum of the earlier waves.
     std::vector<const float*> terms;
-    if (wave > 0) terms.push_back(sum);
-    for (size_t i = 0; i < in_wave; ++i) terms.push_back(impl_->slots[i].partial.data());
+    if (waves) terms.push_back(sum);  // in the first wave, P0
+    for (size_t i = waves && wave == 0 ? 1 : 0; i < in_wave; ++i) terms.push_back(impl_->slots[i].partial.data());
     // Before the last wave: sum = ((P0 + P1) + P2) + ..., in FP32. The last wave: C = round(that
     // sum + bias), the one rounding (to nearest even, as oneDNN's).
     const bool last = wave + in_wave == chunks;
+    if (!last && terms.size() == 1) continue;  // a first wave of one chunk: the sum is P0
     std::vector<float> bias_f(last && s.has_bias ? s.n : 0);
     if (!bias_f.empty()) convert(bias, s.bias, bias_f.data(), DType::F32, s.n);
     const DType out = last ? s.c : DType::F32;
