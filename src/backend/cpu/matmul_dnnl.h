@@ -124,8 +124,8 @@ class DnnlMatmul {
   // - FP32 on brgemm, parts of kKPartF32 rows, halved (down to kKPartF32Min) while a part of B
   //   holds more than kKPartBytes (an L2 cache of the CPU measured), where C has at most
   //   kKPartMaxC elements (more: each part's pass over C costs more than it saves): GPT-2's
-  //   mlp.proj weight gradient (768 x 3072, K 2048) 2.4x faster in parts of 128, the others up
-  //   to 1.12x;
+  //   mlp.proj weight gradient (768 x 3072, K 2048) 2.1x faster in parts of 128; the GPT
+  //   shapes' others within the VM's noise (3%) in parts of 256;
   // - otherwise whole (BF16 on AVX-512-BF16 brgemm without AMX: no faster in parts).
   static constexpr size_t kKPartAmx = 512, kKPartF32 = 256, kKPartF32Min = 64;
   static constexpr size_t kKPartBytes = size_t(2) << 20, kKPartMaxC = size_t(1) << 22;
