@@ -206,7 +206,8 @@ size_t DnnlMatmul::k_part(const MatmulShape& chunk) {
   size_t part = chunk.k;
   if (e.impl.find("amx") != std::string::npos) {
     part = kKPartAmx;
-  } else if (Impl::is_brgemm(e) && chunk.ab == DType::F32 && chunk.m * chunk.n <= kKPartMaxC) {
+  } else if (Impl::is_brgemm(e) && chunk.ab == DType::F32 && chunk.k * chunk.n * sizeof(float) > kKPartWideB &&
+             chunk.m * chunk.n <= kKPartMaxC) {
     part = kKPartF32;
     while (part > kKPartF32Min && part * chunk.n * sizeof(float) > kKPartBytes) part /= 2;
   }

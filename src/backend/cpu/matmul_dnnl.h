@@ -121,14 +121,14 @@ class DnnlMatmul {
   // the product itself (oneDNN's sum post-op), in part order (k_part: docs/benchmarks.md):
   // - on AMX, parts of kKPartAmx rows: 1.3-1.5x faster than one 1024-row product at the GPT
   //   shapes' weight gradients;
-  // - FP32 on brgemm, parts of kKPartF32 rows, halved (down to kKPartF32Min) while a part of B
-  //   holds more than kKPartBytes (an L2 cache of the CPU measured), where C has at most
-  //   kKPartMaxC elements (more: each part's pass over C costs more than it saves): GPT-2's
-  //   mlp.proj weight gradient (768 x 3072, K 2048) 2.1x faster in parts of 128; the GPT
-  //   shapes' others within the VM's noise (3%) in parts of 256;
+  // - FP32 on brgemm where a chunk of B holds more than kKPartWideB bytes (streamed again for
+  //   every block of C) and C at most kKPartMaxC elements: parts of kKPartF32 rows, halved (down
+  //   to kKPartF32Min) while a part of B holds more than kKPartBytes (an L2 cache of the CPU
+  //   measured). GPT-2's mlp.proj weight gradient (768 x 3072, K 2048) ran 2.1x faster in parts
+  //   of 128; narrower B (the other GPT shapes) gained nothing at 1 thread and lost 7-9% at 2;
   // - otherwise whole (BF16 on AVX-512-BF16 brgemm without AMX: no faster in parts).
   static constexpr size_t kKPartAmx = 512, kKPartF32 = 256, kKPartF32Min = 64;
-  static constexpr size_t kKPartBytes = size_t(2) << 20, kKPartMaxC = size_t(1) << 22;
+  static constexpr size_t kKPartBytes = size_t(2) << 20, kKPartWideB = size_t(8) << 20, kKPartMaxC = size_t(1) << 22;
   bool k_chunked(const MatmulShape& s);
   size_t k_part(const MatmulShape& chunk);  // the rows of one part of a chunk of this shape
   void run_k_chunks(const MatmulShape& s, int threads, const void* a, const void* b, const void* bias, void* c);
