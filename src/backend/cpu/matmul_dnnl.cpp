@@ -93,6 +93,7 @@ struct DnnlMatmul::Impl {
     return s.k <= 4096 && 2.0 * double(s.m) * double(s.n) * double(s.k) >= 1024.0 * copied;
   }
   bool packs(const MatmulShape& s) {
+    if (s.accumulate) return false;  // C's old values are an input: never through a dense copy
     const MatmulShape d = dense(s);
     if (d.key() == s.key() || !copies_pay(s, d) || is_brgemm(get(s))) return false;
     return is_brgemm(get(d));

@@ -13,10 +13,11 @@
 // - brgemm, A^T B (the weight gradients): oneDNN threads it by cutting the sum over K on AMX CPUs
 //   (1 and 2 threads differed in 47 of 442,368 elements of a 1152 x 384 x 2048 BF16 product), and
 //   a slice of A^T's rows or of B's columns is a strided operand it leaves brgemm for. So the sum
-//   over K is cut here, by the shape alone: chunks of kKChunk rows of A and B, each a whole
-//   single-threaded A^T B product into FP32, run side by side (a wave of as many as there are
-//   threads), and added in chunk order (((P0 + P1) + P2) + ...), the bias after them, rounded
-//   once to C's dtype. The same additions in the same order at any thread count.
+//   over K is cut here, by the shape alone: chunks of kKChunk rows of A and B, each a
+//   single-threaded A^T B product into FP32 (on AMX, and in FP32 with a wide B, in parts added
+//   to it by the product: k_part), run side by side (a wave of as many as there are threads),
+//   and added in chunk order (((P0 + P1) + P2) + ...), the bias after them, rounded once to C's
+//   dtype. The same additions in the same order at any thread count.
 // - Strided operands (one head's columns of qkv, a tile of C narrower than C): oneDNN 2.6 runs
 //   them on its jit GEMM only, 2-3x slower than brgemm on AMX. Where the dense shape has brgemm, a
 //   product of more than kFewRows rows is copied: its strided A, B and C go through dense buffers
