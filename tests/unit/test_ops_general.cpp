@@ -31,6 +31,32 @@ Raw run_gemm(cpu::CpuOps& ops, const ops_ref::GemmCase& cs) {
   return c;
 }
 
+// Runs a case at 1, 2 and 3 threads: within the reference bound at 1, the same bits at 2 and 3.
+void check_at_1_2_3_threads(cpu::CpuOps& ops, const ops_ref::GemmCase& cs) {
+  const int saved = omp_get_max_threads();
+  Raw first;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    const Raw got = run_gemm(ops, cs);
+    INFO(threads << " threads");
+    if (threads == 1) {
+      OPS_REQUIRE_GEMM(cs, got, 1.0);
+      first = got;
+    } else {
+      CHECK(got.bytes == first.bytes);
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+// The oneDNN kernels a test ran and the ISA limit it ran under, for its WARN line.
+std::string ran_on(const std::set<std::string>& impls) {
+  std::string ran;
+  for (const auto& i : impls) ran += (ran.empty() ? "" : "; ") + i;
+  const char* isa_limit = std::getenv("ONEDNN_MAX_CPU_ISA");
+  return ran + "; oneDNN ISA limit " + (isa_limit ? isa_limit : "none");
+}
+
 }  // namespace
 
 TEST_CASE("gemm: every transpose and dtype pair, batch 1 and 3, padded ld, alpha and beta", "[ops]") {
@@ -425,7 +451,6 @@ TEST_CASE("gemm: A^T B over long sums, in chunks and in parts summed by the prod
   const std::vector<Shape> shapes{{96, 80, 2600, false},   {200, 64, 1536, false}, {64, 48, 1100, true},
                                   {130, 70, 700, false},   {40, 2100, 1100, false}};
   cpu::CpuOps ops;  // dense operands (strided A^T B products run on the jit GEMM, uncut)
-  const int saved = omp_get_max_threads();
   std::set<std::string> impls;
   size_t in_parts = 0;
   uint64_t seed = 9300;
@@ -448,25 +473,10 @@ TEST_CASE("gemm: A^T B over long sums, in chunks and in parts summed by the prod
           if (want) CHECK(how.find(want) != std::string::npos);
         }
         in_parts += parts;
-        Raw first;
-        for (int threads : {1, 2, 3}) {
-          omp_set_num_threads(threads);
-          const Raw got = run_gemm(ops, cs);
-          INFO(threads << " threads");
-          if (threads == 1) {
-            OPS_REQUIRE_GEMM(cs, got, 1.0);
-            first = got;
-          } else {
-            CHECK(got.bytes == first.bytes);
-          }
-        }
+        check_at_1_2_3_threads(ops, cs);
       }
-  omp_set_num_threads(saved);
-  std::string ran;
-  for (const auto& i : impls) ran += (ran.empty() ? "" : "; ") + i;
-  const char* isa_limit = std::getenv("ONEDNN_MAX_CPU_ISA");
-  WARN(in_parts << " long A^T B products ran in parts summed by the product (" << ran << "; oneDNN ISA limit "
-                << (isa_limit ? isa_limit : "none") << ")" << (in_parts ? "" : ": no brgemm on this CPU"));
+  WARN(in_parts << " long A^T B products ran in parts summed by the product (" << ran_on(impls) << ")"
+                << (in_parts ? "" : ": no brgemm on this CPU"));
 }
 
 TEST_CASE("gemm: the same bits at 1, 2 and 3 threads, batched and single, strided and widened", "[ops]") {
@@ -479,7 +489,6 @@ TEST_CASE("gemm: the same bits at 1, 2 and 3 threads, batched and single, stride
   ops_ref::GemmLayout lay;
   lay.pad_a = 3, lay.pad_b = 1, lay.pad_c = 2, lay.gap = 5;
   cpu::CpuOps ops;
-  const int saved = omp_get_max_threads();
   std::set<std::string> impls;
   uint64_t seed = 7000;
   for (const Shape& sh : shapes)
@@ -488,23 +497,9 @@ TEST_CASE("gemm: the same bits at 1, 2 and 3 threads, batched and single, stride
         const auto cs = ops_ref::make_gemm_case(sh.m, sh.n, sh.k, sh.batch, sh.ta, sh.tb, ab, c, 1.0f, 0.0f, lay, ++seed);
         Raw c_probe = cs.c0;
         impls.insert(ops.gemm_implementation(cs.bind(cs.a.data(), cs.b.data(), c_probe.data())));
-        Raw first;
-        for (int threads : {1, 2, 3}) {
-          omp_set_num_threads(threads);
-          const Raw got = run_gemm(ops, cs);
-          INFO(dtype_name(ab) << " -> " << dtype_name(c) << ", " << sh.batch << " x " << sh.m << "x" << sh.n << "x"
-                              << sh.k << (sh.ta ? " A^T" : "") << (sh.tb ? " B^T" : "") << ", " << threads << " threads");
-          if (threads == 1) {
-            OPS_REQUIRE_GEMM(cs, got, 1.0);
-            first = got;
-          } else {
-            CHECK(got.bytes == first.bytes);
-          }
-        }
+        INFO(dtype_name(ab) << " -> " << dtype_name(c) << ", " << sh.batch << " x " << sh.m << "x" << sh.n << "x"
+                            << sh.k << (sh.ta ? " A^T" : "") << (sh.tb ? " B^T" : ""));
+        check_at_1_2_3_threads(ops, cs);
       }
-  omp_set_num_threads(saved);
-  std::string ran;
-  for (const auto& i : impls) ran += (ran.empty() ? "" : "; ") + i;
-  const char* isa_limit = std::getenv("ONEDNN_MAX_CPU_ISA");
-  WARN("gemm ran on " << ran << " (oneDNN ISA limit " << (isa_limit ? isa_limit : "none") << ")");
+  WARN("gemm ran on " << ran_on(impls));
 }
