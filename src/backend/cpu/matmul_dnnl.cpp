@@ -28,6 +28,15 @@ memory::data_type dnnl_type(DType t) {
     default: throw Error(ErrorKind::Internal, strcat("matmul: unsupported dtype ", dtype_name(t)));
   }
 }
+// A chunk of run_k_chunks' A^T B (s): every row and column of C, k rows of A and B at s's strides,
+// into a dense FP32 block, no bias.
+MatmulShape k_chunk_shape(const MatmulShape& s, size_t k) {
+  MatmulShape c = s;
+  c.k = k;
+  c.lda = s.a_stride(), c.ldb = s.b_stride(), c.ldc = s.n;
+  c.c = DType::F32, c.has_bias = false;
+  return c;
+}
 }  // namespace
 
 struct DnnlMatmul::Impl {
@@ -332,9 +341,6 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
     for (int w = 0; w < workers; ++w) impl_->slots[size_t(w)].partial.resize(mn);
     impl_->k_sum.resize(chunks > size_t(workers) ? mn : 0);
   }
-  MatmulShape part = s;  // a chunk: every row and column of C, kKChunk rows of A and B, FP32, no bias
-  part.lda = s.a_stride(), part.ldb = s.b_stride(), part.ldc = s.n;
-  part.c = DType::F32, part.has_bias = false;
   // The earlier waves' sum (more waves than one); the first chunk is computed into it.
   const bool waves = chunks > size_t(workers);
   float* sum = impl_->k_sum.data();
@@ -346,8 +352,7 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
       const int w = omp_get_thread_num();
       omp_set_num_threads(1);
       const size_t k0 = (wave + size_t(w)) * kKChunk;
-      MatmulShape p = part;
-      p.k = std::min(s.k, k0 + kKChunk) - k0;
+      const MatmulShape p = k_chunk_shape(s, std::min(s.k, k0 + kKChunk) - k0);
       try {  // A stored K x M: rows k0.. of it; B: rows k0.. (K x N) or columns k0.. (N x K)
         // The chunk's parts in order, each after the first added to the sum by the product.
         const size_t step = k_part(p);
@@ -356,8 +361,8 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
           MatmulShape q = p;
           q.k = std::min(k0 + p.k, k1 + step) - k1;
           q.accumulate = k1 > k0;
-          impl_->execute(w, q, static_cast<const char*>(a) + k1 * part.lda * ea,
-                         static_cast<const char*>(b) + (s.trans_b ? k1 : k1 * part.ldb) * ea, nullptr, into);
+          impl_->execute(w, q, static_cast<const char*>(a) + k1 * p.lda * ea,
+                         static_cast<const char*>(b) + (s.trans_b ? k1 : k1 * p.ldb) * ea, nullptr, into);
         }
       } catch (...) {
 #pragma omp critical(amp_matmul_failed)
@@ -397,10 +402,7 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
 std::string DnnlMatmul::implementation(const MatmulShape& s) {
   if (impl_->packs(s)) return impl_->get(Impl::dense(s)).impl + " (dense copies)";
   if (!k_chunked(s)) return impl_->get(s).impl;
-  MatmulShape chunk = s;  // the first chunk, as run_k_chunks plans it
-  chunk.k = std::min(s.k, kKChunk);
-  chunk.lda = s.a_stride(), chunk.ldb = s.b_stride(), chunk.ldc = s.n;
-  chunk.c = DType::F32, chunk.has_bias = false;
+  const MatmulShape chunk = k_chunk_shape(s, std::min(s.k, kKChunk));  // the first chunk
   const size_t part = k_part(chunk);
   return impl_->get(s).impl + " (K in chunks of " + std::to_string(kKChunk) + " on " + impl_->get(chunk).impl +
          (part < chunk.k ? ", parts of " + std::to_string(part) + " summed by the product)" : ")");
