@@ -434,11 +434,8 @@ TEST_CASE("gemm: strided operands run on the dense product's brgemm through dens
               differ += got.bits(size_t(bi * gs.stride_c + i * gs.ldc + j)) != want.bits(size_t(bi * gd.stride_c + i * gd.ldc + j));
         CHECK(differ == 0);
       }
-  std::string ran;
-  for (const auto& i : impls) ran += (ran.empty() ? "" : "; ") + i;
-  const char* isa_limit = std::getenv("ONEDNN_MAX_CPU_ISA");
-  WARN(packed << " strided products ran on dense copies (" << ran << "; oneDNN ISA limit "
-              << (isa_limit ? isa_limit : "none") << ")" << (packed ? "" : ": no brgemm on this CPU, nothing to copy"));
+  WARN(packed << " strided products ran on dense copies (" << ran_on(impls) << ")"
+              << (packed ? "" : ": no brgemm on this CPU, nothing to copy"));
 }
 
 TEST_CASE("gemm: A^T B over long sums, in chunks and in parts summed by the product: within the bound, the same bits at 1, 2 and 3 threads", "[ops]") {
