@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/half.h"
+#include "core/prefetch.h"
 
 namespace amp::convert_detail {
 
@@ -46,6 +47,7 @@ template <bool Stream>
 AMP_TARGET_AVX512 void f32_to_f16_avx512_run(const float* src, uint16_t* dst, size_t n) {
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetch_ahead(src + i), prefetch_ahead(src + i + 16);  // two lines of floats
     const __m256i a = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), kRne);
     const __m256i b = _mm512_cvtps_ph(_mm512_loadu_ps(src + i + 16), kRne);
     store_512(dst + i, join_256(a, b), Stream);
@@ -60,6 +62,7 @@ template <bool Stream>
 AMP_TARGET_AVX512 void f16_to_f32_avx512_run(const uint16_t* src, float* dst, size_t n) {
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetch_ahead(src + i);  // one line of 16-bit values
     const __m512i v = _mm512_loadu_si512(src + i);
     const __m512 a = _mm512_cvtph_ps(_mm512_castsi512_si256(v));
     const __m512 b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1));
@@ -88,6 +91,7 @@ template <bool Stream>
 AMP_TARGET_AVX512 void f32_to_bf16_avx512_run(const float* src, uint16_t* dst, size_t n) {
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetch_ahead(src + i), prefetch_ahead(src + i + 16);  // two lines of floats
     const __m256i a = bf16_bits_avx512(_mm512_loadu_si512(src + i));
     const __m256i b = bf16_bits_avx512(_mm512_loadu_si512(src + i + 16));
     store_512(dst + i, join_256(a, b), Stream);
@@ -109,6 +113,7 @@ template <bool Stream>
 AMP_TARGET_AVX512 void bf16_to_f32_avx512_run(const uint16_t* src, float* dst, size_t n) {
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetch_ahead(src + i);  // one line of 16-bit values
     const __m512i v = _mm512_loadu_si512(src + i);
     store_512(dst + i, bf16_widen_avx512(_mm512_castsi512_si256(v)), Stream);
     store_512(dst + i + 16, bf16_widen_avx512(_mm512_extracti64x4_epi64(v, 1)), Stream);
@@ -142,6 +147,7 @@ template <bool Stream>
 AMP_TARGET_AVX512BF16 void f32_to_bf16_avx512bf16_run(const float* src, uint16_t* dst, size_t n) {
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetch_ahead(src + i), prefetch_ahead(src + i + 16);  // two lines of floats
     const __m256i a = bf16_bits_avx512bf16(_mm512_loadu_si512(src + i));
     const __m256i b = bf16_bits_avx512bf16(_mm512_loadu_si512(src + i + 16));
     store_512(dst + i, join_256(a, b), Stream);

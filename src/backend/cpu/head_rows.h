@@ -6,17 +6,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/prefetch.h"
+
 namespace amp::cpu {
 
 // The head's rows are short (D elements) and far apart (3 * H * D), so the hardware's prefetchers
 // bring in little ahead of the copy loops, which then wait on every row: the loops ask for the row
 // this many rows ahead (3-6% off the op at T = 256, docs/benchmarks.md).
 constexpr int64_t kPrefetchRows = 8;
-
-// The cache lines of `bytes` bytes from p (a hint: nothing is read).
-inline void prefetch_row(const void* p, int64_t bytes) {
-  for (int64_t o = 0; o < bytes + 63; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o);
-}
 
 // Rows t = 0 .. T-1 of sequence b's D 16-bit columns at element offset `col` of a [B*T, ld] tensor
 // into dst, rows dst_ld apart.

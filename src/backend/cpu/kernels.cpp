@@ -12,6 +12,7 @@
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "core/prefetch.h"
 
 namespace amp::cpu {
 
@@ -71,7 +72,10 @@ bool unscale_block(const void* g, DType t, size_t begin, size_t len, float inv, 
   // CUDA pass does: the norm then hardly depends on how the elements are cut into chunks (sharded
   // optimizer state cuts them differently).
   __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  const size_t es = dtype_size(t);
+  const char* bytes = static_cast<const char*>(g) + begin * es;
   for (; j + 8 <= len; j += 8) {
+    prefetch_ahead(bytes + j * es);  // 2.5-3.4x on 16-bit gradients, 1.5x on FP32 (prefetch.h)
     const __m256 a = _mm256_mul_ps(load8(g, t, begin + j), vinv);
     if (out) _mm256_storeu_ps(out + j, a);
     nonfinite = _mm256_or_ps(nonfinite, _mm256_cmp_ps(_mm256_and_ps(a, exp_mask), exp_mask, _CMP_EQ_OQ));
@@ -348,7 +352,12 @@ void adamw_block(const OptimizerParams& p_in, const StepScalars& s_in, float* __
                  float* __restrict m, float* __restrict v, size_t len) {
   const OptimizerParams p = p_in;  // local copies: loads that cannot alias the arrays
   const StepScalars s = s_in;
-  for (size_t i = 0; i < len; ++i) adamw_update(w[i], g[i], m[i], v[i], p, s);
+  constexpr size_t kLine = 16;  // floats per cache line: the four streams asked for ahead (prefetch.h)
+  for (size_t i0 = 0; i0 < len; i0 += kLine) {
+    prefetch_ahead(w + i0), prefetch_ahead(g + i0), prefetch_ahead(m + i0), prefetch_ahead(v + i0);
+    const size_t e = std::min(len, i0 + kLine);
+    for (size_t i = i0; i < e; ++i) adamw_update(w[i], g[i], m[i], v[i], p, s);
+  }
 }
 void sgd_block(const OptimizerParams& p_in, const StepScalars& s_in, float* __restrict w, const float* __restrict g,
                float* __restrict mom, size_t len) {

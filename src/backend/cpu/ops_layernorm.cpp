@@ -7,6 +7,7 @@
 #include "backend/cpu/row_sum_order.h"
 #include "backend/cpu/transformer_rows.h"
 #include "core/error.h"
+#include "core/prefetch.h"
 
 namespace amp::cpu {
 
@@ -22,6 +23,7 @@ void CpuOps::layernorm_forward(const LayerNormArgs& a) {
   const int64_t C = a.C;
   const std::vector<float> gamma = to_floats(a.gamma, a.type, C), beta = to_floats(a.beta, a.type, C);
   const float c_den = float(C);
+  const int64_t es = int64_t(dtype_size(a.type));
 #pragma omp parallel if (a.rows * C >= kParallelMin && a.rows > 1)
   {
     // The elementwise loops below vectorize (no contraction in this file: each lane rounds as the
@@ -31,6 +33,7 @@ void CpuOps::layernorm_forward(const LayerNormArgs& a) {
     const float* be = beta.data();
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < a.rows; ++r) {
+      if (r + 1 < a.rows) prefetch_row(at(a.x, a.type, (r + 1) * C), C * es);  // the next row (prefetch.h)
       const float* x = row_in(a.x, a.type, r * C, C, v.data());
       const float mean = lanes_sum(x, C) / c_den;
       float* d2 = sq.data();
@@ -65,6 +68,7 @@ class LnBackwardRows {
   void dx(int64_t r) {
     const int64_t C = a_.C;
     const float c_den = float(C);
+    prefetch_next(r + 1);
     const float* x = row_in(a_.x, a_.type, r * C, C, xin_.data());
     dy_ = row_in(a_.dy, a_.type, r * C, C, dyin_.data());
     const float mean = a_.mean[r], rstd = a_.rstd[r];
@@ -89,6 +93,16 @@ class LnBackwardRows {
       for (int64_t j = 0; j < C; ++j) dx[j] = tmath::ln_dx(dn[j], ma, n[j], mb, rstd);
     }
     row_store(out_.data(), a_.dx, a_.type, r * C, C);
+  }
+
+  // Asks for row r's x, dy and (when accumulating) dx ahead of dx(r) (prefetch.h); r may be past
+  // the last row (then nothing).
+  void prefetch_next(int64_t r) const {
+    if (r >= a_.rows) return;
+    const int64_t C = a_.C, bytes = C * int64_t(dtype_size(a_.type));
+    prefetch_row(at(a_.x, a_.type, r * C), bytes);
+    prefetch_row(at(a_.dy, a_.type, r * C), bytes);
+    if (a_.accumulate_dx) prefetch_row(at(a_.dx, a_.type, r * C), bytes);
   }
 
   // The last row's terms of dgamma and dbeta added to a lane's partials: ag += n * dy, ab += dy.

@@ -41,13 +41,19 @@ void softmax_backward_scalar(const float* p, const float* dp, float scale, float
 // ---- AVX2
 void gelu_forward_avx2(const float* x, float* y, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu_tanh8(_mm256_loadu_ps(x + i)));
+  for (; i + 8 <= n; i += 8) {
+    prefetch_ahead(x + i);
+    _mm256_storeu_ps(y + i, gelu_tanh8(_mm256_loadu_ps(x + i)));
+  }
   gelu_forward_scalar(x + i, y + i, n - i);
 }
 void gelu_backward_avx2(const float* x, const float* dy, float* dx, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
+  for (; i + 8 <= n; i += 8) {
+    prefetch_ahead(x + i);
+    prefetch_ahead(dy + i);
     _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dy + i), gelu_tanh_grad8(_mm256_loadu_ps(x + i))));
+  }
   gelu_backward_scalar(x + i, dy + i, dx + i, n - i);
 }
 

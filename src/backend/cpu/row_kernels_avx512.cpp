@@ -34,7 +34,10 @@ __mmask16 tail_mask(int64_t left) { return left >= 16 ? __mmask16(0xffff) : __mm
 
 void gelu_forward(const float* x, float* y, int64_t n) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, gelu16(_mm512_loadu_ps(x + i)));
+  for (; i + 16 <= n; i += 16) {
+    prefetch_ahead(x + i);
+    _mm512_storeu_ps(y + i, gelu16(_mm512_loadu_ps(x + i)));
+  }
   if (i < n) {
     const __mmask16 m = tail_mask(n - i);
     _mm512_mask_storeu_ps(y + i, m, gelu16(_mm512_maskz_loadu_ps(m, x + i)));
@@ -43,8 +46,11 @@ void gelu_forward(const float* x, float* y, int64_t n) {
 
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
+  for (; i + 16 <= n; i += 16) {
+    prefetch_ahead(x + i);
+    prefetch_ahead(dy + i);
     _mm512_storeu_ps(dx + i, _mm512_mul_ps(_mm512_loadu_ps(dy + i), gelu_grad16(_mm512_loadu_ps(x + i))));
+  }
   if (i < n) {
     const __mmask16 m = tail_mask(n - i);
     const __m512 g = gelu_grad16(_mm512_maskz_loadu_ps(m, x + i));
