@@ -151,8 +151,10 @@ void scatter(const float* src, void* dst, DType type, int64_t ld, int64_t b, int
   const int64_t T = s.T, D = s.D, Dp = s.Dp;
   if (type == DType::F32) {
     float* y = static_cast<float*>(dst) + b * T * ld + col;
-    for (int64_t t = 0; t < T; ++t)
+    for (int64_t t = 0; t < T; ++t) {
+      if (t + kPrefetchRows < T) prefetch_row(y + (t + kPrefetchRows) * ld, D * 4);  // as gather's reads
       for (int64_t d = 0; d < D; ++d) y[t * ld + d] = src[t * Dp + d];
+    }
     return;
   }
   uint16_t* h = s.half.data();
