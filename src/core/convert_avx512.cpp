@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "core/bf16_avx512.h"
 #include "core/half.h"
 #include "core/prefetch.h"
 
@@ -75,17 +76,7 @@ AMP_TARGET_AVX512 void f16_to_f32_avx512_run(const uint16_t* src, float* dst, si
   }
 }
 
-// Same rule as bf16_bits_avx2, 16 lanes, narrowed to 16 bits.
-AMP_TARGET_AVX512 inline __m256i bf16_bits_avx512(__m512i x) {
-  const __m512i hi = _mm512_srli_epi32(x, 16);
-  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(
-      _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(
-      _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_cvtepi32_epi16(
-      _mm512_mask_or_epi32(rounded, is_nan, hi, _mm512_set1_epi32(0x40)));
-}
+// bf16_bits_avx512 and bf16_widen_avx512 (core/bf16_avx512.h): bf16_bits_avx2's rule on 16 lanes.
 
 template <bool Stream>
 AMP_TARGET_AVX512 void f32_to_bf16_avx512_run(const float* src, uint16_t* dst, size_t n) {
@@ -100,13 +91,6 @@ AMP_TARGET_AVX512 void f32_to_bf16_avx512_run(const float* src, uint16_t* dst, s
     const __mmask16 m = tail_mask16(std::min<size_t>(16, n - i));
     store_16x16(dst + i, m, bf16_bits_avx512(_mm512_maskz_loadu_epi32(m, src + i)));
   }
-}
-
-AMP_TARGET_AVX512 inline __m512i bf16_widen_avx512(__m256i b) {
-  const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16);
-  const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(
-      _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_mask_or_epi32(x, is_nan, x, _mm512_set1_epi32(0x400000));
 }
 
 template <bool Stream>

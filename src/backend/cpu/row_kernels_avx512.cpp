@@ -14,8 +14,11 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <cstring>
+
 #include "backend/cpu/transformer_rows.h"
 #include "backend/transformer_args.h"
+#include "core/bf16_avx512.h"
 
 // Only what follows is AVX-512 code, in an anonymous namespace (see attention_avx512.cpp).
 #pragma GCC push_options
@@ -56,6 +59,50 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
     const __m512 g = gelu_grad16(_mm512_maskz_loadu_ps(m, x + i));
     _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i), g));
   }
+}
+
+// 16 BF16 values from p as floats, and 16 floats rounded to BF16 at p (core/bf16_avx512.h).
+__m512 load_bf16(const uint16_t* p) {
+  return _mm512_castsi512_ps(bf16_widen_avx512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+}
+void store_bf16(uint16_t* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_bits_avx512(_mm512_castps_si512(v)));
+}
+
+// out = f(the N inputs) 16 elements at a time over n elements of BF16 arrays: full vectors in
+// place, the last partial one through zero-padded copies (masked 16-bit moves would need
+// AVX-512BW). f is a function, not a lambda: GCC 12 compiles lambdas without the file's target.
+template <int N, __m512 (*f)(const __m512*)>
+void each16_bf16(const uint16_t* const (&ins)[N], uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v[N];
+    for (int k = 0; k < N; ++k) {
+      prefetch_ahead(ins[k] + i);
+      v[k] = load_bf16(ins[k] + i);
+    }
+    store_bf16(out + i, f(v));
+  }
+  if (i < n) {
+    const size_t bytes = size_t(n - i) * 2;
+    alignas(32) uint16_t pad[N][16] = {}, res[16];
+    __m512 v[N];
+    for (int k = 0; k < N; ++k) {
+      std::memcpy(pad[k], ins[k] + i, bytes);
+      v[k] = load_bf16(pad[k]);
+    }
+    store_bf16(res, f(v));
+    std::memcpy(out + i, res, bytes);
+  }
+}
+
+__m512 gelu_of(const __m512* v) { return gelu16(v[0]); }                                   // x
+__m512 dy_gelu_grad_of(const __m512* v) { return _mm512_mul_ps(v[1], gelu_grad16(v[0])); }  // x, dy
+
+void gelu_forward_bf16(const uint16_t* x, uint16_t* y, int64_t n) { each16_bf16<1, gelu_of>({x}, y, n); }
+
+void gelu_backward_bf16(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n) {
+  each16_bf16<2, dy_gelu_grad_of>({x, dy}, dx, n);
 }
 
 // A 32-lane row reduction (transformer_args.h): lanes 0-15 in lo, 16-31 in hi; f(j, mask) gives
@@ -131,7 +178,8 @@ void softmax_backward(const float* p, const float* dp, float scale, float* ds, i
 }  // namespace
 
 const RowKernels& row_kernels_avx512() {
-  static const RowKernels k{"avx512", gelu_forward, gelu_backward, softmax_forward, softmax_backward};
+  static const RowKernels k{"avx512",          gelu_forward,    gelu_backward, gelu_forward_bf16, gelu_backward_bf16,
+                            softmax_forward, softmax_backward};
   return k;
 }
 
