@@ -26,4 +26,16 @@ inline void copy_head_rows16(const void* src, int64_t ld, int64_t b, int64_t col
   }
 }
 
+// The inverse: rows 0 .. rows-1 of src (src_ld apart, D 16-bit values each) into rows row0 ..
+// of dst's D columns at `col` ([*, ld]), asking for the destination's rows ahead as the copy
+// above asks for its sources (a row's store otherwise waits to read its lines first).
+inline void put_head_rows16(const uint16_t* src, int64_t src_ld, int64_t rows, int64_t D, void* dst, int64_t ld,
+                            int64_t row0, int64_t col) {
+  uint16_t* y = static_cast<uint16_t*>(dst) + row0 * ld + col;
+  for (int64_t t = 0; t < rows; ++t) {
+    if (t + kPrefetchRows < rows) prefetch_row(y + (t + kPrefetchRows) * ld, D * 2);
+    std::memcpy(y + t * ld, src + t * src_ld, size_t(D) * 2);
+  }
+}
+
 }  // namespace amp::cpu

@@ -159,9 +159,7 @@ void scatter(const float* src, void* dst, DType type, int64_t ld, int64_t b, int
   }
   uint16_t* h = s.half.data();
   convert(src, DType::F32, h, type, size_t(T * Dp));  // the padding (zeros) stays zero bits
-  uint16_t* y = static_cast<uint16_t*>(dst) + b * T * ld + col;
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t d = 0; d < D; ++d) y[t * ld + d] = h[t * Dp + d];
+  put_head_rows16(h, Dp, T, D, dst, ld, b * T, col);
 }
 
 }  // namespace

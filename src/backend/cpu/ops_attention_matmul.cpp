@@ -76,8 +76,7 @@ void take_qkv(const void* qkv, int64_t C, int64_t b, int64_t h, int64_t T, int64
 }
 
 void put(const uint16_t* src, int64_t rows, int64_t D, void* dst, int64_t ld, int64_t row0, int64_t col) {
-  uint16_t* y = static_cast<uint16_t*>(dst) + row0 * ld + col;
-  for (int64_t t = 0; t < rows; ++t) std::memcpy(y + t * ld, src + t * D, size_t(D) * 2);
+  put_head_rows16(src, D, rows, D, dst, ld, row0, col);
 }
 
 // The products of one work item, on its thread's slot of the matmul.
