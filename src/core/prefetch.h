@@ -1,7 +1,8 @@
 // Software prefetch hints for the CPU kernels' loops. On the 2-core AVX-512 Xeon VMs the hardware's
 // prefetchers keep a plain copy fed but leave loops with more work per cache line waiting on L3 or
-// memory: the GELU backward over 3.1M FP32 elements took 9.5 ms, 3.1 ms asking for its lines 2 KiB
-// ahead; the overflow check with the gradient norm over 10.8M BF16 elements 8.4 ms, 2.5 ms
+// memory (bench/bench_stream, operands out of L2): the GELU backward over 2048 x 1536 FP32
+// elements took 5.4 ms, 3.1 ms asking for its lines 2 KiB ahead (memcpy of the same bytes:
+// 2.5 ms); the overflow check with the gradient norm over 10.8M BF16 elements 6.5 ms, 2.7 ms
 // (docs/benchmarks.md). Hints only: nothing is read, and a line past the end of an array is never
 // touched, so the loops may ask beyond their data.
 #pragma once

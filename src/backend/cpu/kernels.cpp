@@ -75,7 +75,7 @@ bool unscale_block(const void* g, DType t, size_t begin, size_t len, float inv, 
   const size_t es = dtype_size(t);
   const char* bytes = static_cast<const char*>(g) + begin * es;
   for (; j + 8 <= len; j += 8) {
-    prefetch_ahead(bytes + j * es);  // 2.5-3.4x on 16-bit gradients, 1.5x on FP32 (prefetch.h)
+    prefetch_ahead(bytes + j * es);  // 2.4x on BF16 gradients, 1.9x on FP32 (prefetch.h)
     const __m256 a = _mm256_mul_ps(load8(g, t, begin + j), vinv);
     if (out) _mm256_storeu_ps(out + j, a);
     nonfinite = _mm256_or_ps(nonfinite, _mm256_cmp_ps(_mm256_and_ps(a, exp_mask), exp_mask, _CMP_EQ_OQ));
