@@ -289,30 +289,6 @@ struct AttnTiles {
     }
   }
 
-  // delta_i = dot(dout_i, out_i) for i < T (rows Dp apart): each row's chain of FMAs in term order,
-  // the chains of 8 rows side by side (one at a time, each FMA waited on the previous one's).
-  static void row_dots(const float* dout, const float* o, int64_t T, int64_t D, int64_t Dp, bool pair,
-                       float* delta) {
-    constexpr int RD = 8;
-    int64_t i0 = 0;
-    for (; i0 + RD <= T; i0 += RD) {  // a fixed count of rows: the chains stay in registers
-      float a[RD] = {};
-      for (int64_t d = 0; d < D; ++d) {
-        const int64_t e = term(d, D, pair);
-        for (int r = 0; r < RD; ++r) a[r] = __builtin_fmaf(dout[(i0 + r) * Dp + e], o[(i0 + r) * Dp + e], a[r]);
-      }
-      for (int r = 0; r < RD; ++r) delta[i0 + r] = a[r];
-    }
-    for (; i0 < T; ++i0) {
-      float a = 0.0f;
-      for (int64_t d = 0; d < D; ++d) {
-        const int64_t e = term(d, D, pair);
-        a = __builtin_fmaf(dout[i0 * Dp + e], o[i0 * Dp + e], a);
-      }
-      delta[i0] = a;
-    }
-  }
-
   // Backward: per key tile, blocks of RB query rows (R at a time in registers): their scores and
   // dP, then P (over the scores) and dS (over dP); dQ's chains continue row by row over the tile's
   // keys, dK's and dV's over the block's rows (RB terms per column before the column's
@@ -321,7 +297,14 @@ struct AttnTiles {
 
   static void backward(const AttnHead& h) {
     const int64_t T = h.T, D = h.D, Dp = h.Dp, Tp = h.Tp;
-    row_dots(h.dout, h.o, T, D, Dp, h.pair_dots, h.delta);
+    for (int64_t i = 0; i < T; ++i) {  // delta_i = dot(dout_i, out_i)
+      float a = 0.0f;
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t e = term(d, D, h.pair_dots);
+        a = __builtin_fmaf(h.dout[i * Dp + e], h.o[i * Dp + e], a);
+      }
+      h.delta[i] = a;
+    }
     alignas(64) float p[RB][KT];   // the scores, then P
     alignas(64) float ds[RB][KT];  // dP, then dS
     const Vec vscale = V::set1(h.scale);
