@@ -72,9 +72,10 @@ void store_bf16(uint16_t* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_bits_avx512(_mm512_castps_si512(v)));
 }
 
-// out = f(the N inputs) 16 elements at a time over n elements of BF16 arrays: full vectors in
-// place, the last partial one through zero-padded copies (masked 16-bit moves would need
-// AVX-512BW). f is a function, not a lambda: GCC 12 compiles lambdas without the file's target.
+// out = f(the N inputs) 16 elements at a time over n elements of BF16 arrays: full vectors
+// straight from and to the arrays, the last partial one through zero-padded copies (masked 16-bit
+// moves would need AVX-512BW). f is a function, not a lambda: GCC 12 compiles lambdas without the
+// file's target.
 template <int N, __m512 (*f)(const __m512*)>
 void each16_bf16(const uint16_t* const (&ins)[N], uint16_t* out, int64_t n) {
   int64_t i = 0;
@@ -181,7 +182,7 @@ void softmax_backward(const float* p, const float* dp, float scale, float* ds, i
 }  // namespace
 
 const RowKernels& row_kernels_avx512() {
-  static const RowKernels k{"avx512",          gelu_forward,    gelu_backward, gelu_forward_bf16, gelu_backward_bf16,
+  static const RowKernels k{"avx512", gelu_forward, gelu_backward, gelu_forward_bf16, gelu_backward_bf16,
                             softmax_forward, softmax_backward};
   return k;
 }
