@@ -176,10 +176,8 @@ void bias_grad(const Tensor& dy, const Tensor& db) {
     for (size_t r = 0; r < rows; ++r) {
       // A strip narrower than the row leaves gaps the hardware prefetcher does not cross: fetch the
       // strip of the row after next ahead.
-      if (r + 2 < rows) {
-        const char* ahead = static_cast<const char*>(dy.data) + ((r + 2) * cols + c0) * es;
-        for (size_t b = 0; b < len * es; b += 64) __builtin_prefetch(ahead + b);
-      }
+      if (r + 2 < rows)
+        prefetch_row(static_cast<const char*>(dy.data) + ((r + 2) * cols + c0) * es, int64_t(len * es));
       const float* x = v;
       if (dy.dtype == DType::F32)
         x = dy.as<float>() + r * cols + c0;

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/transformer_rows.h"
 #include "core/half.h"
+#include "core/prefetch.h"
 
 namespace amp::cpu {
 

@@ -10,8 +10,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/prefetch.h"
-
 namespace amp::cpu {
 
 struct RowKernels {

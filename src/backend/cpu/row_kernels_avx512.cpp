@@ -22,6 +22,7 @@
 #include "backend/cpu/transformer_rows.h"
 #include "backend/transformer_args.h"
 #include "core/bf16_avx512.h"
+#include "core/prefetch.h"
 
 // Only what follows is AVX-512 code, in an anonymous namespace (see attention_avx512.cpp).
 #pragma GCC push_options
