@@ -41,6 +41,7 @@
 
 #include "backend/compute_ops.h"
 #include "backend/cpu/matmul_dnnl.h"
+#include "core/aligned_vector.h"
 
 namespace amp::cpu {
 
@@ -124,7 +125,7 @@ class CpuOps final : public ComputeOps {
   bool attention_matmul_ = false;  // oneDNN runs the attention's BF16 tile products on AMX
   DnnlMatmul matmul_;
   std::mutex linear_mu_;
-  std::vector<float> scratch_[4];
+  aligned_vector<float> scratch_[4];
   std::unique_ptr<GemmPlans, GemmPlansDeleter> plans_;
   EmbeddingScratch embedding_;
 };

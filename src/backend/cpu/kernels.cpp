@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "backend/cpu/row_kernels.h"
+#include "core/aligned_vector.h"
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -199,7 +200,7 @@ void softmax_xent(const SoftmaxXentArgs& a, double* loss_sum, int64_t* correct) 
   std::vector<uint8_t> row_hit(static_cast<size_t>(rows));
 #pragma omp parallel if (rows * c >= 4 * int64_t(kBlock) && rows > 1)
   {
-    std::vector<float> x(static_cast<size_t>(c)), p(static_cast<size_t>(c));  // the row in FP32, its softmax
+    aligned_vector<float> x(static_cast<size_t>(c)), p(static_cast<size_t>(c));  // the row in FP32, its softmax
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       load(a.logits, a.logits_type, size_t(r * a.ld_logits), size_t(c), x.data());

@@ -12,8 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
+#include "core/aligned_vector.h"
 #include "core/convert.h"
+#include "core/error.h"
 
 namespace amp::cpu {
 
@@ -61,11 +62,11 @@ struct DnnlMatmul::Impl {
   struct Slot {
     std::unique_ptr<dnnl::stream> stream;
     std::vector<char> scratch;
-    std::vector<float> partial;  // a K chunk's FP32 product (run_k_chunks)
+    aligned_vector<float> partial;  // a K chunk's FP32 product (run_k_chunks)
     std::vector<char> dense[3];  // dense copies of a strided A, B and C (packed products)
     std::map<const void*, Bound> bound;  // by Entry
   };
-  std::vector<float> k_sum;  // run_k_chunks' running sum
+  aligned_vector<float> k_sum;  // run_k_chunks' running sum
   std::deque<Slot> slots;  // references stay valid as it grows
   static constexpr size_t kAlign = 4096;  // the scratchpads' alignment (a page, as oneDNN's own)
 

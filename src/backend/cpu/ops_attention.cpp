@@ -21,6 +21,7 @@
 #include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/head_rows.h"
+#include "core/aligned_vector.h"
 #include "core/convert.h"
 
 namespace amp::cpu {
@@ -28,17 +29,18 @@ namespace amp::cpu {
 namespace {
 
 // A thread's FP32 copies of one head (kept between calls: allocating them afresh each call cost
-// page faults of the same order as the kernels). The padding (columns D .. Dp of the rows, T .. Tp
-// of the transposed) is zeroed when the shape changes and never written afterwards: gather writes
-// the first D columns (T positions), and the kernels write zeros there in their outputs.
+// page faults of the same order as the kernels), each on a cache line (core/aligned_vector.h). The
+// padding (columns D .. Dp of the rows, T .. Tp of the transposed) is zeroed when the shape changes
+// and never written afterwards: gather writes the first D columns (T positions), and the kernels
+// write zeros there in their outputs.
 struct HeadScratch {
   int64_t T = 0, D = 0, Dp = 0, Tp = 0;
   bool has_backward = false;
-  std::vector<float> q, k, kt, v, vt, o, dout, a, b, c;
-  std::vector<uint16_t> half;  // [T][Dp]: 16-bit rows on their way in or out
+  aligned_vector<float> q, k, kt, v, vt, o, dout, a, b, c;
+  aligned_vector<uint16_t> half;  // [T][Dp]: 16-bit rows on their way in or out
   // For native BF16 dot products (AttnHead::q16 ...): Q's and dO's BF16 rows, K's and V's pairs.
-  std::vector<uint16_t> q16, dout16;  // [T][Dp]
-  std::vector<uint32_t> kp, vp;       // [Dp/2][Tp]
+  aligned_vector<uint16_t> q16, dout16;  // [T][Dp]
+  aligned_vector<uint32_t> kp, vp;       // [Dp/2][Tp]
 
   void size(int64_t T_, int64_t D_, bool backward) {
     if (T_ == T && D_ == D && (has_backward || !backward) && !q.empty()) return;

@@ -36,6 +36,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/head_rows.h"
 #include "backend/cpu/row_kernels.h"
+#include "core/aligned_vector.h"
 #include "core/convert.h"
 #include "core/half.h"
 
@@ -47,8 +48,9 @@ constexpr int64_t kQueryTile = 64;  // queries per product (part of the path's b
 
 // A thread's buffers for one head, kept between calls.
 struct MatmulHead {
-  std::vector<uint16_t> q, k, v, dout, o, tile16, p16, ds16;
-  std::vector<float> s, dp, dk, dv, part;  // s: a tile's scores, then its probabilities; dp, then dS
+  // Each on a cache line (core/aligned_vector.h).
+  aligned_vector<uint16_t> q, k, v, dout, o, tile16, p16, ds16;
+  aligned_vector<float> s, dp, dk, dv, part;  // s: a tile's scores, then its probabilities; dp, then dS
 
   void size(int64_t T, int64_t D, bool backward) {
     const size_t rows = size_t(T * D), tile = size_t(kQueryTile * T);

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/float_rows.h"
 #include "backend/cpu/row_sum_order.h"
+#include "core/aligned_vector.h"
 #include "core/convert.h"
 #include "core/error.h"
 
@@ -92,7 +93,7 @@ struct CpuOps::GemmPlans {
   using Key = std::array<int64_t, 15>;
   std::map<Key, Plan> plans;
   std::mutex mu;
-  std::vector<float> sa, sb, sc, partial;  // scratch (under mu)
+  aligned_vector<float> sa, sb, sc, partial;  // scratch (under mu)
 
   // Dense FP32 copies of A and B in sa and sb, in the stored orientation, and sc sized for C;
   // returns the copies' batch counts.
@@ -354,7 +355,7 @@ void CpuOps::row_sum(const RowSumArgs& r) {
           for (int64_t j = 0; j < len; ++j) acc[j] += v[j];
         }
   }
-  std::vector<float> sum(size_t(r.cols));
+  aligned_vector<float> sum(size_t(r.cols));
   fold_segments(partial.data(), r.rows, r.cols, sum.data());
   convert(sum.data(), DType::F32, r.out, r.out_type, sum.size());
 }

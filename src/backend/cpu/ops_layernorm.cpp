@@ -6,6 +6,7 @@
 
 #include "backend/cpu/row_sum_order.h"
 #include "backend/cpu/transformer_rows.h"
+#include "core/aligned_vector.h"
 #include "core/error.h"
 #include "core/prefetch.h"
 
@@ -21,14 +22,14 @@ void CpuOps::layernorm_forward(const LayerNormArgs& a) {
   check_args(a);
   if (a.rows == 0) return;
   const int64_t C = a.C;
-  const std::vector<float> gamma = to_floats(a.gamma, a.type, C), beta = to_floats(a.beta, a.type, C);
+  const aligned_vector<float> gamma = to_floats(a.gamma, a.type, C), beta = to_floats(a.beta, a.type, C);
   const float c_den = float(C);
   const int64_t es = int64_t(dtype_size(a.type));
 #pragma omp parallel if (a.rows * C >= kParallelMin && a.rows > 1)
   {
     // The elementwise loops below vectorize (no contraction in this file: each lane rounds as the
     // scalar specification); the sums are row_sum's 8-wide lanes.
-    std::vector<float> v(static_cast<size_t>(C)), sq(static_cast<size_t>(C));
+    aligned_vector<float> v(static_cast<size_t>(C)), sq(static_cast<size_t>(C));
     const float* g = gamma.data();
     const float* be = beta.data();
 #pragma omp for schedule(static)
@@ -119,7 +120,7 @@ class LnBackwardRows {
   const LayerNormBackwardArgs& a_;
   const float* g_;
   size_t c_;
-  std::vector<float> xin_, dyin_, n_, dn_, prod_, out_, old_;
+  aligned_vector<float> xin_, dyin_, n_, dn_, prod_, out_, old_;
   const float* dy_ = nullptr;
 };
 
@@ -129,12 +130,12 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs& a) {
   check_args(a);
   if (a.C == 0) return;
   const int64_t C = a.C, rows = a.rows;
-  const std::vector<float> gamma = rows > 0 ? to_floats(a.gamma, a.type, C) : std::vector<float>();
+  const aligned_vector<float> gamma = rows > 0 ? to_floats(a.gamma, a.type, C) : aligned_vector<float>();
   // dgamma, dbeta: kRowSumLanes lane partials per segment and column, lane l adding the segment's
   // rows l, l + L, ... in increasing order (row_sum's order, row_sum_order.h), each lane's partials
   // by one thread.
   constexpr int64_t L = kRowSumLanes;
-  std::vector<float> pg(row_sum_partials(rows, C), 0.0f), pb(pg.size(), 0.0f);
+  aligned_vector<float> pg(row_sum_partials(rows, C), 0.0f), pb(pg.size(), 0.0f);
   const bool parallel = rows * C >= kParallelMin && rows > 1;
   const int threads = parallel ? omp_get_max_threads() : 1;
   if (rows >= L && L % threads == 0) {
@@ -180,11 +181,11 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs& a) {
       for (int64_t r = 0; r < rows; ++r) rb.dx(r);
     }
   }
-  std::vector<float> sg(static_cast<size_t>(C)), sb(static_cast<size_t>(C));
+  aligned_vector<float> sg(static_cast<size_t>(C)), sb(static_cast<size_t>(C));
   fold_segments(pg.data(), rows, C, sg.data());
   fold_segments(pb.data(), rows, C, sb.data());
   if (a.accumulate_dparams) {
-    const std::vector<float> og = to_floats(a.dgamma, a.type, C), ob = to_floats(a.dbeta, a.type, C);
+    const aligned_vector<float> og = to_floats(a.dgamma, a.type, C), ob = to_floats(a.dbeta, a.type, C);
     for (int64_t j = 0; j < C; ++j) {
       sg[size_t(j)] = og[size_t(j)] + sg[size_t(j)];
       sb[size_t(j)] = ob[size_t(j)] + sb[size_t(j)];

@@ -4,6 +4,7 @@
 
 #include "backend/cpu/row_kernels.h"
 #include "backend/cpu/transformer_rows.h"
+#include "core/aligned_vector.h"
 #include "core/error.h"
 
 namespace amp::cpu {
@@ -21,7 +22,7 @@ void CpuOps::causal_softmax_forward(const CausalSoftmaxArgs& a) {
   const RowKernels& kern = active_row_kernels();
 #pragma omp parallel if (rows * T >= 2 * kParallelMin && rows > 1)
   {
-    std::vector<float> in(static_cast<size_t>(T)), out(static_cast<size_t>(T));
+    aligned_vector<float> in(static_cast<size_t>(T)), out(static_cast<size_t>(T));
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t n = T - Tq + row % Tq + 1;  // j <= i, the query's position i
@@ -42,7 +43,7 @@ void CpuOps::causal_softmax_backward(const CausalSoftmaxBackwardArgs& a) {
   const RowKernels& kern = active_row_kernels();
 #pragma omp parallel if (rows * T >= 2 * kParallelMin && rows > 1)
   {
-    std::vector<float> pbuf(static_cast<size_t>(T)), dpbuf(static_cast<size_t>(T)), out(static_cast<size_t>(T));
+    aligned_vector<float> pbuf(static_cast<size_t>(T)), dpbuf(static_cast<size_t>(T)), out(static_cast<size_t>(T));
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t n = row % T + 1;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/ops_args.h"
+#include "core/aligned_vector.h"
 
 namespace amp::cpu {
 
@@ -26,7 +27,7 @@ inline float* row_sum_lane(float* partial, int64_t row, int64_t cols) {
 // out[j] = ((0 + q_0) + q_1) + ..., q_g = ((0 + p_g0) + p_g1) + ... + p_g15 (FP32, not rounded).
 inline void fold_segments(const float* partial, int64_t rows, int64_t cols, float* out) {
   std::fill(out, out + cols, 0.0f);
-  std::vector<float> q(static_cast<size_t>(cols));
+  aligned_vector<float> q(static_cast<size_t>(cols));
   for (int64_t g = 0; g < row_sum_segments(rows); ++g) {
     std::fill(q.begin(), q.end(), 0.0f);
     for (int64_t l = 0; l < kRowSumLanes; ++l) {

@@ -19,6 +19,7 @@
 
 #include "backend/cpu/float_rows.h"
 #include "backend/transformer_args.h"
+#include "core/aligned_vector.h"
 #include "core/convert.h"
 
 namespace amp::cpu::trows {
@@ -96,8 +97,8 @@ inline float lane_sum(int64_t n, F&& f) {
   return lane_reduce(n, 0.0f, f, add_op);
 }
 
-inline std::vector<float> to_floats(const void* p, DType t, int64_t n) {
-  std::vector<float> v(size_t(std::max<int64_t>(n, 1)));
+inline aligned_vector<float> to_floats(const void* p, DType t, int64_t n) {
+  aligned_vector<float> v(size_t(std::max<int64_t>(n, 1)));
   if (n > 0) load(p, t, 0, n, v.data());
   return v;
 }
