@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -381,6 +382,54 @@ TEST_CASE("tops: exp_f32 within 2 ulp of exp, gradual underflow, overflow and Na
   CHECK(std::isnan(tmath::exp_f32(NAN)));
   CHECK(tmath::exp_f32(88.7f) < INFINITY);
   CHECK(tmath::exp_f32(-100.0f) > 0.0f);  // subnormal, not flushed
+}
+
+TEST_CASE("tops: every kernel set's exp of non-positive arguments gives exp_f32's bits", "[tops]") {
+  // The exp inside the GELU, softmax and attention kernels: every 97th pattern with the sign bit set
+  // (-0 down to -inf, then the negative NaNs), every pattern from -86 to -104.5 (subnormal and zero
+  // results, the far end of the 2^k scaling) and from -0 down 2^20 patterns (tiny arguments), +0
+  // and positive NaNs.
+  std::vector<uint32_t> bits;
+  for (uint64_t u = 0x80000000u; u <= 0xffffffffu; u += 97) bits.push_back(uint32_t(u));
+  for (uint32_t u = f32_bits(-86.0f); u <= f32_bits(-104.5f); ++u) bits.push_back(u);
+  for (uint32_t u = 0x80000000u; u < 0x80100000u; ++u) bits.push_back(u);
+  for (uint32_t u : {0x00000000u, 0x7fc00000u, 0x7f800001u, 0x7fffffffu, 0xff800000u}) bits.push_back(u);
+  std::string ran;
+  for (const auto& k : cpu::available_row_kernels()) ran += std::string(ran.empty() ? "" : ", ") + k.isa;
+  WARN("exp kernels checked against exp_f32 on " << bits.size() << " arguments: " << ran
+                                                 << " (active: " << cpu::active_row_kernels().isa << ")");
+  const auto& ks = cpu::available_row_kernels();
+  const size_t chunk = size_t(1) << 20;
+  std::vector<float> x(chunk), want(chunk), y(chunk);
+  std::vector<size_t> wrong(ks.size(), 0);
+  std::vector<std::string> first(ks.size());
+  for (size_t c0 = 0; c0 < bits.size(); c0 += chunk) {
+    const size_t n = std::min(chunk, bits.size() - c0);
+    std::memcpy(x.data(), bits.data() + c0, n * 4);
+    for (size_t i = 0; i < n; ++i) want[i] = tmath::exp_f32(x[i]);
+    for (size_t s = 0; s < ks.size(); ++s) {
+      ks[s].exp_nonpositive(x.data(), y.data(), int64_t(n));
+      for (size_t i = 0; i < n; ++i) {
+        if (f32_bits(want[i]) == f32_bits(y[i])) continue;
+        if (wrong[s]++ > 0) continue;
+        std::ostringstream o;
+        o << "x " << std::hexfloat << x[i] << ": " << y[i] << " vs " << want[i];
+        first[s] = o.str();
+      }
+    }
+  }
+  for (size_t s = 0; s < ks.size(); ++s) {
+    INFO(ks[s].isa << ": " << first[s]);
+    CHECK(wrong[s] == 0);
+  }
+  // In place, on a length with a partial last vector.
+  std::vector<float> v = {-0.5f, -1.0f, -2.0f, -3.0f, -80.0f, -90.0f, -100.0f, -0.0f, 0.0f, -1e-20f, -7.0f,
+                          -9.0f, -11.0f, -13.0f, -15.0f, -17.0f, -19.0f, -21.0f, -23.0f};
+  for (const auto& k : cpu::available_row_kernels()) {
+    std::vector<float> w = v;
+    k.exp_nonpositive(w.data(), w.data(), int64_t(w.size()));
+    for (size_t i = 0; i < v.size(); ++i) CHECK(f32_bits(w[i]) == f32_bits(tmath::exp_f32(v[i])));
+  }
 }
 
 TEST_CASE("tops: the analytic double backward formulas match central finite differences", "[tops]") {

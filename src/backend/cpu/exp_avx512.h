@@ -31,6 +31,9 @@ struct V16 {
   static Vec neg_abs(Vec a) {
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_set1_epi32(int32_t(0x80000000u))));
   }
+  static constexpr bool kScalef = true;
+  static Vec trunc(Vec a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+  static Vec scalef(Vec a, Vec b) { return _mm512_scalef_ps(a, b); }
 };
 
 #include "backend/cpu/vec_math.h"

@@ -47,6 +47,10 @@ void softmax_backward_scalar(const float* p, const float* dp, float scale, float
   for (int64_t j = 0; j < n; ++j) ds[j] = tmath::softmax_ds(scale, p[j], dp[j], dot);
 }
 
+void exp_nonpositive_scalar(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = tmath::exp_f32(x[i]);
+}
+
 #if defined(__AVX2__)
 // ---- AVX2
 void gelu_forward_avx2(const float* x, float* y, int64_t n) {
@@ -95,6 +99,12 @@ void softmax_backward_avx2(const float* p, const float* dp, float scale, float* 
                                            _mm256_sub_ps(_mm256_loadu_ps(dp + j), vdot)));
   for (; j < n; ++j) ds[j] = tmath::softmax_ds(scale, p[j], dp[j], dot);
 }
+
+void exp_nonpositive_avx2(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp_f32_8_nonpositive(_mm256_loadu_ps(x + i)));
+  exp_nonpositive_scalar(x + i, y + i, n - i);
+}
 #endif
 
 }  // namespace
@@ -103,12 +113,12 @@ const std::vector<RowKernels>& available_row_kernels() {
   static const std::vector<RowKernels> ks = [] {
     std::vector<RowKernels> v{
         {"scalar", gelu_forward_scalar, gelu_backward_scalar, gelu_forward_bf16_scalar, gelu_backward_bf16_scalar,
-         softmax_forward_scalar, softmax_backward_scalar}};
+         softmax_forward_scalar, softmax_backward_scalar, exp_nonpositive_scalar}};
 #if defined(__AVX2__)
     // __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512 register state.
     if (__builtin_cpu_supports("avx2")) {
       v.push_back({"avx2", gelu_forward_avx2, gelu_backward_avx2, nullptr, nullptr, softmax_forward_avx2,
-                   softmax_backward_avx2});
+                   softmax_backward_avx2, exp_nonpositive_avx2});
       if (__builtin_cpu_supports("avx512f")) v.push_back(row_kernels_avx512());
     }
 #endif

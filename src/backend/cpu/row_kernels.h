@@ -33,6 +33,9 @@ struct RowKernels {
   // One row of causal_softmax_backward: ds = (scale * p) * (dp - dot), dot the 32-lane sum of
   // dp * p; ds may be dp.
   void (*softmax_backward)(const float* p, const float* dp, float scale, float* ds, int64_t n);
+  // y = tmath::exp_f32(x) for x <= 0 or NaN; y may be x. The exp inside the kernels above and the
+  // fused attention's tiles (vec_math.h), on its own for its tests.
+  void (*exp_nonpositive)(const float* x, float* y, int64_t n);
 };
 
 // The kernel sets this CPU can run, the scalar specification first, the widest last.

@@ -180,11 +180,15 @@ void softmax_backward(const float* p, const float* dp, float scale, float* ds, i
   });
 }
 
+void exp_nonpositive(const float* x, float* y, int64_t n) {
+  each16(y, n, [&](int64_t j, __mmask16 m) { return exp_f32_16_nonpositive(_mm512_maskz_loadu_ps(m, x + j)); });
+}
+
 }  // namespace
 
 const RowKernels& row_kernels_avx512() {
   static const RowKernels k{"avx512", gelu_forward, gelu_backward, gelu_forward_bf16, gelu_backward_bf16,
-                            softmax_forward, softmax_backward};
+                            softmax_forward, softmax_backward, exp_nonpositive};
   return k;
 }
 

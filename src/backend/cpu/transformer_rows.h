@@ -53,6 +53,7 @@ struct V8 {
   static Mask unord(Vec a, Vec b) { return _mm256_cmp_ps(a, b, _CMP_UNORD_Q); }
   static Vec blend(Mask m, Vec a, Vec b) { return _mm256_blendv_ps(a, b, m); }
   static Vec neg_abs(Vec a) { return _mm256_or_ps(a, _mm256_set1_ps(-0.0f)); }
+  static constexpr bool kScalef = false;
 };
 
 #include "backend/cpu/vec_math.h"
