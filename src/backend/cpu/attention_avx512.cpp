@@ -8,10 +8,12 @@
 #if defined(__AVX2__) && defined(__FMA__)
 
 // GCC 12's AVX-512 headers build "undefined" vectors as `__m512i __Y = __Y;`, which
-// -Wmaybe-uninitialized reports at every inlined use (GCC bug 105593, fixed in 12.3); the
-// pragma covers the header's own lines, included here first (its guard keeps it from coming back).
+// -Wmaybe-uninitialized reports at every inlined use (GCC bug 105593, fixed in 12.3), and
+// -Wuninitialized where the tiles' loops are compiled as functions of their own; the pragma covers
+// the header's own lines, included here first (its guard keeps it from coming back).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 

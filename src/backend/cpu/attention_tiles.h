@@ -15,6 +15,15 @@
 // attention_kernels.h) and then this file inside its own anonymous namespace, so that no inline
 // function compiled for one ISA can be merged with another's at link time.
 
+// The tiles' loops are compiled each on its own (noinline): inlined into forward and backward, one
+// function of thousands of instructions, they were at the mercy of GCC's register allocation for
+// the whole, which in some builds kept a loop's accumulators on the stack (a store of every
+// accumulator at every step: the backward 15-20% slower at T = 1024 after an unrelated change).
+// A call costs nothing next to a loop's 1024 or more FMAs.
+#ifndef AMP_TILE_LOOP
+#define AMP_TILE_LOOP __attribute__((noinline))
+#endif
+
 template <class V>
 struct AttnTiles {
   using Vec = typename V::Vec;
@@ -39,7 +48,7 @@ struct AttnTiles {
   // starting at row i0, rows past nr repeat the last one (computed, never used); bt is [D][ldb].
   // With a16 and bp (native BF16 products, V::kBf16Dots): the same rows as BF16 and bt as pairs
   // [D/2][ldb] of 32-bit words, one VDPBF16PS per pair.
-  static void dots(const float* a, int64_t lda, int64_t i0, int nr, const float* bt, int64_t ldb, int64_t j0,
+  AMP_TILE_LOOP static void dots(const float* a, int64_t lda, int64_t i0, int nr, const float* bt, int64_t ldb, int64_t j0,
                    int64_t D, bool pair, const uint16_t* a16, const uint32_t* bp, bool scaled, float alpha,
                    float (*out)[KT]) {
     const bool native = V::kBf16Dots && a16 && bp;
@@ -67,7 +76,17 @@ struct AttnTiles {
           }
         }
       }
-      if (!native) {
+      if (!native && !pair) {  // FP32 inputs: the terms in order, the operands by pointer steps
+        const float* b = bt + j0 + c0;
+        for (int64_t d = 0; d < D; ++d, b += ldb) {
+          Vec kv[U];
+          for (int u = 0; u < U; ++u) kv[u] = V::load(b + u * W);
+          for (int r = 0; r < R; ++r) {
+            const Vec qb = V::set1(row[r][d]);
+            for (int u = 0; u < U; ++u) acc[r][u] = V::fma(qb, kv[u], acc[r][u]);
+          }
+        }
+      } else if (!native) {
         const float* b = bt + j0 + c0;
         for (int64_t d = 0; d < D; ++d) {
           const int64_t e = term(d, D, pair);
@@ -93,7 +112,7 @@ struct AttnTiles {
   //   corr = exp(m - m')  (<= 0 or NaN: the vector exp's lanes are exp_f32's bits);
   //   p_c = exp(s_c - m') for c < n[r], 0 after;  l = l * corr + tile_sum(p);  m = m'.
   // s is modified: the keys after each row's query become -inf.
-  static void online_softmax(float (*s)[KT], float (*p)[KT], const int* n, float* m, float* l, float* corr) {
+  AMP_TILE_LOOP static void online_softmax(float (*s)[KT], float (*p)[KT], const int* n, float* m, float* l, float* corr) {
     static_assert(R == 4 && KT % 16 == 0, "the reductions below are written for 4 rows and 16-key steps");
     __m256 mx[R];
     int any_nan = 0;
@@ -149,7 +168,7 @@ struct AttnTiles {
   // acc_r) for c < n (rows stride ld); G vectors of columns at a time, so R * G independent chains
   // are in flight.
   template <int G>
-  static void accumulate_block(float* acc, int64_t ld_acc, int nr, const float* mul, const float (*w)[KT], int n,
+  AMP_TILE_LOOP static void accumulate_block(float* acc, int64_t ld_acc, int nr, const float* mul, const float (*w)[KT], int n,
                                const float* rows, int64_t ld, int64_t k) {
     Vec a[R][G];
     for (int r = 0; r < R; ++r)
@@ -180,7 +199,7 @@ struct AttnTiles {
   }
 
   // One row's chain continued over c in [c0, c1): acc = fma(w[c], rows[c], acc).
-  static void accumulate_row(float* acc, const float* w, int c0, int c1, const float* rows, int64_t ld, int64_t Dp) {
+  AMP_TILE_LOOP static void accumulate_row(float* acc, const float* w, int c0, int c1, const float* rows, int64_t ld, int64_t Dp) {
     for (int64_t k = 0; k < Dp; k += W) {
       Vec a = V::load(acc + k);
       for (int c = c0; c < c1; ++c) a = V::fma(V::set1(w[c]), V::load(rows + c * ld + k), a);
@@ -220,7 +239,7 @@ struct AttnTiles {
   }
 
   // One column's chain over rows r0 .. r1 - 1.
-  static void column_range(float* d, int64_t Dp, const float (*w)[KT], int c, int r0, int r1, const float* rows,
+  AMP_TILE_LOOP static void column_range(float* d, int64_t Dp, const float (*w)[KT], int c, int r0, int r1, const float* rows,
                            int64_t ld) {
     if (r0 >= r1) return;
     for (int64_t k = 0; k < Dp; k += W) {
@@ -232,7 +251,7 @@ struct AttnTiles {
 
   // Columns c .. c + 3 (rows of dst, stride Dp) over rows r0 .. r1 - 1, G vectors at column k.
   template <int G>
-  static void columns4_block(float* dst, int64_t Dp, int64_t k, const float (*w)[KT], int c, int r0, int r1,
+  AMP_TILE_LOOP static void columns4_block(float* dst, int64_t Dp, int64_t k, const float (*w)[KT], int c, int r0, int r1,
                              const float* rows, int64_t ld) {
     Vec a[4][G];
     for (int x = 0; x < 4; ++x)
@@ -247,6 +266,26 @@ struct AttnTiles {
     }
     for (int x = 0; x < 4; ++x)
       for (int g = 0; g < G; ++g) V::store(dst + x * Dp + k + g * W, a[x][g]);
+  }
+
+  // out[i] = dot(x_i, y_i) over D terms (term()'s order) for rows i < T (stride ld): each row's
+  // chain alone, 8 rows' chains side by side (one row at a time waited on each FMA's latency).
+  AMP_TILE_LOOP static void row_dots(const float* x, const float* y, int64_t T, int64_t D, int64_t ld, bool pair, float* out) {
+    constexpr int N = 8;
+    int64_t i = 0;
+    for (; i + N <= T; i += N) {
+      float a[N] = {};
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t e = term(d, D, pair);
+        for (int r = 0; r < N; ++r) a[r] = __builtin_fmaf(x[(i + r) * ld + e], y[(i + r) * ld + e], a[r]);
+      }
+      for (int r = 0; r < N; ++r) out[i + r] = a[r];
+    }
+    for (; i < T; ++i) {
+      float a = 0.0f;
+      for (int64_t d = 0; d < D; ++d) a = __builtin_fmaf(x[i * ld + term(d, D, pair)], y[i * ld + term(d, D, pair)], a);
+      out[i] = a;
+    }
   }
 
   // Forward: blocks of RF query rows (SB register blocks of R) sweep the key tiles together, so a
@@ -297,14 +336,7 @@ struct AttnTiles {
 
   static void backward(const AttnHead& h) {
     const int64_t T = h.T, D = h.D, Dp = h.Dp, Tp = h.Tp;
-    for (int64_t i = 0; i < T; ++i) {  // delta_i = dot(dout_i, out_i)
-      float a = 0.0f;
-      for (int64_t d = 0; d < D; ++d) {
-        const int64_t e = term(d, D, h.pair_dots);
-        a = __builtin_fmaf(h.dout[i * Dp + e], h.o[i * Dp + e], a);
-      }
-      h.delta[i] = a;
-    }
+    row_dots(h.dout, h.o, T, D, Dp, h.pair_dots, h.delta);
     alignas(64) float p[RB][KT];   // the scores, then P
     alignas(64) float ds[RB][KT];  // dP, then dS
     const Vec vscale = V::set1(h.scale);
@@ -319,11 +351,15 @@ struct AttnTiles {
         if (j0 == 0)
           for (int64_t i = i0 * Dp; i < (i0 + nr) * Dp; ++i) h.dq[i] = 0.0f;
         int n[RB];
+        // All the block's scores, then all its dP: each product's tile of K or V transposed (16 KiB
+        // at D = 64) stays in L1 for the block's rows.
         for (int g = 0; g * R < nr; ++g) {
-          const int64_t ih = i0 + g * R;
           const int nh = nr - g * R < R ? nr - g * R : R;
-          dots(h.q, Dp, ih, nh, h.kt, Tp, j0, D, h.pair_dots, h.q16, h.kp16, true, h.scale, p + g * R);
-          dots(h.dout, Dp, ih, nh, h.vt, Tp, j0, D, h.pair_dots, h.dout16, h.vp16, false, 1.0f, ds + g * R);
+          dots(h.q, Dp, i0 + g * R, nh, h.kt, Tp, j0, D, h.pair_dots, h.q16, h.kp16, true, h.scale, p + g * R);
+        }
+        for (int g = 0; g * R < nr; ++g) {
+          const int nh = nr - g * R < R ? nr - g * R : R;
+          dots(h.dout, Dp, i0 + g * R, nh, h.vt, Tp, j0, D, h.pair_dots, h.dout16, h.vp16, false, 1.0f, ds + g * R);
         }
         for (int r = 0; r < nr; ++r) {
           const int64_t i = i0 + r;
