@@ -1,10 +1,9 @@
 // std::vector whose storage starts on a cache line (64 bytes, also an AVX-512 register's width),
 // for the CPU kernels' scratch: rows that the vector loops read and write a register at a time.
 // With std::allocator, glibc's malloc gives 16-byte alignment (a large block is a page plus its
-// 16-byte header), so every 64-byte load of such a row spans two cache lines. The fused attention's
-// tile kernels ran 10-13% slower on their 16-byte-aligned scratch than on the same buffers 64-byte
-// aligned (docs/benchmarks.md), and by how far malloc's addresses happened to fall from a line,
-// timings moved with unrelated changes to the program.
+// 16-byte header), so every 64-byte load of such a row spans two cache lines: the fused
+// attention's tile kernels ran 8-15% slower on 16-byte-aligned scratch than on the same buffers
+// 64-byte aligned (docs/benchmarks.md).
 #pragma once
 
 #include <cstddef>
