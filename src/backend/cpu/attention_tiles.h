@@ -18,7 +18,7 @@
 // The tiles' loops are compiled each on its own (noinline): inlined into forward and backward, one
 // function of thousands of instructions, they were at the mercy of GCC's register allocation for
 // the whole, which in some builds kept a loop's accumulators on the stack (a store of every
-// accumulator at every step: the backward 15-20% slower at T = 1024 after an unrelated change).
+// accumulator at every step: the backward about 20% slower at T = 1024 after an unrelated change).
 // A call costs nothing next to a loop's 1024 or more FMAs.
 #ifndef AMP_TILE_LOOP
 #define AMP_TILE_LOOP __attribute__((noinline))
@@ -48,9 +48,9 @@ struct AttnTiles {
   // starting at row i0, rows past nr repeat the last one (computed, never used); bt is [D][ldb].
   // With a16 and bp (native BF16 products, V::kBf16Dots): the same rows as BF16 and bt as pairs
   // [D/2][ldb] of 32-bit words, one VDPBF16PS per pair.
-  AMP_TILE_LOOP static void dots(const float* a, int64_t lda, int64_t i0, int nr, const float* bt, int64_t ldb, int64_t j0,
-                   int64_t D, bool pair, const uint16_t* a16, const uint32_t* bp, bool scaled, float alpha,
-                   float (*out)[KT]) {
+  AMP_TILE_LOOP static void dots(const float* a, int64_t lda, int64_t i0, int nr, const float* bt, int64_t ldb,
+                                 int64_t j0, int64_t D, bool pair, const uint16_t* a16, const uint32_t* bp,
+                                 bool scaled, float alpha, float (*out)[KT]) {
     const bool native = V::kBf16Dots && a16 && bp;
     const float* row[R];
     const uint16_t* row16[R];
@@ -112,7 +112,8 @@ struct AttnTiles {
   //   corr = exp(m - m')  (<= 0 or NaN: the vector exp's lanes are exp_f32's bits);
   //   p_c = exp(s_c - m') for c < n[r], 0 after;  l = l * corr + tile_sum(p);  m = m'.
   // s is modified: the keys after each row's query become -inf.
-  AMP_TILE_LOOP static void online_softmax(float (*s)[KT], float (*p)[KT], const int* n, float* m, float* l, float* corr) {
+  AMP_TILE_LOOP static void online_softmax(float (*s)[KT], float (*p)[KT], const int* n, float* m, float* l,
+                                           float* corr) {
     static_assert(R == 4 && KT % 16 == 0, "the reductions below are written for 4 rows and 16-key steps");
     __m256 mx[R];
     int any_nan = 0;
@@ -168,8 +169,8 @@ struct AttnTiles {
   // acc_r) for c < n (rows stride ld); G vectors of columns at a time, so R * G independent chains
   // are in flight.
   template <int G>
-  AMP_TILE_LOOP static void accumulate_block(float* acc, int64_t ld_acc, int nr, const float* mul, const float (*w)[KT], int n,
-                               const float* rows, int64_t ld, int64_t k) {
+  AMP_TILE_LOOP static void accumulate_block(float* acc, int64_t ld_acc, int nr, const float* mul,
+                                             const float (*w)[KT], int n, const float* rows, int64_t ld, int64_t k) {
     Vec a[R][G];
     for (int r = 0; r < R; ++r)
       for (int g = 0; g < G; ++g) {
@@ -199,7 +200,8 @@ struct AttnTiles {
   }
 
   // One row's chain continued over c in [c0, c1): acc = fma(w[c], rows[c], acc).
-  AMP_TILE_LOOP static void accumulate_row(float* acc, const float* w, int c0, int c1, const float* rows, int64_t ld, int64_t Dp) {
+  AMP_TILE_LOOP static void accumulate_row(float* acc, const float* w, int c0, int c1, const float* rows, int64_t ld,
+                                           int64_t Dp) {
     for (int64_t k = 0; k < Dp; k += W) {
       Vec a = V::load(acc + k);
       for (int c = c0; c < c1; ++c) a = V::fma(V::set1(w[c]), V::load(rows + c * ld + k), a);
@@ -239,8 +241,8 @@ struct AttnTiles {
   }
 
   // One column's chain over rows r0 .. r1 - 1.
-  AMP_TILE_LOOP static void column_range(float* d, int64_t Dp, const float (*w)[KT], int c, int r0, int r1, const float* rows,
-                           int64_t ld) {
+  AMP_TILE_LOOP static void column_range(float* d, int64_t Dp, const float (*w)[KT], int c, int r0, int r1,
+                                         const float* rows, int64_t ld) {
     if (r0 >= r1) return;
     for (int64_t k = 0; k < Dp; k += W) {
       Vec a = V::load(d + k);
@@ -251,8 +253,8 @@ struct AttnTiles {
 
   // Columns c .. c + 3 (rows of dst, stride Dp) over rows r0 .. r1 - 1, G vectors at column k.
   template <int G>
-  AMP_TILE_LOOP static void columns4_block(float* dst, int64_t Dp, int64_t k, const float (*w)[KT], int c, int r0, int r1,
-                             const float* rows, int64_t ld) {
+  AMP_TILE_LOOP static void columns4_block(float* dst, int64_t Dp, int64_t k, const float (*w)[KT], int c, int r0,
+                                           int r1, const float* rows, int64_t ld) {
     Vec a[4][G];
     for (int x = 0; x < 4; ++x)
       for (int g = 0; g < G; ++g) a[x][g] = V::load(dst + x * Dp + k + g * W);
@@ -270,7 +272,8 @@ struct AttnTiles {
 
   // out[i] = dot(x_i, y_i) over D terms (term()'s order) for rows i < T (stride ld): each row's
   // chain alone, 8 rows' chains side by side (one row at a time waited on each FMA's latency).
-  AMP_TILE_LOOP static void row_dots(const float* x, const float* y, int64_t T, int64_t D, int64_t ld, bool pair, float* out) {
+  AMP_TILE_LOOP static void row_dots(const float* x, const float* y, int64_t T, int64_t D, int64_t ld, bool pair,
+                                     float* out) {
     constexpr int N = 8;
     int64_t i = 0;
     for (; i + N <= T; i += N) {
