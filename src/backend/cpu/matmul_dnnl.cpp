@@ -45,11 +45,14 @@ struct DnnlMatmul::Impl {
   struct Entry {
     dnnl::matmul prim;
     memory::desc a, b, bias, c;
+    memory::desc plain_b;  // B as stored (b itself, but for get_packed's entries)
+    dnnl::reorder pack;    // get_packed's entries: plain_b -> b
     size_t scratch_bytes = 0;
     std::string impl;
   };
   // Keyed by the shape and the threads oneDNN plans it for (a slice's primitive is planned for one).
-  std::map<std::pair<decltype(MatmulShape().key()), int>, Entry> cache;
+  std::map<std::pair<decltype(MatmulShape().key()), int>, Entry> cache, packed_cache;
+  aligned_vector<char> shared_b;  // B reordered once for the row tiles that share it (run_batch)
   std::mutex mu;
   // A primitive's arguments on one slot, made once: each run only sets their pointers (creating
   // the memory objects and the map for every product cost as much as a small product's kernel).
@@ -111,6 +114,25 @@ struct DnnlMatmul::Impl {
   // The primitive a product runs on (the dense shape's when it is packed).
   Entry& runs(const MatmulShape& s) { return packs(s) ? get(dense(s)) : get(s); }
 
+  // Whether row tiles of the shapes first and last (a product's tiles have at most two: the last
+  // tile's rows may differ) may share one copy of B in their primitives' own layout: brgemm
+  // products on B as stored (not through packs()' dense copies), whose primitives with that
+  // layout want the same one.
+  bool tiles_share_b(const MatmulShape& first, const MatmulShape& last) {
+    if (first.trans_a || first.accumulate) return false;
+    for (const MatmulShape* t : {&first, &last})
+      if (packs(*t) || !is_brgemm(get(*t)) || !is_brgemm(get_packed(*t))) return false;
+    return get_packed(first).b == get_packed(last).b;
+  }
+  // B reordered into shared_b for the tiles of shape `tile` (shares_b held), on slot 0's stream.
+  void pack_b(const MatmulShape& tile, const void* b) {
+    Entry& e = get_packed(tile);
+    shared_b.resize(e.b.get_size());
+    memory from(e.plain_b, engine, const_cast<void*>(b)), to(e.b, engine, shared_b.data());
+    e.pack.execute(*slots[0].stream, from, to);
+    slots[0].stream->wait();
+  }
+
   // Rows of `rows` x `len` elements, `ld` apart, to or from a dense block (ld == len: one copy).
   static void copy_rows(const char* src, size_t src_ld, char* dst, size_t dst_ld, size_t rows, size_t len, size_t e) {
     for (size_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_ld * e, src + r * src_ld * e, len * e);
@@ -168,17 +190,23 @@ struct DnnlMatmul::Impl {
     sl.stream->wait();
   }
 
-  Entry& get(const MatmulShape& s) {
+  Entry& get(const MatmulShape& s) { return get_in(cache, s, false); }
+  // The same product with B in the primitive's own layout (Entry::b: that layout; plain_b the
+  // stored one), for products whose row tiles share one reordered B (run_shared_b).
+  Entry& get_packed(const MatmulShape& s) { return get_in(packed_cache, s, true); }
+
+  Entry& get_in(std::map<std::pair<decltype(MatmulShape().key()), int>, Entry>& in, const MatmulShape& s, bool packed_b) {
     std::lock_guard<std::mutex> lock(mu);
     const auto key = std::make_pair(s.key(), omp_get_max_threads());
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
+    auto it = in.find(key);
+    if (it != in.end()) return it->second;
     const auto M = memory::dim(s.m), N = memory::dim(s.n), K = memory::dim(s.k);
     Entry e;
     const auto lda = memory::dim(s.a_stride());
     e.a = memory::desc({M, K}, dnnl_type(s.ab), s.trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
     const auto ldb = memory::dim(s.b_stride()), ldc = memory::dim(s.c_stride());
-    e.b = memory::desc({K, N}, dnnl_type(s.ab), s.trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+    e.plain_b = memory::desc({K, N}, dnnl_type(s.ab), s.trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+    e.b = packed_b ? memory::desc({K, N}, dnnl_type(s.ab), memory::format_tag::any) : e.plain_b;
     e.c = memory::desc({M, N}, dnnl_type(s.c), memory::dims{ldc, 1});
     try {
       dnnl::primitive_attr attr;
@@ -195,11 +223,15 @@ struct DnnlMatmul::Impl {
       e.impl = pd.impl_info_str();
       e.scratch_bytes = pd.scratchpad_desc().get_size();
       e.prim = dnnl::matmul(pd);
+      if (packed_b) {
+        e.b = pd.weights_desc();
+        e.pack = dnnl::reorder(memory(e.plain_b, engine, DNNL_MEMORY_NONE), memory(e.b, engine, DNNL_MEMORY_NONE));
+      }
     } catch (const dnnl::error& err) {
       throw Error(ErrorKind::Internal, strcat("oneDNN matmul ", s.m, "x", s.n, "x", s.k, " ", dtype_name(s.ab),
                                               "->", dtype_name(s.c), " is not available: ", err.what()));
     }
-    return cache.emplace(key, std::move(e)).first->second;
+    return in.emplace(key, std::move(e)).first->second;
   }
 };
 
@@ -207,6 +239,22 @@ DnnlMatmul::DnnlMatmul() : impl_(std::make_unique<Impl>()) {}
 DnnlMatmul::~DnnlMatmul() = default;
 
 bool DnnlMatmul::k_chunked(const MatmulShape& s) { return s.trans_a && s.k > 0 && Impl::is_brgemm(impl_->runs(s)); }
+
+// A tile's shape: rows of A (or columns of A^T) and columns of B at the product's strides.
+static MatmulShape tile_shape(const MatmulShape& s, const MatmulTiles& t, int i, int j) {
+  MatmulShape part = s;
+  part.lda = s.a_stride(), part.ldb = s.b_stride(), part.ldc = s.c_stride();
+  part.m = t.row(i + 1) - t.row(i);
+  part.n = t.col(j + 1) - t.col(j);
+  return part;
+}
+
+// Measured on BF16 (AMX: the char shape's linear layers 5-30% faster, docs/benchmarks.md); FP32
+// and the batched products keep the plain B.
+bool DnnlMatmul::shares_b(const MatmulShape& s, const MatmulTiles& t) {
+  return t.cols == 1 && t.rows > 1 && s.ab == DType::BF16 &&
+         impl_->tiles_share_b(tile_shape(s, t, 0, 0), tile_shape(s, t, t.rows - 1, 0));
+}
 
 // On AMX a chunk of 1024 rows ran at 600-720 GFLOP/s as one product and at 740-1030 as two parts of
 // 512 (BF16, one thread, the GPT shapes' weight gradients). FP32 brgemm ran GPT-2's 768 x 3072
@@ -303,6 +351,9 @@ void DnnlMatmul::run_batch(const MatmulShape& s, const Batch& batch, const void*
   strided.lda = s.a_stride();
   strided.ldb = s.b_stride();
   strided.ldc = s.c_stride();
+  // Row tiles that all read the whole of B: B reordered once, here, and every tile on that copy.
+  const bool shared = batch.count == 1 && shares_b(s, t);
+  if (shared) impl_->pack_b(tile_shape(s, t, 0, 0), b);
   std::exception_ptr failed;
 #pragma omp parallel num_threads(workers)
   {
@@ -319,10 +370,14 @@ void DnnlMatmul::run_batch(const MatmulShape& s, const Batch& batch, const void*
       const size_t b_off = item * batch.stride_b + (s.trans_b ? c0 * part.ldb : c0);
       const size_t c_off = item * batch.stride_c + r0 * part.ldc + c0;
       try {
-        if (part.m && part.n)
+        const char* bias_at = s.has_bias ? static_cast<const char*>(bias) + c0 * eb : static_cast<const char*>(bias);
+        if (part.m && part.n && shared)
+          impl_->run_primitive(impl_->slots[size_t(w)], impl_->get_packed(part), part,
+                               static_cast<const char*>(a) + a_off * ea, impl_->shared_b.data(), bias_at,
+                               static_cast<char*>(c) + c_off * ec);
+        else if (part.m && part.n)
           impl_->execute(w, part, static_cast<const char*>(a) + a_off * ea, static_cast<const char*>(b) + b_off * ea,
-                         s.has_bias ? static_cast<const char*>(bias) + c0 * eb : bias,
-                         static_cast<char*>(c) + c_off * ec);
+                         bias_at, static_cast<char*>(c) + c_off * ec);
       } catch (...) {
 #pragma omp critical(amp_matmul_failed)
         if (!failed) failed = std::current_exception();
@@ -402,6 +457,7 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
 
 std::string DnnlMatmul::implementation(const MatmulShape& s) {
   if (impl_->packs(s)) return impl_->get(Impl::dense(s)).impl + " (dense copies)";
+  if (!k_chunked(s) && shares_b(s, tiles(s))) return impl_->get(s).impl + " (B reordered once for its row tiles)";
   if (!k_chunked(s)) return impl_->get(s).impl;
   const MatmulShape chunk = k_chunk_shape(s, std::min(s.k, kKChunk));  // the first chunk
   const size_t part = k_part(chunk);
