@@ -528,11 +528,13 @@ TEST_CASE("linear layers: row tiles on one reordered B give each tile's own prod
     return;
   }
   auto& mm = ops.matmul();
-  struct Case { size_t m, n, k; bool trans_b, bias; };
-  // The char shape's forward products (qkv, proj, fc, mlp.proj), a backward-input product, and a
-  // row count whose last tile is shorter.
-  const std::vector<Case> cases{{2048, 1152, 384, true, true}, {2048, 384, 384, true, true}, {2048, 1536, 384, true, true},
-                                {2048, 384, 1536, true, true}, {2048, 384, 1152, false, false}, {1000, 200, 130, true, true}};
+  struct Case { size_t m, n, k; bool trans_b, bias, shares; };
+  // The char shape's forward products (qkv, proj, fc, mlp.proj), a backward-input product, a row
+  // count whose last tile is shorter, and a B above kSharedBMax (2000 x 2100: the plain B).
+  const std::vector<Case> cases{{2048, 1152, 384, true, true, true},  {2048, 384, 384, true, true, true},
+                                {2048, 1536, 384, true, true, true},  {2048, 384, 1536, true, true, true},
+                                {2048, 384, 1152, false, false, true}, {1000, 200, 130, true, true, true},
+                                {512, 2000, 2100, true, true, false}};
   int shared = 0;
   for (const Case& c : cases) {
     cpu::MatmulShape s;
@@ -548,7 +550,8 @@ TEST_CASE("linear layers: row tiles on one reordered B give each tile's own prod
     std::vector<uint16_t> whole(c.m * c.n, 0xffff), tiled(c.m * c.n, 0xffff);
     const std::string impl = mm.implementation(s);
     const cpu::MatmulTiles t = mm.tiles(s);
-    shared += impl.find("B reordered once") != std::string::npos;
+    const bool reordered = impl.find("B reordered once") != std::string::npos;
+    shared += reordered;
     mm.run(s, a.data(), b.data(), bias.data(), whole.data());
     for (int i = 0; i < t.rows; ++i) {  // each row tile alone: one tile, the plain B
       cpu::MatmulShape one = s;
@@ -561,6 +564,7 @@ TEST_CASE("linear layers: row tiles on one reordered B give each tile's own prod
     INFO(c.m << " x " << c.n << " x " << c.k << (c.trans_b ? " (B^T)" : "") << ": " << impl << ", " << t.rows
               << " row tile(s)");
     CHECK(differ == 0);
+    if (impl.rfind("brg:", 0) == 0) CHECK(reordered == c.shares);
   }
   WARN(shared << " of " << cases.size() << " products ran their row tiles on one reordered B");
   CHECK(shared > 0);  // native BF16 runs on brgemm, where the path applies

@@ -51,7 +51,8 @@ struct DnnlMatmul::Impl {
     std::string impl;
   };
   // Keyed by the shape and the threads oneDNN plans it for (a slice's primitive is planned for one).
-  std::map<std::pair<decltype(MatmulShape().key()), int>, Entry> cache, packed_cache;
+  using Cache = std::map<std::pair<decltype(MatmulShape().key()), int>, Entry>;
+  Cache cache, packed_cache;
   aligned_vector<char> shared_b;  // B reordered once for the row tiles that share it (run_batch)
   std::mutex mu;
   // A primitive's arguments on one slot, made once: each run only sets their pointers (creating
@@ -192,10 +193,10 @@ struct DnnlMatmul::Impl {
 
   Entry& get(const MatmulShape& s) { return get_in(cache, s, false); }
   // The same product with B in the primitive's own layout (Entry::b: that layout; plain_b the
-  // stored one), for products whose row tiles share one reordered B (run_shared_b).
+  // stored one), for products whose row tiles share one reordered B (run_batch).
   Entry& get_packed(const MatmulShape& s) { return get_in(packed_cache, s, true); }
 
-  Entry& get_in(std::map<std::pair<decltype(MatmulShape().key()), int>, Entry>& in, const MatmulShape& s, bool packed_b) {
+  Entry& get_in(Cache& in, const MatmulShape& s, bool packed_b) {
     std::lock_guard<std::mutex> lock(mu);
     const auto key = std::make_pair(s.key(), omp_get_max_threads());
     auto it = in.find(key);
@@ -250,9 +251,11 @@ static MatmulShape tile_shape(const MatmulShape& s, const MatmulTiles& t, int i,
 }
 
 // Measured on BF16 (AMX: the char shape's forward and backward-input products about 5% faster in
-// the step, docs/benchmarks.md); FP32 and the batched products keep the plain B.
+// the step, docs/benchmarks.md); FP32 and the batched products keep the plain B, and so does a B
+// of more than kSharedBMax elements (the copy is held between calls: a GPT-2 LM head's 77 MB of
+// BF16 would double the weights' footprint for a product not measured).
 bool DnnlMatmul::shares_b(const MatmulShape& s, const MatmulTiles& t) {
-  return t.cols == 1 && t.rows > 1 && s.ab == DType::BF16 &&
+  return t.cols == 1 && t.rows > 1 && s.ab == DType::BF16 && s.k * s.n <= kSharedBMax &&
          impl_->tiles_share_b(tile_shape(s, t, 0, 0), tile_shape(s, t, t.rows - 1, 0));
 }
 

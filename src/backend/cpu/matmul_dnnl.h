@@ -24,11 +24,11 @@
 //   of the worker's (exact copies), and it runs as the dense product, with its bits. A^T B
 //   products (measured no faster copied) and products of a few rows (bound by the read of B,
 //   which a copy doubles) keep the jit GEMM; implementation() says "(dense copies)".
-// - BF16 products on brgemm whose row tiles all read the whole of B (one column of tiles): B is
-//   reordered once per call into the layout the tiles' primitives want, and every tile runs on
-//   that copy; brgemm would copy a plain B into the same layout inside each tile's product (the
-//   same bits; the char shape's BF16 linear_forward and linear_backward_input about 5% faster in
-//   the step on AMX, docs/benchmarks.md).
+// - BF16 products on brgemm whose row tiles all read the whole of B (one column of tiles, B of at
+//   most kSharedBMax elements): B is reordered once per call into the layout the tiles'
+//   primitives want, and every tile runs on that copy; brgemm would copy a plain B into the same
+//   layout inside each tile's product (the same bits; the char shape's BF16 linear_forward and
+//   linear_backward_input about 5% faster in the step on AMX, docs/benchmarks.md).
 //   implementation() says "(B reordered once for its row tiles)".
 // - jit GEMM (AVX2-only CPUs, and the strided products above that are not copied): it orders an
 //   element's sum over K by the shape it is given, and threaded by itself cuts K for some shapes,
@@ -137,7 +137,10 @@ class DnnlMatmul {
   static constexpr size_t kKPartAmx = 512, kKPartF32 = 256, kKPartF32Min = 64;
   static constexpr size_t kKPartBytes = size_t(2) << 20, kKPartWideB = size_t(8) << 20, kKPartMaxC = size_t(1) << 22;
   bool k_chunked(const MatmulShape& s);
-  bool shares_b(const MatmulShape& s, const MatmulTiles& t);  // the row tiles' one reordered B
+  // Whether the row tiles of a product share one reordered B (at most kSharedBMax elements: 8 MiB
+  // of BF16, every linear layer of GPT-2 124M).
+  static constexpr size_t kSharedBMax = size_t(1) << 22;
+  bool shares_b(const MatmulShape& s, const MatmulTiles& t);
   size_t k_part(const MatmulShape& chunk);  // the rows of one part of a chunk of this shape
   void run_k_chunks(const MatmulShape& s, int threads, const void* a, const void* b, const void* bias, void* c);
   struct Impl;
