@@ -115,15 +115,20 @@ struct DnnlMatmul::Impl {
   // The primitive a product runs on (the dense shape's when it is packed).
   Entry& runs(const MatmulShape& s) { return packs(s) ? get(dense(s)) : get(s); }
 
-  // Whether row tiles of the shapes first and last (a product's tiles have at most two: the last
-  // tile's rows may differ) may share one copy of B in their primitives' own layout: brgemm
-  // products on B as stored (not through packs()' dense copies), whose primitives with that
-  // layout want the same one.
-  bool tiles_share_b(const MatmulShape& first, const MatmulShape& last) {
-    if (first.trans_a || first.accumulate) return false;
-    for (const MatmulShape* t : {&first, &last})
-      if (packs(*t) || !is_brgemm(get(*t)) || !is_brgemm(get_packed(*t))) return false;
-    return get_packed(first).b == get_packed(last).b;
+  // Whether row tiles of these shapes (a product's tiles differ in their rows only) may share one
+  // copy of B in their primitives' own layout: brgemm products on B as stored (not through
+  // packs()' dense copies), whose primitives with that layout all want the same one. A layout
+  // oneDNN cannot plan leaves the product on its plain B.
+  bool tiles_share_b(const std::vector<MatmulShape>& shapes) {
+    if (shapes.front().trans_a || shapes.front().accumulate) return false;
+    try {
+      for (const MatmulShape& t : shapes)
+        if (packs(t) || !is_brgemm(get(t)) || !is_brgemm(get_packed(t)) || get_packed(t).b != get_packed(shapes[0]).b)
+          return false;
+    } catch (const Error&) {
+      return false;
+    }
+    return true;
   }
   // B reordered into shared_b for the tiles of shape `tile` (shares_b held), on slot 0's stream.
   void pack_b(const MatmulShape& tile, const void* b) {
@@ -255,8 +260,14 @@ static MatmulShape tile_shape(const MatmulShape& s, const MatmulTiles& t, int i,
 // of more than kSharedBMax elements (the copy is held between calls: a GPT-2 LM head's 77 MB of
 // BF16 would double the weights' footprint for a product not measured).
 bool DnnlMatmul::shares_b(const MatmulShape& s, const MatmulTiles& t) {
-  return t.cols == 1 && t.rows > 1 && s.ab == DType::BF16 && s.k * s.n <= kSharedBMax &&
-         impl_->tiles_share_b(tile_shape(s, t, 0, 0), tile_shape(s, t, t.rows - 1, 0));
+  if (t.cols != 1 || t.rows < 2 || s.ab != DType::BF16 || s.k * s.n > kSharedBMax) return false;
+  std::vector<MatmulShape> shapes;  // every tile's shape, each once (their rows take a few values)
+  for (int i = 0; i < t.rows; ++i) {
+    const MatmulShape part = tile_shape(s, t, i, 0);
+    if (std::none_of(shapes.begin(), shapes.end(), [&](const MatmulShape& x) { return x.m == part.m; }))
+      shapes.push_back(part);
+  }
+  return impl_->tiles_share_b(shapes);
 }
 
 // On AMX a chunk of 1024 rows ran at 600-720 GFLOP/s as one product and at 740-1030 as two parts of
