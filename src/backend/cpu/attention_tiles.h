@@ -286,7 +286,10 @@ struct AttnTiles {
     }
     for (; i < T; ++i) {
       float a = 0.0f;
-      for (int64_t d = 0; d < D; ++d) a = __builtin_fmaf(x[i * ld + term(d, D, pair)], y[i * ld + term(d, D, pair)], a);
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t e = term(d, D, pair);
+        a = __builtin_fmaf(x[i * ld + e], y[i * ld + e], a);
+      }
       out[i] = a;
     }
   }

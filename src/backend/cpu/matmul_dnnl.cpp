@@ -361,10 +361,6 @@ void DnnlMatmul::run_batch(const MatmulShape& s, const Batch& batch, const void*
     impl_->ensure_slots(workers < 1 ? 1 : workers);
   }
   const size_t ea = dtype_size(s.ab), ec = dtype_size(s.c), eb = dtype_size(s.bias);
-  MatmulShape strided = s;  // a tile's shape but m and n: rows of A (or columns of A^T), columns of B
-  strided.lda = s.a_stride();
-  strided.ldb = s.b_stride();
-  strided.ldc = s.c_stride();
   // Row tiles that all read the whole of B: B reordered once, here, and every tile on that copy.
   const bool shared = batch.count == 1 && shares_b(s, t);
   if (shared) impl_->pack_b(tile_shape(s, t, 0, 0), b);
@@ -377,9 +373,7 @@ void DnnlMatmul::run_batch(const MatmulShape& s, const Batch& batch, const void*
       const size_t item = u / size_t(t.count()), tile = u % size_t(t.count());
       const int i = int(tile) / t.cols, j = int(tile) % t.cols;
       const size_t r0 = t.row(i), c0 = t.col(j);
-      MatmulShape part = strided;
-      part.m = t.row(i + 1) - r0;
-      part.n = t.col(j + 1) - c0;
+      const MatmulShape part = tile_shape(s, t, i, j);
       const size_t a_off = item * batch.stride_a + (s.trans_a ? r0 : r0 * part.lda);
       const size_t b_off = item * batch.stride_b + (s.trans_b ? c0 * part.ldb : c0);
       const size_t c_off = item * batch.stride_c + r0 * part.ldc + c0;
