@@ -112,9 +112,11 @@ void gelu_backward_bf16(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int
 
 // A 32-lane row reduction (transformer_args.h): lanes 0-15 in lo, 16-31 in hi; f(j, mask) gives
 // the 16 values at element j (masked lanes may hold anything), op(acc, mask, x) combines the lanes
-// of the mask. Full chunks of 32, then the partial one, then the butterfly tree.
-template <typename F, typename Op, typename ScalarOp>
-float reduce32(int64_t n, float init, F&& f, Op&& op, ScalarOp sop) {
+// of the mask. Full chunks of 32, then the partial one, then the butterfly tree (tmath::lane_tree)
+// in registers: lane l with lane l + h, l < h, for h = 16, 8, 4, 2, 1 (the tree through memory was
+// a quarter of a causal softmax row's time at the attention's lengths).
+template <typename F, typename Op>
+float reduce32(int64_t n, float init, F&& f, Op&& op) {
   __m512 lo = _mm512_set1_ps(init), hi = lo;
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
@@ -129,10 +131,12 @@ float reduce32(int64_t n, float init, F&& f, Op&& op, ScalarOp sop) {
       hi = op(hi, mhi, f(j + 16, mhi));
     }
   }
-  alignas(64) float lanes[kRowLanes];
-  _mm512_store_ps(lanes, lo);
-  _mm512_store_ps(lanes + 16, hi);
-  return tmath::lane_tree(lanes, sop);
+  __m512 v = op(lo, __mmask16(0xffff), hi);                              // h = 16
+  v = op(v, __mmask16(0x00ff), _mm512_shuffle_f32x4(v, v, 0x4E));          // h = 8: 256-bit halves swapped
+  v = op(v, __mmask16(0x000f), _mm512_shuffle_f32x4(v, v, 0xB1));          // h = 4: 128-bit blocks swapped
+  v = op(v, __mmask16(0x0003), _mm512_permute_ps(v, 0x4E));                // h = 2
+  v = op(v, __mmask16(0x0001), _mm512_permute_ps(v, 0xB1));                // h = 1
+  return _mm512_cvtss_f32(v);
 }
 
 // fmax(acc, x) in the mask's lanes as trows::fmax8: a NaN x keeps acc; max_ps(acc, x) gives x on ties.
@@ -157,12 +161,11 @@ void each16(float* out, int64_t n, F&& f) {
 void softmax_forward(const float* s, float scale, float* v, int64_t n, float* stats) {
   const __m512 vscale = _mm512_set1_ps(scale);
   auto scaled = [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(m, s + j)); };
-  const float mx = reduce32(n, -__builtin_inff(), scaled, fmax16, trows::max_op);
+  const float mx = reduce32(n, -__builtin_inff(), scaled, fmax16);
   const __m512 vm = _mm512_set1_ps(mx);
   // scale * s - m <= 0 (m is the maximum) or NaN in the row's lanes (masked-off lanes are not stored)
   each16(v, n, [&](int64_t j, __mmask16 m) { return exp_f32_16_nonpositive(_mm512_sub_ps(scaled(j, m), vm)); });
-  const float sum =
-      reduce32(n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, v + j); }, add16, trows::add_op);
+  const float sum = reduce32(n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, v + j); }, add16);
   if (stats) stats[0] = mx, stats[1] = sum;
   const __m512 vs = _mm512_set1_ps(sum);
   each16(v, n, [&](int64_t j, __mmask16 m) { return _mm512_div_ps(_mm512_maskz_loadu_ps(m, v + j), vs); });
@@ -172,7 +175,7 @@ void softmax_backward(const float* p, const float* dp, float scale, float* ds, i
   const __m512 vdot = _mm512_set1_ps(reduce32(
       n, 0.0f,
       [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dp + j), _mm512_maskz_loadu_ps(m, p + j)); },
-      add16, trows::add_op));
+      add16));
   const __m512 vscale = _mm512_set1_ps(scale);
   each16(ds, n, [&](int64_t j, __mmask16 m) {  // tmath::softmax_ds: scale * p * (dp - dot)
     return _mm512_mul_ps(_mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(m, p + j)),

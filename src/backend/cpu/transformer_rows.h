@@ -114,6 +114,19 @@ inline __m256 fmax8(__m256 acc, __m256 x) {
 }
 inline __m256 add8(__m256 acc, __m256 x) { return _mm256_add_ps(acc, x); }
 
+// tmath::lane_tree on the 32 lanes of acc[0..3] (lanes 8r .. 8r + 7 in acc[r]), in registers: each
+// step combines lane l with lane l + h, l < h (vop lane for lane, as op), for h = 16, 8, 4, 2, 1.
+// The tree through memory (a store and 31 dependent scalar operations) was a quarter of a causal
+// softmax row's time at the attention's lengths.
+template <typename VOp>
+inline float lane_tree8x4(const __m256 (&acc)[4], VOp vop) {
+  __m256 v = vop(vop(acc[0], acc[2]), vop(acc[1], acc[3]));  // h = 16, then h = 8
+  v = vop(v, _mm256_permute2f128_ps(v, v, 0x01));            // h = 4: lanes 4-7 onto 0-3
+  v = vop(v, _mm256_permute_ps(v, 0x4E));                    // h = 2
+  v = vop(v, _mm256_permute_ps(v, 0xB1));                    // h = 1
+  return _mm256_cvtss_f32(v);
+}
+
 // The elements come from vals(j) (the 8 values at j) and val(j) (the one at j, for the tail).
 template <typename Vals, typename Val, typename VOp, typename Op>
 inline float lane_reduce_rows(int64_t n, float init, Vals&& vals, Val&& val, VOp vop, Op op) {
@@ -122,10 +135,13 @@ inline float lane_reduce_rows(int64_t n, float init, Vals&& vals, Val&& val, VOp
   int64_t j0 = 0;
   for (; j0 + kRowLanes <= n; j0 += kRowLanes)
     for (int r = 0; r < 4; ++r) acc[r] = vop(acc[r], vals(j0 + 8 * r));
-  alignas(32) float p[kRowLanes];
-  for (int r = 0; r < 4; ++r) _mm256_store_ps(p + 8 * r, acc[r]);
-  for (int l = 0; j0 + l < n; ++l) p[l] = op(p[l], val(j0 + l));
-  return tmath::lane_tree(p, op);
+  if (j0 < n) {  // the partial last chunk: its lanes one at a time
+    alignas(32) float p[kRowLanes];
+    for (int r = 0; r < 4; ++r) _mm256_store_ps(p + 8 * r, acc[r]);
+    for (int l = 0; j0 + l < n; ++l) p[l] = op(p[l], val(j0 + l));
+    for (int r = 0; r < 4; ++r) acc[r] = _mm256_load_ps(p + 8 * r);
+  }
+  return lane_tree8x4(acc, vop);
 }
 
 template <typename VOp, typename Op>
