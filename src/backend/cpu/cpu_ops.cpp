@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/row_kernels.h"
 #include "core/convert.h"
 #include "core/error.h"
 
@@ -22,8 +23,9 @@ CpuOps::CpuOps() : plans_(make_gemm_plans()) {
   }
   // The fused attention's BF16 matmul path where oneDNN runs a tile's score product on AMX: there
   // it is 1.1-1.6x faster than the specification's kernels; on AVX-512-BF16 without AMX (oneDNN
-  // capped to it on an AMX CPU) it was 1.2-1.4x slower (docs/benchmarks.md).
-  if (bf16_native_) {
+  // capped to it on an AMX CPU) it was 1.2-1.4x slower (docs/benchmarks.md). Its rows need the
+  // kernel set's BF16 softmax rows (AVX-512, which every AMX CPU has).
+  if (bf16_native_ && active_row_kernels().softmax_forward_bf16) {
     MatmulShape tile;
     tile.m = 64, tile.n = 256, tile.k = 64, tile.trans_b = true;
     tile.ab = DType::BF16, tile.c = DType::F32;

@@ -19,7 +19,10 @@
 //     (the specification never reads them; the step's overflow check sees either).
 // row_max and row_sum receive each row's softmax maximum and sum, and delta dout_i . out_i, as the
 // specification's (in their own summation orders). Backward computes the probabilities again from
-// the scores, as forward did (the same product and row kernel: the same bits).
+// the scores (the same product: the same bits) and the forward's maximum and sum, which its
+// scores would give again. The rows go through the kernel set's BF16 softmax rows (row_kernels.h:
+// the FP32 row kernels' values rounded in their last pass; the path runs only where the active
+// set has them).
 // Memory O(T) per head: per thread a tile's scores, probabilities and dP (kQueryTile x T), the
 // head's Q, K, V, dO rows (BF16) and dK, dV (FP32).
 #include <omp.h>
@@ -96,20 +99,25 @@ struct Products {
 };
 
 // The probabilities of a query tile (rows i0 .. i0 + rows - 1, keys 0 .. n - 1, n = i0 + rows):
-// scores S = Q_tile K^T in FP32, each row's softmax over its keys j <= i in place and rounded into
-// p16 (zero beyond the diagonal), the row's maximum and sum into m and l when given.
+// scores S = Q_tile K^T in FP32 (overwritten), each row's softmax over its keys j <= i rounded
+// into p16 (zero beyond the diagonal). Forward: each row's maximum and sum into m_out and l_out;
+// backward: the probabilities from the forward's, m_in and l_in (the same scores' bits, so the
+// same maximum and sum, and the same probabilities).
 void tile_probs(const Products& mm, const RowKernels& kern, MatmulHead& w, int64_t i0, int64_t rows, int64_t D,
-                float scale, float* m, float* l) {
+                float scale, float* m_out, float* l_out, const float* m_in, const float* l_in) {
   const int64_t n = i0 + rows;
   mm(rows, n, D, false, true, w.q.data() + i0 * D, w.k.data(), DType::F32, w.s.data());
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t len = i0 + r + 1;
-    float stats[2];
     float* pr = w.s.data() + r * n;
-    kern.softmax_forward(pr, scale, pr, len, stats);
-    if (m) m[i0 + r] = stats[0], l[i0 + r] = stats[1];
     uint16_t* p16 = w.p16.data() + r * n;
-    convert(pr, DType::F32, p16, DType::BF16, size_t(len));
+    if (m_in) {
+      kern.softmax_probs_bf16(pr, scale, m_in[i0 + r], l_in[i0 + r], p16, len);
+    } else {
+      float stats[2];
+      kern.softmax_forward_bf16(pr, scale, p16, len, stats);
+      m_out[i0 + r] = stats[0], l_out[i0 + r] = stats[1];
+    }
     std::fill(p16 + len, p16 + n, uint16_t(0));
   }
 }
@@ -160,7 +168,7 @@ void CpuOps::attention_forward_matmul(const AttentionArgs& a) {
     take_qkv(a.qkv, C, b, h, T, D, w);
     for (int64_t i0 = 0; i0 < T; i0 += kQueryTile) {
       const int64_t rows = std::min(kQueryTile, T - i0), n = i0 + rows;
-      tile_probs(mm, kern, w, i0, rows, D, a.scale, a.row_max + item * T, a.row_sum + item * T);
+      tile_probs(mm, kern, w, i0, rows, D, a.scale, a.row_max + item * T, a.row_sum + item * T, nullptr, nullptr);
       mm(rows, D, n, false, false, w.p16.data(), w.v.data(), DType::BF16, w.tile16.data());  // P V
       put(w.tile16.data(), rows, D, a.out, C, b * T + i0, h * D);
     }
@@ -190,16 +198,12 @@ void CpuOps::attention_backward_matmul(const AttentionBackwardArgs& a) {
     std::fill(w.dv.begin(), w.dv.begin() + T * D, 0.0f);
     for (int64_t i0 = 0; i0 < T; i0 += kQueryTile) {
       const int64_t rows = std::min(kQueryTile, T - i0), n = i0 + rows;
-      tile_probs(mm, kern, w, i0, rows, D, a.scale, nullptr, nullptr);
+      tile_probs(mm, kern, w, i0, rows, D, a.scale, nullptr, nullptr, a.row_max + item * T, a.row_sum + item * T);
       mm(rows, n, D, false, true, w.dout.data() + i0 * D, w.v.data(), DType::F32, w.dp.data());  // dP = dO V^T
-      for (int64_t r = 0; r < rows; ++r) {  // dS from the rounded P, as the explicit path
+      for (int64_t r = 0; r < rows; ++r) {  // dS from the rounded P and dP, as the explicit path
         const int64_t len = i0 + r + 1;
-        float* pr = w.s.data() + r * n;
-        convert(w.p16.data() + r * n, DType::BF16, pr, DType::F32, size_t(len));
-        float* ds = w.dp.data() + r * n;  // over dP
-        kern.softmax_backward(pr, ds, a.scale, ds, len);
         uint16_t* ds16 = w.ds16.data() + r * n;
-        convert(ds, DType::F32, ds16, DType::BF16, size_t(len));
+        kern.softmax_backward_bf16(w.p16.data() + r * n, w.dp.data() + r * n, a.scale, ds16, len);
         std::fill(ds16 + len, ds16 + n, uint16_t(0));
       }
       mm(rows, D, n, false, false, w.ds16.data(), w.k.data(), DType::BF16, w.tile16.data());  // dQ = dS K

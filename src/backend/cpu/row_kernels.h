@@ -36,6 +36,16 @@ struct RowKernels {
   // y = tmath::exp_f32(x) for x <= 0 or NaN; y may be x. The exp inside the kernels above and the
   // fused attention's tiles (vec_math.h), on its own for its tests.
   void (*exp_nonpositive)(const float* x, float* y, int64_t n);
+  // The BF16 matmul attention's rows (ops_attention_matmul.cpp), each one pass fewer than the
+  // FP32 kernels and the bulk conversions it replaces, with their bits (float_to_bf16_bits of the
+  // FP32 kernels' values); null where the set has none (only the AVX-512 set: the path runs on AMX
+  // CPUs), where the op composes those.
+  // softmax_forward_bf16: softmax_forward's row (and stats) rounded into p16; s is overwritten.
+  void (*softmax_forward_bf16)(float* s, float scale, uint16_t* p16, int64_t n, float* stats);
+  // softmax_probs_bf16: the same row from its saved stats {m, sum}: round(exp_f32(scale * s - m) / sum).
+  void (*softmax_probs_bf16)(const float* s, float scale, float m, float sum, uint16_t* p16, int64_t n);
+  // softmax_backward_bf16: softmax_backward of the widened p16 (bf16_bits_to_float), rounded into ds16.
+  void (*softmax_backward_bf16)(const uint16_t* p16, const float* dp, float scale, uint16_t* ds16, int64_t n);
 };
 
 // The kernel sets this CPU can run, the scalar specification first, the widest last.

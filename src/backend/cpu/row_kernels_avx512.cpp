@@ -183,6 +183,56 @@ void softmax_backward(const float* p, const float* dp, float scale, float* ds, i
   });
 }
 
+// Every element of a BF16 row, 16 at a time: f(j, mask) -> the 16 floats rounded and stored at j
+// (the last partial vector through a padded copy, as each16_bf16).
+template <typename F>
+void each16_to_bf16(uint16_t* out, int64_t n, F&& f) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) store_bf16(out + j, f(j, __mmask16(0xffff)));
+  if (j < n) {
+    alignas(32) uint16_t res[16];
+    store_bf16(res, f(j, tail_mask(n - j)));
+    std::memcpy(out + j, res, size_t(n - j) * 2);
+  }
+}
+
+// The BF16 matmul attention's rows: softmax_forward's passes with the division's pass rounding
+// into p16 (s keeps exp(scale * s - m)); from saved statistics, the exp and the division in one
+// pass; softmax_backward on the widened p16, rounding into ds16.
+void softmax_forward_bf16(float* s, float scale, uint16_t* p16, int64_t n, float* stats) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  auto scaled = [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(m, s + j)); };
+  const float mx = reduce32(n, -__builtin_inff(), scaled, fmax16);
+  const __m512 vm = _mm512_set1_ps(mx);
+  each16(s, n, [&](int64_t j, __mmask16 m) { return exp_f32_16_nonpositive(_mm512_sub_ps(scaled(j, m), vm)); });
+  const float sum = reduce32(n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, s + j); }, add16);
+  if (stats) stats[0] = mx, stats[1] = sum;
+  const __m512 vs = _mm512_set1_ps(sum);
+  each16_to_bf16(p16, n, [&](int64_t j, __mmask16 m) { return _mm512_div_ps(_mm512_maskz_loadu_ps(m, s + j), vs); });
+}
+
+void softmax_probs_bf16(const float* s, float scale, float m, float sum, uint16_t* p16, int64_t n) {
+  const __m512 vscale = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m), vs = _mm512_set1_ps(sum);
+  each16_to_bf16(p16, n, [&](int64_t j, __mmask16 k) {
+    const __m512 e = exp_f32_16_nonpositive(_mm512_sub_ps(_mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(k, s + j)), vm));
+    return _mm512_div_ps(e, vs);
+  });
+}
+
+void softmax_backward_bf16(const uint16_t* p16, const float* dp, float scale, uint16_t* ds16, int64_t n) {
+  // p16's last partial vector widened from a zero-padded copy (masked 16-bit loads need AVX-512BW)
+  alignas(32) uint16_t pad[16] = {};
+  const int64_t full = n / 16 * 16;
+  if (full < n) std::memcpy(pad, p16 + full, size_t(n - full) * 2);
+  auto p = [&](int64_t j) { return load_bf16(j < full ? p16 + j : pad); };
+  const __m512 vdot = _mm512_set1_ps(reduce32(
+      n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dp + j), p(j)); }, add16));
+  const __m512 vscale = _mm512_set1_ps(scale);
+  each16_to_bf16(ds16, n, [&](int64_t j, __mmask16 m) {  // tmath::softmax_ds: scale * p * (dp - dot)
+    return _mm512_mul_ps(_mm512_mul_ps(vscale, p(j)), _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dp + j), vdot));
+  });
+}
+
 void exp_nonpositive(const float* x, float* y, int64_t n) {
   each16(y, n, [&](int64_t j, __mmask16 m) { return exp_f32_16_nonpositive(_mm512_maskz_loadu_ps(m, x + j)); });
 }
@@ -190,8 +240,9 @@ void exp_nonpositive(const float* x, float* y, int64_t n) {
 }  // namespace
 
 const RowKernels& row_kernels_avx512() {
-  static const RowKernels k{"avx512", gelu_forward, gelu_backward, gelu_forward_bf16, gelu_backward_bf16,
-                            softmax_forward, softmax_backward, exp_nonpositive};
+  static const RowKernels k{"avx512",         gelu_forward,         gelu_backward,      gelu_forward_bf16,
+                            gelu_backward_bf16, softmax_forward,     softmax_backward,   exp_nonpositive,
+                            softmax_forward_bf16, softmax_probs_bf16, softmax_backward_bf16};
   return k;
 }
 
