@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/row_kernels.h"
@@ -156,10 +157,11 @@ int main(int argc, char** argv) {
   report("check+norm bf16", 2.0 * P,
          [&] { amp::cpu::unscale_check(grads16.data(), DType::BF16, spans, 1024.0f, nullptr, &norm_sq); });
 
-  // AdamW over every parameter, the gradient unscaled into FP32 first as the trainer does, a chunk
-  // at a time (TrainStep::optimizer_range, at distributed.bucket_mb's default of 25): reads g, w,
-  // m, v, writes w, m, v.
-  std::vector<float> w = normals(P, 0.02f, 6), m(P, 0.0f), v(P, 0.0f), g32(std::min(P, amp::unscale_chunk(size_t{25} << 20)));
+  // AdamW over every parameter, the gradient unscaled into FP32 first as the trainer does, a pass
+  // at a time (TrainStep::optimizer_range: the CPU backend's pass_elements at 1 thread): reads g,
+  // w, m, v, writes w, m, v.
+  std::vector<float> w = normals(P, 0.02f, 6), m(P, 0.0f), v(P, 0.0f),
+                     g32(std::min({P, amp::unscale_chunk(size_t{25} << 20), amp::CpuBackend(1).pass_elements()}));
   const amp::OptimizerParams op;
   const amp::StepScalars st{1e-4f, 1.0f, 1e-3f, 0.03f};
   report("adamw fp32 (+unscale)", 28.0 * P, [&] {

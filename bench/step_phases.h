@@ -28,7 +28,8 @@ class StepPhases {
   // The model's parameters initialized (seed 1) into FP32 masters and their working copy in dt.
   StepPhases(Backend& be, Model& model, DType dt, float init_scale)
       : be_(be), model_(model), dt_(dt), n_(model.layout().total),
-        chunk_(std::min(n_, unscale_chunk(size_t(25) << 20))) {
+        chunk_(std::min(n_, unscale_chunk(size_t(25) << 20))),
+        pass_(be.optimizer().pass_elements() == 0 ? chunk_ : std::min(chunk_, be.optimizer().pass_elements())) {
     sums_ = be.memory().alloc(2 * sizeof(float));
     master_ = be.memory().alloc(n_ * 4), lp_ = be.memory().alloc(n_ * dtype_size(dt)), grads_ = be.memory().alloc(n_ * dtype_size(dt));
     g32_ = be.memory().alloc(chunk_ * 4), m_ = be.memory().alloc(n_ * 4), v_ = be.memory().alloc(n_ * 4);
@@ -74,11 +75,11 @@ class StepPhases {
         amp.check_norm(0.0f);
       });
       timed("optimizer (+unscale, cast)", [&] {
-        // As the trainer (TrainStep::optimizer_range): a chunk at a time unscaled into g32, then
+        // As the trainer (TrainStep::optimizer_range): a pass at a time unscaled into g32, then
         // its update.
         const size_t es = dtype_size(dt_);
-        for (size_t b = 0; b < n_; b += chunk_) {
-          const size_t len = std::min(chunk_, n_ - b);
+        for (size_t b = 0; b < n_; b += pass_) {
+          const size_t len = std::min(pass_, n_ - b);
           amp.unscale(static_cast<const char*>(grads_.data()) + b * es, len, g32_.as<float>());
           OptimizerStepArgs a;
           a.params = op;
@@ -112,7 +113,8 @@ class StepPhases {
   Model& model_;
   DType dt_;
   size_t n_;
-  size_t chunk_;  // elements unscaled at a time, as the trainer's default (distributed.bucket_mb 25)
+  size_t chunk_;  // elements of g32, as the trainer's default (distributed.bucket_mb 25)
+  size_t pass_;   // elements unscaled and updated at a time, as the trainer's (the backend's pass_elements)
   Buffer master_, lp_, grads_, g32_, m_, v_, sums_;
   std::unique_ptr<MixedPrecision> amp_;
   std::map<std::string, double> t_;

@@ -84,6 +84,10 @@ class OptimizerKernels {
   // The step, unless verdict.flags[kAny] is set (then nothing changes). The gradients are
   // multiplied by clip_coefficient(max_norm, *verdict.norm_sq) (optim/optimizer.h).
   virtual void optimizer_step(const OptimizerStepArgs& a) = 0;
+  // Elements the step unscales and then updates per pass (TrainStep::optimizer_range), at most its
+  // chunk of FP32 unscaled gradients; 0: the whole chunk (a bucket's bytes in FP32). A CPU keeps a
+  // pass's unscaled gradients in its caches for the update; a GPU pays a launch per pass.
+  virtual size_t pass_elements() const { return 0; }
 };
 
 }  // namespace amp

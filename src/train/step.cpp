@@ -42,6 +42,8 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   // The optimizer's FP32 unscaled gradients, a chunk at a time.
   chunk_ = std::min(held, unscale_chunk(size_t(cfg_.distributed.bucket_mb * kBytesPerMiB)));
   g32_ = mem_.alloc(chunk_ * sizeof(float));
+  const size_t pass = be_.optimizer().pass_elements();
+  pass_ = std::max<size_t>(pass == 0 ? chunk_ : std::min(pass, chunk_), 1);
   const int moments = optimizer_moments(cfg_.optimizer.params);
   if (moments >= 1) state1_ = mem_.alloc(held * sizeof(float));
   if (moments >= 2) state2_ = mem_.alloc(held * sizeof(float));
@@ -388,10 +390,11 @@ void TrainStep::optimizer_range(size_t flat_begin, size_t count, size_t at, cons
   const char* g16 = static_cast<const char*>(shards_ ? gshard_.data() : grads_.data());  // indexed where held
   for (const OptimizerRun& r : runs_) {
     const size_t rb = std::max(r.begin, flat_begin), re = std::min(r.end, flat_begin + count);
-    // A chunk at a time: the reduced gradients unscaled into g32 (the values the fused pass
-    // checked), then the update. Elementwise, so the chunks do not change a bit.
-    for (size_t b = rb; b < re; b += chunk_) {
-      const size_t e = std::min(re, b + chunk_);
+    // A pass at a time (at most a chunk, the backend's pass_elements): the reduced gradients
+    // unscaled into g32 (the values the fused pass checked), then the update. Elementwise, so the
+    // passes do not change a bit.
+    for (size_t b = rb; b < re; b += pass_) {
+      const size_t e = std::min(re, b + pass_);
       const size_t h = at + (b - flat_begin);  // where it is held
       amp_->unscale(g16 + h * es, e - b, g32_.as<float>());
       OptimizerStepArgs a;

@@ -161,7 +161,8 @@ class TrainStep {
   int rank_, world_;
   float inv_count_ = 0;  // loss weight / (batch x world x loss terms per sample): one micro-batch's mean
   bool use_graph_ = false, graph_ready_ = false;
-  size_t chunk_ = 0;      // elements the optimizer unscales at a time (g32_)
+  size_t chunk_ = 0;      // elements of FP32 unscaled gradients held (g32_)
+  size_t pass_ = 0;       // elements the optimizer unscales and updates at a time (at most chunk_)
   bool release_ = false;  // distributed.zero 2: the gradient buffer's memory returned once reduced
   size_t resident_peak_ = 0, bytes_window_ = 0;
   static constexpr int kMeasuredSteps = 2;  // stage 2: steps whose window is measured
