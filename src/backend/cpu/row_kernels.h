@@ -37,9 +37,9 @@ struct RowKernels {
   // fused attention's tiles (vec_math.h), on its own for its tests.
   void (*exp_nonpositive)(const float* x, float* y, int64_t n);
   // The BF16 matmul attention's rows (ops_attention_matmul.cpp), each one pass fewer than the
-  // FP32 kernels and the bulk conversions it replaces, with their bits (float_to_bf16_bits of the
-  // FP32 kernels' values); null where the set has none (only the AVX-512 set: the path runs on AMX
-  // CPUs), where the op composes those.
+  // FP32 kernels and the bulk conversions they replace, with their bits (float_to_bf16_bits of the
+  // FP32 kernels' values). Only the AVX-512 set has them (null in the others): the path runs on AMX
+  // CPUs, and only where the active set has them (CpuOps' constructor).
   // softmax_forward_bf16: softmax_forward's row (and stats) rounded into p16; s is overwritten.
   void (*softmax_forward_bf16)(float* s, float scale, uint16_t* p16, int64_t n, float* stats);
   // softmax_probs_bf16: the same row from its saved stats {m, sum}: round(exp_f32(scale * s - m) / sum).

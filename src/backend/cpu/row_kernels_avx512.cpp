@@ -244,8 +244,8 @@ void exp_nonpositive(const float* x, float* y, int64_t n) {
 }  // namespace
 
 const RowKernels& row_kernels_avx512() {
-  static const RowKernels k{"avx512",         gelu_forward,         gelu_backward,      gelu_forward_bf16,
-                            gelu_backward_bf16, softmax_forward,     softmax_backward,   exp_nonpositive,
+  static const RowKernels k{"avx512", gelu_forward, gelu_backward, gelu_forward_bf16, gelu_backward_bf16,
+                            softmax_forward, softmax_backward, exp_nonpositive,
                             softmax_forward_bf16, softmax_probs_bf16, softmax_backward_bf16};
   return k;
 }
