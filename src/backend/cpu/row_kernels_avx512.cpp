@@ -160,18 +160,25 @@ void each16(float* out, int64_t n, F&& f) {
   }
 }
 
-// The maximum of scale * s, then v = exp(scale * s - m) (the same product recomputed, so v may be
-// s), the sum of v, then v / sum.
-void softmax_forward(const float* s, float scale, float* v, int64_t n, float* stats) {
+// A softmax row's passes before its division: the maximum m of scale * s, then v = exp(scale * s -
+// m) (the same product recomputed, so v may be s), then the sum of v. Writes {m, sum} to stats.
+void softmax_exps(const float* s, float scale, float* v, int64_t n, float* stats) {
   const __m512 vscale = _mm512_set1_ps(scale);
   auto scaled = [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(m, s + j)); };
   const float mx = reduce32(n, -__builtin_inff(), scaled, fmax16);
   const __m512 vm = _mm512_set1_ps(mx);
   // scale * s - m <= 0 (m is the maximum) or NaN in the row's lanes (masked-off lanes are not stored)
   each16(v, n, [&](int64_t j, __mmask16 m) { return exp_f32_16_nonpositive(_mm512_sub_ps(scaled(j, m), vm)); });
-  const float sum = reduce32(n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, v + j); }, add16);
-  if (stats) stats[0] = mx, stats[1] = sum;
-  const __m512 vs = _mm512_set1_ps(sum);
+  stats[0] = mx;
+  stats[1] = reduce32(n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, v + j); }, add16);
+}
+
+// softmax_exps, then v / sum.
+void softmax_forward(const float* s, float scale, float* v, int64_t n, float* stats) {
+  float st[2];
+  softmax_exps(s, scale, v, n, st);
+  if (stats) stats[0] = st[0], stats[1] = st[1];
+  const __m512 vs = _mm512_set1_ps(st[1]);
   each16(v, n, [&](int64_t j, __mmask16 m) { return _mm512_div_ps(_mm512_maskz_loadu_ps(m, v + j), vs); });
 }
 
@@ -204,14 +211,10 @@ void each16_to_bf16(uint16_t* out, int64_t n, F&& f) {
 // into p16 (s keeps exp(scale * s - m)); from saved statistics, the exp and the division in one
 // pass; softmax_backward on the widened p16, rounding into ds16.
 void softmax_forward_bf16(float* s, float scale, uint16_t* p16, int64_t n, float* stats) {
-  const __m512 vscale = _mm512_set1_ps(scale);
-  auto scaled = [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(m, s + j)); };
-  const float mx = reduce32(n, -__builtin_inff(), scaled, fmax16);
-  const __m512 vm = _mm512_set1_ps(mx);
-  each16(s, n, [&](int64_t j, __mmask16 m) { return exp_f32_16_nonpositive(_mm512_sub_ps(scaled(j, m), vm)); });
-  const float sum = reduce32(n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_maskz_loadu_ps(m, s + j); }, add16);
-  if (stats) stats[0] = mx, stats[1] = sum;
-  const __m512 vs = _mm512_set1_ps(sum);
+  float st[2];
+  softmax_exps(s, scale, s, n, st);
+  if (stats) stats[0] = st[0], stats[1] = st[1];
+  const __m512 vs = _mm512_set1_ps(st[1]);
   each16_to_bf16(p16, n, [&](int64_t j, __mmask16 m) { return _mm512_div_ps(_mm512_maskz_loadu_ps(m, s + j), vs); });
 }
 
