@@ -39,7 +39,7 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   // step before or by an earlier micro-batch, comes back there.
   if (release_) model_.set_grads_hook([this](int first, int last) { commit_grads(first, last); });
   if (shards_) gshard_ = mem_.alloc(held * es);
-  // The optimizer's FP32 unscaled gradients, a chunk at a time.
+  // The optimizer's FP32 unscaled gradients: a chunk's buffer, filled a pass at a time (pass_elements).
   chunk_ = std::min(held, unscale_chunk(size_t(cfg_.distributed.bucket_mb * kBytesPerMiB)));
   g32_ = mem_.alloc(chunk_ * sizeof(float));
   const size_t pass = be_.optimizer().pass_elements();
