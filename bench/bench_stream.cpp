@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
   // at a time (TrainStep::optimizer_range: the CPU backend's pass_elements at 1 thread): reads g,
   // w, m, v, writes w, m, v.
   std::vector<float> w = normals(P, 0.02f, 6), m(P, 0.0f), v(P, 0.0f),
-                     g32(std::min({P, amp::unscale_chunk(size_t{25} << 20), amp::CpuBackend(1).pass_elements()}));
+                     g32(amp::unscale_pass(std::min(P, amp::unscale_chunk(size_t{25} << 20)), amp::CpuBackend(1).pass_elements()));
   const amp::OptimizerParams op;
   const amp::StepScalars st{1e-4f, 1.0f, 1e-3f, 0.03f};
   report("adamw fp32 (+unscale)", 28.0 * P, [&] {

@@ -29,7 +29,7 @@ class StepPhases {
   StepPhases(Backend& be, Model& model, DType dt, float init_scale)
       : be_(be), model_(model), dt_(dt), n_(model.layout().total),
         chunk_(std::min(n_, unscale_chunk(size_t(25) << 20))),
-        pass_(be.optimizer().pass_elements() == 0 ? chunk_ : std::min(chunk_, be.optimizer().pass_elements())) {
+        pass_(unscale_pass(chunk_, be.optimizer().pass_elements())) {
     sums_ = be.memory().alloc(2 * sizeof(float));
     master_ = be.memory().alloc(n_ * 4), lp_ = be.memory().alloc(n_ * dtype_size(dt)), grads_ = be.memory().alloc(n_ * dtype_size(dt));
     g32_ = be.memory().alloc(chunk_ * 4), m_ = be.memory().alloc(n_ * 4), v_ = be.memory().alloc(n_ * 4);

@@ -11,6 +11,10 @@ int optimizer_moments(const OptimizerParams& p) {
 
 size_t unscale_chunk(size_t bucket_bytes) { return std::max<size_t>(bucket_bytes / sizeof(float), 1024); }
 
+size_t unscale_pass(size_t chunk, size_t pass_elements) {
+  return std::max<size_t>(pass_elements == 0 ? chunk : std::min(pass_elements, chunk), 1);
+}
+
 size_t stage2_window(const std::vector<TensorSpan>& spans, size_t flat, size_t bucket_elems, size_t page_elems) {
   size_t first = 0, second = 0;
   for (const TensorSpan& t : spans) {

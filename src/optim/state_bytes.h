@@ -56,6 +56,10 @@ constexpr size_t kReleasePageBytes = size_t(2) << 20;
 // elements (a bucket's bytes in FP32, at least 1024), not into an FP32 copy of them all.
 size_t unscale_chunk(size_t bucket_bytes);
 
+// The elements of that chunk unscaled and then updated per pass: the backend's pass_elements (0:
+// the whole chunk), at most the chunk, at least 1.
+size_t unscale_pass(size_t chunk, size_t pass_elements);
+
 // Stage 2's bound on the 16-bit gradient elements resident at once: backward writes a tensor's
 // gradient, completes it, and its bucket is returned once reduced; resident are the tensor being
 // written with the completed tensors of its bucket, a tensor completed late (the tied embedding,

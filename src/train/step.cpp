@@ -42,8 +42,7 @@ TrainStep::TrainStep(const Config& cfg, Backend& be, Model& model, DType compute
   // The optimizer's FP32 unscaled gradients: a chunk's buffer, filled a pass at a time (pass_elements).
   chunk_ = std::min(held, unscale_chunk(size_t(cfg_.distributed.bucket_mb * kBytesPerMiB)));
   g32_ = mem_.alloc(chunk_ * sizeof(float));
-  const size_t pass = be_.optimizer().pass_elements();
-  pass_ = std::max<size_t>(pass == 0 ? chunk_ : std::min(pass, chunk_), 1);
+  pass_ = unscale_pass(chunk_, be_.optimizer().pass_elements());
   const int moments = optimizer_moments(cfg_.optimizer.params);
   if (moments >= 1) state1_ = mem_.alloc(held * sizeof(float));
   if (moments >= 2) state2_ = mem_.alloc(held * sizeof(float));

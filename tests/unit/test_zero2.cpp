@@ -202,3 +202,10 @@ TEST_CASE("page ledger: a released page goes only once its marker has passed, co
   CHECK_THROWS(L.release(9, 11));
   CHECK_THROWS(L.commit(5, 4));
 }
+
+TEST_CASE("optimizer passes: the backend's pass size within the unscale chunk, the whole chunk for 0", "[optimizer]") {
+  CHECK(unscale_pass(6553600, 0) == 6553600);      // CUDA: one pass per chunk
+  CHECK(unscale_pass(6553600, 65536) == 65536);    // CPU, 1 thread
+  CHECK(unscale_pass(1000, 131072) == 1000);       // a chunk smaller than the pass (few parameters)
+  CHECK(unscale_pass(0, 0) == 1);                  // never a pass of 0 elements
+}
