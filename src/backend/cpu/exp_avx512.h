@@ -14,6 +14,7 @@ struct V16 {
   static Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
   static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
   static Vec div(Vec a, Vec b) { return _mm512_div_ps(a, b); }
+  static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
   static Vec max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
   static IVec cvtt(Vec a) { return _mm512_cvttps_epi32(a); }
   static Vec cvt(IVec a) { return _mm512_cvtepi32_ps(a); }

@@ -38,6 +38,7 @@ struct V8 {
   static Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
   static Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
   static Vec div(Vec a, Vec b) { return _mm256_div_ps(a, b); }
+  static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
   static Vec max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
   static IVec cvtt(Vec a) { return _mm256_cvttps_epi32(a); }
   static Vec cvt(IVec a) { return _mm256_cvtepi32_ps(a); }

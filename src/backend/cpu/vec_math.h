@@ -1,8 +1,9 @@
 // tmath's exp_f32 (for arguments <= 0), gelu_tanh and gelu_tanh_grad (transformer_args.h) on a
 // vector of lanes, written once for the CPU kernels' vector types: V8 (AVX2, transformer_rows.h)
 // and V16 (AVX-512F, exp_avx512.h). Operation for operation the scalar functions (no contraction:
-// the including files turn it off; the same constants; branches as blends), so every vector type
-// gives the scalar bits. V provides Vec, IVec, Mask and: set1, add, sub, mul, div, max, cvtt (float to int32,
+// the including files turn it off; the scalar fmaf as V::fma; the same constants; branches as
+// blends), so every vector type gives the scalar bits. V provides Vec, IVec, Mask and: set1, add,
+// sub, mul, div, fma (a * b + c, rounded once), max, cvtt (float to int32,
 // toward zero), cvt (int32 to float), iset1, iadd, isub, srai, slli, as_float (bits), ge, lt, eq,
 // unord (-> Mask), blend(m, a, b) (m ? b : a), neg_abs (the sign bit set), and kScalef: whether
 // it has trunc (toward zero, in the float) and scalef (a * 2^floor(b), rounded once) for exp_poly.
@@ -30,15 +31,15 @@ inline typename V::Vec exp_poly(typename V::Vec x, typename V::Vec kin) {
     fk = V::cvt(k);
   }
   Vec r = V::sub(x, V::mul(fk, V::set1(0.693359375f)));
-  r = V::sub(r, V::mul(fk, V::set1(-2.12194440e-4f)));
+  r = V::fma(fk, V::set1(2.12194440e-4f), r);
   const Vec r2 = V::mul(r, r);
   Vec p = V::set1(1.9875691500e-4f);
-  p = V::add(V::mul(p, r), V::set1(1.3981999507e-3f));
-  p = V::add(V::mul(p, r), V::set1(8.3334519073e-3f));
-  p = V::add(V::mul(p, r), V::set1(4.1665795894e-2f));
-  p = V::add(V::mul(p, r), V::set1(1.6666665459e-1f));
-  p = V::add(V::mul(p, r), V::set1(5.0000001201e-1f));
-  const Vec e = V::add(V::add(V::mul(p, r2), r), V::set1(1.0f));
+  p = V::fma(p, r, V::set1(1.3981999507e-3f));
+  p = V::fma(p, r, V::set1(8.3334519073e-3f));
+  p = V::fma(p, r, V::set1(4.1665795894e-2f));
+  p = V::fma(p, r, V::set1(1.6666665459e-1f));
+  p = V::fma(p, r, V::set1(5.0000001201e-1f));
+  const Vec e = V::add(V::fma(p, r2, r), V::set1(1.0f));
   if constexpr (V::kScalef) {
     return V::scalef(e, fk);
   } else {
