@@ -15,7 +15,8 @@
 //   by both twins, and every reduction has a FIXED order written down here (no atomics on floats),
 //   so the twins are bit-identical (NaN payloads aside) and every run gives the same bits whatever
 //   the thread count. That needs IEEE FP32 without contraction of a*b+c into an FMA: the CUDA
-//   sources are compiled with --fmad=false, the CPU twin disables contraction for its file.
+//   sources are compiled with --fmad=false, the CPU twin disables contraction for its file. The
+//   FMAs a formula has are written out (fmaf), and round once on either twin.
 // - Row reductions (layer norm statistics, softmax max and sum, the softmax backward's dot): over
 //   the n elements of one row, kRowLanes lanes; lane l combines elements l, l + 32, l + 64, ... in
 //   increasing order starting from the identity (+0.0f for sums, -inf for maxima); then the lanes
@@ -235,29 +236,33 @@ static AMP_HD float ln_dx(float dn, float a, float n, float b, float rstd) { ret
 // Softmax backward: (scale * P) * (dP - dot).
 static AMP_HD float softmax_ds(float scale, float p, float dp, float dot) { return scale * p * (dp - dot); }
 
-// GELU, tanh approximation: x * sigmoid(2u) (see the header comment). t = exp(-2|u|) in (0, 1]
-// gives sigmoid(2u) and 1 - sigmoid(2u) without cancellation or overflow.
-static AMP_HD float gelu_u(float x) { return kSqrt2OverPi * (x + kGeluCubic * (x * x * x)); }
+// GELU, tanh approximation: x * sigmoid(2u) (see the header comment). t = exp(-|2u|) in (0, 1]
+// gives sigmoid(2u) and 1 - sigmoid(2u) without cancellation or overflow. 2u is computed as
+// x (2k + 2kc x^2) (k = sqrt(2/pi), c = 0.044715: three roundings, the sign of x) and 2u' as
+// 2k + 6kc x^2, each with one fmaf; the constants are rounded once, here, for both twins.
+constexpr float kGelu2K = 2.0f * kSqrt2OverPi;
+constexpr float kGelu2KC = kGelu2K * kGeluCubic;
+constexpr float kGelu6KC = 3.0f * kGelu2KC;
+static AMP_HD float gelu_2u(float x) { return x * fmaf(kGelu2KC, x * x, kGelu2K); }
 
 static AMP_HD float gelu_tanh(float x) {
-  const float u = gelu_u(x);
-  const float t = exp_f32(-2.0f * (u < 0.0f ? -u : u));
-  const float s = u >= 0.0f ? 1.0f / (1.0f + t) : t / (1.0f + t);
+  const float u2 = gelu_2u(x);
+  const float t = exp_f32(-(u2 < 0.0f ? -u2 : u2));
+  const float s = u2 >= 0.0f ? 1.0f / (1.0f + t) : t / (1.0f + t);
   return x * s;
 }
 
-// gelu'(x) = s + 2 x s (1 - s) u'(x), u'(x) = sqrt(2/pi) (1 + 3 * 0.044715 x^2). Where s (1 - s)
+// gelu'(x) = s + x s (1 - s) 2u'(x), 2u'(x) = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2). Where s (1 - s)
 // is 0 (|u| beyond about 52, or infinite x) the second term is 0, even if u' overflowed.
 static AMP_HD float gelu_tanh_grad(float x) {
-  const float u = gelu_u(x);
-  const float t = exp_f32(-2.0f * (u < 0.0f ? -u : u));
+  const float u2 = gelu_2u(x);
+  const float t = exp_f32(-(u2 < 0.0f ? -u2 : u2));
   const float inv = 1.0f / (1.0f + t);
-  const float s = u >= 0.0f ? inv : t * inv;
-  const float oms = u >= 0.0f ? t * inv : inv;  // 1 - s
+  const float s = u2 >= 0.0f ? inv : t * inv;
+  const float oms = u2 >= 0.0f ? t * inv : inv;  // 1 - s
   const float ss = s * oms;
   if (ss == 0.0f) return s;
-  const float du = kSqrt2OverPi * (1.0f + (3.0f * kGeluCubic) * (x * x));
-  return s + 2.0f * x * ss * du;
+  return fmaf(x * ss, fmaf(kGelu6KC, x * x, kGelu2K), s);
 }
 
 // The butterfly combination of kRowLanes lane partials (the row reductions' order); p is

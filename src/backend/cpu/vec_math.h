@@ -60,7 +60,7 @@ inline typename V::Vec exp_low_nan(typename V::Vec x, typename V::Vec y) {
   return V::blend(V::unord(x, x), y, V::add(x, x));
 }
 
-// tmath::exp_f32 where every lane is <= 0 or NaN (all the vector kernels need: GELU's exp(-2|u|),
+// tmath::exp_f32 where every lane is <= 0 or NaN (all the vector kernels need: GELU's exp(-|2u|),
 // the softmax's and attention's exp(score - max)): exp_f32's steps without its overflow branch,
 // which no such lane takes, and rounding kf - 0.5 toward zero gives exp_f32's k also at kf = +-0
 // (both 0). The same bits.
@@ -72,25 +72,23 @@ inline typename V::Vec exp_nonpositive_v(typename V::Vec x) {
 }
 
 template <typename V>
-inline typename V::Vec gelu_u_v(typename V::Vec x) {
-  const typename V::Vec cube = V::mul(V::mul(x, x), x);
-  return V::mul(V::set1(tmath::kSqrt2OverPi), V::add(x, V::mul(V::set1(tmath::kGeluCubic), cube)));
+inline typename V::Vec gelu_2u_v(typename V::Vec x) {
+  return V::mul(x, V::fma(V::set1(tmath::kGelu2KC), V::mul(x, x), V::set1(tmath::kGelu2K)));
 }
 
-// t = exp(-2|u|), and the sign test of u. -2|u| is computed as (-|u|) * 2 (the sign bit set, one
-// exact product): the specification's -2 * |u| bit for bit, except the sign of a NaN and of a zero
-// (exp gives 1 for either zero).
+// t = exp(-|2u|), and the sign test of 2u. -|2u| is computed by setting the sign bit: the
+// specification's bits, except the sign of a NaN and of a zero (exp gives 1 for either zero).
 template <typename V>
-inline typename V::Vec gelu_t_v(typename V::Vec u, typename V::Mask* u_ge0) {
-  *u_ge0 = V::ge(u, V::set1(0.0f));
-  return exp_nonpositive_v<V>(V::mul(V::neg_abs(u), V::set1(2.0f)));
+inline typename V::Vec gelu_t_v(typename V::Vec u2, typename V::Mask* u_ge0) {
+  *u_ge0 = V::ge(u2, V::set1(0.0f));
+  return exp_nonpositive_v<V>(V::neg_abs(u2));
 }
 
-// s = (u >= 0 ? 1 : t) / (1 + t): one division for the specification's two branches.
+// s = (2u >= 0 ? 1 : t) / (1 + t): one division for the specification's two branches.
 template <typename V>
 inline typename V::Vec gelu_tanh_v(typename V::Vec x) {
   typename V::Mask ge0;
-  const typename V::Vec t = gelu_t_v<V>(gelu_u_v<V>(x), &ge0), one = V::set1(1.0f);
+  const typename V::Vec t = gelu_t_v<V>(gelu_2u_v<V>(x), &ge0), one = V::set1(1.0f);
   return V::mul(x, V::div(V::blend(ge0, t, one), V::add(one, t)));
 }
 
@@ -98,14 +96,13 @@ template <typename V>
 inline typename V::Vec gelu_tanh_grad_v(typename V::Vec x) {
   using Vec = typename V::Vec;
   typename V::Mask ge0;
-  const Vec t = gelu_t_v<V>(gelu_u_v<V>(x), &ge0), one = V::set1(1.0f);
+  const Vec t = gelu_t_v<V>(gelu_2u_v<V>(x), &ge0), one = V::set1(1.0f);
   const Vec inv = V::div(one, V::add(one, t));
   const Vec tinv = V::mul(t, inv);
   const Vec s = V::blend(ge0, tinv, inv);
   const Vec oms = V::blend(ge0, inv, tinv);  // 1 - s
   const Vec ss = V::mul(s, oms);
-  const Vec du = V::mul(V::set1(tmath::kSqrt2OverPi),
-                        V::add(one, V::mul(V::set1(3.0f * tmath::kGeluCubic), V::mul(x, x))));
-  const Vec g = V::add(s, V::mul(V::mul(V::mul(V::set1(2.0f), x), ss), du));
+  const Vec du2 = V::fma(V::set1(tmath::kGelu6KC), V::mul(x, x), V::set1(tmath::kGelu2K));
+  const Vec g = V::fma(V::mul(x, ss), du2, s);
   return V::blend(V::eq(ss, V::set1(0.0f)), g, s);  // where s (1 - s) is 0, gelu' = s
 }
