@@ -14,7 +14,7 @@ namespace amp::cpu {
 
 struct RowKernels {
   const char* isa;  // "scalar", "avx2", "avx512"
-  // y = gelu(x) (tmath::gelu_tanh); y may be x. The vector forms' loops (about 60 instructions for
+  // y = gelu(x) (tmath::gelu_tanh); y may be x. The vector forms' loops (a few dozen instructions for
   // 16 elements) ask for their inputs ahead (prefetch.h).
   void (*gelu_forward)(const float* x, float* y, int64_t n);
   // dx = dy * gelu'(x) (tmath::gelu_tanh_grad); dx may be dy or x.
