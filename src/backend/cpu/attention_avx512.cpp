@@ -17,6 +17,8 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <type_traits>
+
 #include "backend/attention_args.h"
 #include "backend/cpu/transformer_rows.h"
 #include "backend/transformer_args.h"

@@ -3,6 +3,7 @@
 #include "backend/cpu/attention_kernels.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "backend/attention_args.h"
 #include "backend/cpu/transformer_rows.h"

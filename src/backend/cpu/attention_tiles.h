@@ -44,13 +44,14 @@ struct AttnTiles {
     return e < D ? e : d;
   }
 
-  // out[r][c] = alpha * dot(a_row(r), bt[:, j0 + c]) for r < R, c < KT: rows of `a` (stride lda)
-  // starting at row i0, rows past nr repeat the last one (computed, never used); bt is [D][ldb].
-  // With a16 and bp (native BF16 products, V::kBf16Dots): the same rows as BF16 and bt as pairs
-  // [D/2][ldb] of 32-bit words, one VDPBF16PS per pair.
-  AMP_TILE_LOOP static void dots(const float* a, int64_t lda, int64_t i0, int nr, const float* bt, int64_t ldb,
-                                 int64_t j0, int64_t D, bool pair, const uint16_t* a16, const uint32_t* bp,
-                                 bool scaled, float alpha, float (*out)[KT]) {
+  // out[r][c] = alpha * dot(a_row(r), bt[:, j0 + c]) for r < R, c < keys rounded up to a multiple
+  // of 16 (at most KT; the causal mask needs no more: the other columns are left as they were):
+  // rows of `a` (stride lda) starting at row i0, rows past nr repeat the last one (computed, never
+  // used); bt is [D][ldb]. With a16 and bp (native BF16 products, V::kBf16Dots): the same rows as
+  // BF16 and bt as pairs [D/2][ldb] of 32-bit words, one VDPBF16PS per pair.
+  static void dots(const float* a, int64_t lda, int64_t i0, int nr, const float* bt, int64_t ldb, int64_t j0,
+                   int64_t D, bool pair, const uint16_t* a16, const uint32_t* bp, bool scaled, float alpha,
+                   int keys, float (*out)[KT]) {
     const bool native = V::kBf16Dots && a16 && bp;
     const float* row[R];
     const uint16_t* row16[R];
@@ -59,50 +60,74 @@ struct AttnTiles {
       row[r] = a + i * lda;
       row16[r] = native ? a16 + i * lda : nullptr;
     }
-    for (int c0 = 0; c0 < KT; c0 += KC) {
-      Vec acc[R][U];
-      for (int r = 0; r < R; ++r)
-        for (int u = 0; u < U; ++u) acc[r][u] = V::zero();
-      if constexpr (V::kBf16Dots) {
-        if (native) {
-          const uint32_t* b = bp + j0 + c0;
-          for (int64_t p = 0; p < D / 2; ++p) {
-            typename V::Words kv[U];
-            for (int u = 0; u < U; ++u) kv[u] = V::load_words(b + p * ldb + u * W);
-            for (int r = 0; r < R; ++r) {
-              const typename V::Words qb = V::set1_pair(row16[r] + 2 * p);
-              for (int u = 0; u < U; ++u) acc[r][u] = V::dot_pairs(acc[r][u], qb, kv[u]);
-            }
-          }
-        }
-      }
-      if (!native && !pair) {  // FP32 inputs: the terms in order, the operands by pointer steps
-        const float* b = bt + j0 + c0;
-        for (int64_t d = 0; d < D; ++d, b += ldb) {
-          Vec kv[U];
-          for (int u = 0; u < U; ++u) kv[u] = V::load(b + u * W);
-          for (int r = 0; r < R; ++r) {
-            const Vec qb = V::set1(row[r][d]);
-            for (int u = 0; u < U; ++u) acc[r][u] = V::fma(qb, kv[u], acc[r][u]);
-          }
-        }
-      } else if (!native) {
-        const float* b = bt + j0 + c0;
-        for (int64_t d = 0; d < D; ++d) {
-          const int64_t e = term(d, D, pair);
-          Vec kv[U];
-          for (int u = 0; u < U; ++u) kv[u] = V::load(b + e * ldb + u * W);
-          for (int r = 0; r < R; ++r) {
-            const Vec qb = V::set1(row[r][e]);
-            for (int u = 0; u < U; ++u) acc[r][u] = V::fma(qb, kv[u], acc[r][u]);
-          }
-        }
-      }
-      const Vec s = V::set1(alpha);
-      for (int r = 0; r < R; ++r)
-        for (int u = 0; u < U; ++u)  // scores: scale * dot + 0 (no -0: the maxima need no order)
-          V::store(&out[r][c0 + u * W], scaled ? V::add(V::mul(s, acc[r][u]), V::zero()) : acc[r][u]);
+    const int end = extent(keys);
+    for (int c0 = 0; c0 < end; c0 += KC) {
+      const int vecs = (end - c0) / W < U ? (end - c0) / W : U;
+      const auto run = [&](auto u) {
+        dots_block<decltype(u)::value>(row, row16, native, bt, ldb, j0 + c0, D, pair, bp, scaled, alpha, out, c0);
+      };
+      if (vecs >= U)
+        run(std::integral_constant<int, U>());
+      else if (vecs == 3)
+        run(std::integral_constant<int, 3 < U ? 3 : U>());
+      else if (vecs == 2)
+        run(std::integral_constant<int, 2 < U ? 2 : U>());
+      else
+        run(std::integral_constant<int, 1>());
     }
+  }
+
+  // The columns of a key tile that the tiles compute for `keys` keys: a multiple of 16 (KT a
+  // multiple of it, and of W and KC).
+  static int extent(int keys) { return (keys + 15) / 16 * 16 < KT ? (keys + 15) / 16 * 16 : KT; }
+
+  // dots' UN vectors of keys at column c0 (key j = j0 + c0 + ...; bp and bt from j).
+  template <int UN>
+  AMP_TILE_LOOP static void dots_block(const float* const* row, const uint16_t* const* row16, bool native,
+                                       const float* bt, int64_t ldb, int64_t j, int64_t D, bool pair,
+                                       const uint32_t* bp, bool scaled, float alpha, float (*out)[KT], int c0) {
+    Vec acc[R][UN];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < UN; ++u) acc[r][u] = V::zero();
+    if constexpr (V::kBf16Dots) {
+      if (native) {
+        const uint32_t* b = bp + j;
+        for (int64_t p = 0; p < D / 2; ++p) {
+          typename V::Words kv[UN];
+          for (int u = 0; u < UN; ++u) kv[u] = V::load_words(b + p * ldb + u * W);
+          for (int r = 0; r < R; ++r) {
+            const typename V::Words qb = V::set1_pair(row16[r] + 2 * p);
+            for (int u = 0; u < UN; ++u) acc[r][u] = V::dot_pairs(acc[r][u], qb, kv[u]);
+          }
+        }
+      }
+    }
+    if (!native && !pair) {  // FP32 inputs: the terms in order, the operands by pointer steps
+      const float* b = bt + j;
+      for (int64_t d = 0; d < D; ++d, b += ldb) {
+        Vec kv[UN];
+        for (int u = 0; u < UN; ++u) kv[u] = V::load(b + u * W);
+        for (int r = 0; r < R; ++r) {
+          const Vec qb = V::set1(row[r][d]);
+          for (int u = 0; u < UN; ++u) acc[r][u] = V::fma(qb, kv[u], acc[r][u]);
+        }
+      }
+    } else if (!native) {
+      const float* b = bt + j;
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t e = term(d, D, pair);
+        Vec kv[UN];
+        for (int u = 0; u < UN; ++u) kv[u] = V::load(b + e * ldb + u * W);
+        for (int r = 0; r < R; ++r) {
+          const Vec qb = V::set1(row[r][e]);
+          for (int u = 0; u < UN; ++u) acc[r][u] = V::fma(qb, kv[u], acc[r][u]);
+        }
+      }
+    }
+    const Vec s = V::set1(alpha);
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < UN; ++u)  // scores: scale * dot + 0 (no -0: the maxima need no order)
+        V::store(&out[r][c0 + u * W], scaled ? V::add(V::mul(s, acc[r][u]), V::zero()) : acc[r][u]);
   }
 
   // The online softmax's step for the R rows of a register block, the rows' independent chains
@@ -111,16 +136,18 @@ struct AttnTiles {
   //        specification adds +0, so the maximum does not depend on the order of the comparisons);
   //   corr = exp(m - m')  (<= 0 or NaN: the vector exp's lanes are exp_f32's bits);
   //   p_c = exp(s_c - m') for c < n[r], 0 after;  l = l * corr + tile_sum(p);  m = m'.
+  // Only the first kc = extent(max n) columns are read and written (those dots computed): the keys
+  // past them are masked for every row, and tile_sum's lanes would only add +0 for them.
   // s is modified: the keys after each row's query become -inf.
-  AMP_TILE_LOOP static void online_softmax(float (*s)[KT], float (*p)[KT], const int* n, float* m, float* l,
+  AMP_TILE_LOOP static void online_softmax(float (*s)[KT], float (*p)[KT], const int* n, int kc, float* m, float* l,
                                            float* corr) {
     static_assert(R == 4 && KT % 16 == 0, "the reductions below are written for 4 rows and 16-key steps");
     __m256 mx[R];
     int any_nan = 0;
     for (int r = 0; r < R; ++r) {
-      for (int c = n[r]; c < KT; ++c) s[r][c] = -__builtin_inff();  // keys after the query
+      for (int c = n[r]; c < kc; ++c) s[r][c] = -__builtin_inff();  // keys after the query
       __m256 a = _mm256_set1_ps(m[r]), b = a, nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
-      for (int c = 0; c < KT; c += 16) {  // two chains of maxima
+      for (int c = 0; c < kc; c += 16) {  // two chains of maxima
         const __m256 x = _mm256_loadu_ps(s[r] + c), y = _mm256_loadu_ps(s[r] + c + 8);
         a = _mm256_max_ps(a, x), b = _mm256_max_ps(b, y);
         nan = _mm256_or_ps(nan, _mm256_or_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), _mm256_cmp_ps(y, y, _CMP_UNORD_Q)));
@@ -149,15 +176,15 @@ struct AttnTiles {
     for (int r = 0; r < R; ++r) {
       // s - m' <= 0 or NaN: m' is the maximum of the tile's scores and the running maximum
       const Vec vm = V::set1(mts[r]);
-      for (int c = 0; c < KT; c += W) V::store(&p[r][c], V::exp_nonpositive(V::sub(V::load(&s[r][c]), vm)));
-      for (int c = n[r]; c < KT; ++c) p[r][c] = 0.0f;
+      for (int c = 0; c < kc; c += W) V::store(&p[r][c], V::exp_nonpositive(V::sub(V::load(&s[r][c]), vm)));
+      for (int c = n[r]; c < kc; ++c) p[r][c] = 0.0f;
     }
     // tile_sum's 8 lanes per row (each lane's chain in key order), then per row
     // ((L0 + L1) + (L2 + L3)) + ((L4 + L5) + (L6 + L7)): hadd pairs lanes (0,1) (2,3) within halves.
     __m256 lanes[R];
     for (int r = 0; r < R; ++r) {
       lanes[r] = _mm256_add_ps(_mm256_setzero_ps(), _mm256_loadu_ps(p[r]));
-      for (int c = 8; c < KT; c += 8) lanes[r] = _mm256_add_ps(lanes[r], _mm256_loadu_ps(p[r] + c));
+      for (int c = 8; c < kc; c += 8) lanes[r] = _mm256_add_ps(lanes[r], _mm256_loadu_ps(p[r] + c));
     }
     const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(lanes[0], lanes[1]), _mm256_hadd_ps(lanes[2], lanes[3]));
     const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
@@ -318,9 +345,10 @@ struct AttnTiles {
           const int nr = int(nf - b * R < R ? nf - b * R : R);
           float corr[R];
           int n[R];
-          dots(h.q, Dp, i0, nr, h.kt, Tp, j0, h.D, h.pair_dots, h.q16, h.kp16, true, h.scale, s);
           for (int r = 0; r < R; ++r) n[r] = int(i0 + r - j0 + 1 < KT ? i0 + r - j0 + 1 : KT);
-          online_softmax(s, p, n, m + b * R, l + b * R, corr);
+          const int keys = n[nr - 1];  // the block's last row sees the most keys
+          dots(h.q, Dp, i0, nr, h.kt, Tp, j0, h.D, h.pair_dots, h.q16, h.kp16, true, h.scale, keys, s);
+          online_softmax(s, p, n, extent(keys), m + b * R, l + b * R, corr);
           accumulate_rows(h.out + i0 * Dp, Dp, nr, corr, p, n, h.v + j0 * Dp);
         }
       }
@@ -356,29 +384,32 @@ struct AttnTiles {
         const int nr = int(T - i0 < RB ? T - i0 : RB);
         if (j0 == 0)
           for (int64_t i = i0 * Dp; i < (i0 + nr) * Dp; ++i) h.dq[i] = 0.0f;
+        // Row r's keys: c < n[r]. Only they are read below (dQ's rows by n, dK's and dV's columns
+        // by r_start), so the products and P and dS run over extent(n) columns, not the tile's.
         int n[RB];
+        for (int r = 0; r < nr; ++r) n[r] = int(i0 + r - j0 + 1 < nk ? i0 + r - j0 + 1 : nk);
         // All the block's scores, then all its dP: each product's tile of K or V transposed (16 KiB
         // at D = 64) stays in L1 for the block's rows.
         for (int g = 0; g * R < nr; ++g) {
-          const int nh = nr - g * R < R ? nr - g * R : R;
-          dots(h.q, Dp, i0 + g * R, nh, h.kt, Tp, j0, D, h.pair_dots, h.q16, h.kp16, true, h.scale, p + g * R);
+          const int nh = nr - g * R < R ? nr - g * R : R, keys = n[g * R + nh - 1];
+          dots(h.q, Dp, i0 + g * R, nh, h.kt, Tp, j0, D, h.pair_dots, h.q16, h.kp16, true, h.scale, keys, p + g * R);
         }
         for (int g = 0; g * R < nr; ++g) {
-          const int nh = nr - g * R < R ? nr - g * R : R;
-          dots(h.dout, Dp, i0 + g * R, nh, h.vt, Tp, j0, D, h.pair_dots, h.dout16, h.vp16, false, 1.0f, ds + g * R);
+          const int nh = nr - g * R < R ? nr - g * R : R, keys = n[g * R + nh - 1];
+          dots(h.dout, Dp, i0 + g * R, nh, h.vt, Tp, j0, D, h.pair_dots, h.dout16, h.vp16, false, 1.0f, keys, ds + g * R);
         }
         for (int r = 0; r < nr; ++r) {
           const int64_t i = i0 + r;
-          n[r] = int(i - j0 + 1 < nk ? i - j0 + 1 : nk);
+          const int kc = extent(n[r]);
           const Vec vm = V::set1(h.m[i]), vl = V::set1(h.l[i]);
           // s - m <= 0 or NaN for the keys up to the query (the forward's maximum of the same
           // scores' bits); the later columns are zeroed below.
-          for (int c = 0; c < KT; c += W)
+          for (int c = 0; c < kc; c += W)
             V::store(&p[r][c], V::div(V::exp_nonpositive(V::sub(V::load(&p[r][c]), vm)), vl));
           const Vec vdelta = V::set1(h.delta[i]);
-          for (int c = 0; c < KT; c += W)  // softmax_ds: (scale * P) * (dP - delta)
+          for (int c = 0; c < kc; c += W)  // softmax_ds: (scale * P) * (dP - delta)
             V::store(&ds[r][c], V::mul(V::mul(vscale, V::load(&p[r][c])), V::sub(V::load(&ds[r][c]), vdelta)));
-          for (int c = n[r]; c < KT; ++c) p[r][c] = 0.0f, ds[r][c] = 0.0f;
+          for (int c = n[r]; c < kc; ++c) p[r][c] = 0.0f, ds[r][c] = 0.0f;
         }
         for (int g = 0; g * R < nr; ++g) {
           const int nh = nr - g * R < R ? nr - g * R : R;
