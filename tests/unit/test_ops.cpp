@@ -517,10 +517,13 @@ TEST_CASE("linear layers: the same bits at 1, 2 and 3 threads, every element wri
                                           << split << " of them cut into tiles");
 }
 
-TEST_CASE("linear layers: row tiles on one reordered B give each tile's own product's bits", "[ops]") {
+TEST_CASE("linear layers: row tiles on one reordered B, and C streamed out, give each tile's own product's bits",
+          "[ops]") {
   // BF16 products on brgemm whose row tiles all read the whole of B run on one copy of B in the
   // primitives' layout (matmul_dnnl.h); each tile must keep the bits of its own product, which a
-  // product of that tile's rows alone (one tile) computes on the plain B.
+  // product of that tile's rows alone (one tile) computes on the plain B. A 16-bit C of at least
+  // kStreamCBytes is written through the worker's buffer with streaming stores: the tiles alone
+  // (each below that) write it directly, with the same bits; a strided C (ldc > n) too.
   CpuBackend be(1);
   auto& ops = be.cpu_ops();
   if (!ops.bf16_native()) {
@@ -528,18 +531,21 @@ TEST_CASE("linear layers: row tiles on one reordered B give each tile's own prod
     return;
   }
   auto& mm = ops.matmul();
-  struct Case { size_t m, n, k; bool trans_b, bias, shares; };
+  struct Case { size_t m, n, k; bool trans_b, bias, shares; size_t ldc = 0; };
   // The char shape's forward products (qkv, proj, fc, mlp.proj), a backward-input product, a row
   // count whose last tile is shorter, and a B above kSharedBMax (2000 x 2100: the plain B).
   const std::vector<Case> cases{{2048, 1152, 384, true, true, true},  {2048, 384, 384, true, true, true},
                                 {2048, 1536, 384, true, true, true},  {2048, 384, 1536, true, true, true},
                                 {2048, 384, 1152, false, false, true}, {1000, 200, 130, true, true, true},
-                                {512, 2000, 2100, true, true, false}};
-  int shared = 0;
+                                {512, 2000, 2100, true, true, false},
+                                {2048, 1152, 256, true, true, false, 1184}, {2048, 1536, 192, false, false, false, 1600}};
+  int shared = 0, streamed = 0;
   for (const Case& c : cases) {
     cpu::MatmulShape s;
     s.m = c.m, s.n = c.n, s.k = c.k, s.trans_b = c.trans_b, s.has_bias = c.bias;
     s.ab = s.c = s.bias = DType::BF16;
+    s.ldc = c.ldc;
+    const size_t ldc = s.c_stride();
     const auto bits = [](const std::vector<float>& v) {
       std::vector<uint16_t> b(v.size());
       for (size_t i = 0; i < v.size(); ++i) b[i] = float_to_bf16_bits(v[i]);
@@ -547,25 +553,31 @@ TEST_CASE("linear layers: row tiles on one reordered B give each tile's own prod
     };
     const std::vector<uint16_t> a = bits(randn(c.m * c.k, 81)), b = bits(randn(c.k * c.n, 82, 0.1)),
                                 bias = bits(randn(c.n, 83));
-    std::vector<uint16_t> whole(c.m * c.n, 0xffff), tiled(c.m * c.n, 0xffff);
+    std::vector<uint16_t> whole(c.m * ldc, 0xffff), tiled(c.m * ldc, 0xffff);
     const std::string impl = mm.implementation(s);
     const cpu::MatmulTiles t = mm.tiles(s);
     const bool reordered = impl.find("B reordered once") != std::string::npos;
     shared += reordered;
+    const bool streams = impl.find("(C streamed out)") != std::string::npos;
+    streamed += streams;
+    CHECK(streams == (c.m * c.n * 2 >= cpu::DnnlMatmul::kStreamCBytes));
     mm.run(s, a.data(), b.data(), bias.data(), whole.data());
-    for (int i = 0; i < t.rows; ++i) {  // each row tile alone: one tile, the plain B
+    for (int i = 0; i < t.rows; ++i) {  // each row tile alone: one tile, the plain B, C written directly
       cpu::MatmulShape one = s;
       one.m = t.row(i + 1) - t.row(i);
       REQUIRE(mm.tiles(one).count() == 1);
-      mm.run(one, a.data() + t.row(i) * c.k, b.data(), bias.data(), tiled.data() + t.row(i) * c.n);
+      CHECK(mm.implementation(one).find("streamed") == std::string::npos);
+      mm.run(one, a.data() + t.row(i) * c.k, b.data(), bias.data(), tiled.data() + t.row(i) * ldc);
     }
     size_t differ = 0;
     for (size_t e = 0; e < whole.size(); ++e) differ += whole[e] != tiled[e];
-    INFO(c.m << " x " << c.n << " x " << c.k << (c.trans_b ? " (B^T)" : "") << ": " << impl << ", " << t.rows
-              << " row tile(s)");
+    INFO(c.m << " x " << c.n << " x " << c.k << (c.trans_b ? " (B^T)" : "") << " ldc " << ldc << ": " << impl << ", "
+              << t.rows << " row tile(s)");
     CHECK(differ == 0);
     if (impl.rfind("brg:", 0) == 0) CHECK(reordered == c.shares);
   }
-  WARN(shared << " of " << cases.size() << " products ran their row tiles on one reordered B");
+  WARN(shared << " of " << cases.size() << " products ran their row tiles on one reordered B, " << streamed
+               << " streamed C out");
   CHECK(shared > 0);  // native BF16 runs on brgemm, where the path applies
+  CHECK(streamed >= 3);
 }

@@ -15,6 +15,7 @@
 #include "core/aligned_vector.h"
 #include "core/convert.h"
 #include "core/error.h"
+#include "core/stream_copy.h"
 
 namespace amp::cpu {
 
@@ -67,7 +68,9 @@ struct DnnlMatmul::Impl {
     std::unique_ptr<dnnl::stream> stream;
     std::vector<char> scratch;
     aligned_vector<float> partial;  // a K chunk's FP32 product (run_k_chunks)
-    std::vector<char> dense[3];  // dense copies of a strided A, B and C (packed products)
+    // Dense copies of a strided A, B and C (packed products); [2] also holds a tile whose C is
+    // streamed out (streams_c).
+    aligned_vector<char> dense[3];
     std::map<const void*, Bound> bound;  // by Entry
   };
   aligned_vector<float> k_sum;  // run_k_chunks' running sum
@@ -139,19 +142,25 @@ struct DnnlMatmul::Impl {
     slots[0].stream->wait();
   }
 
-  // Rows of `rows` x `len` elements, `ld` apart, to or from a dense block (ld == len: one copy).
-  static void copy_rows(const char* src, size_t src_ld, char* dst, size_t dst_ld, size_t rows, size_t len, size_t e) {
+  // Rows of `rows` x `len` elements, `ld` apart, to or from a dense block (ld == len: one copy);
+  // with `stream`, written with streaming stores.
+  static void copy_rows(const char* src, size_t src_ld, char* dst, size_t dst_ld, size_t rows, size_t len, size_t e,
+                        bool stream = false) {
+    if (stream) return copy_rows_streaming(src, src_ld * e, dst, dst_ld * e, rows, len * e);
     for (size_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_ld * e, src + r * src_ld * e, len * e);
   }
 
-  void execute(int slot, const MatmulShape& s, const void* a, const void* b, const void* bias, void* c) {
+  // The product s into c; with stream_c, C's rows are written with streaming stores from a copy
+  // in the slot's buffer (the same primitive, so the same bits).
+  void execute(int slot, const MatmulShape& s, const void* a, const void* b, const void* bias, void* c,
+               bool stream_c = false) {
+    Slot& sl = slots[size_t(slot)];
     if (packs(s)) {
-      Slot& sl = slots[size_t(slot)];
       const MatmulShape d = dense(s);
       const size_t ea = dtype_size(s.ab), ec = dtype_size(s.c);
       // A is stored m x k (k x m transposed), B k x n (n x k); a stride equal to the dense one
       // needs no copy.
-      const auto pack = [&](const void* src, size_t ld, size_t dense_ld, size_t rows, std::vector<char>& buf) {
+      const auto pack = [&](const void* src, size_t ld, size_t dense_ld, size_t rows, aligned_vector<char>& buf) {
         if (ld == dense_ld) return src;
         buf.resize(rows * dense_ld * ea);
         copy_rows(static_cast<const char*>(src), ld, buf.data(), dense_ld, rows, dense_ld, ea);
@@ -159,16 +168,27 @@ struct DnnlMatmul::Impl {
       };
       const void* da = pack(a, s.a_stride(), d.a_stride(), s.trans_a ? s.k : s.m, sl.dense[0]);
       const void* db = pack(b, s.b_stride(), d.b_stride(), s.trans_b ? s.n : s.k, sl.dense[1]);
-      if (s.c_stride() == d.c_stride()) {
+      if (s.c_stride() == d.c_stride() && !stream_c) {
         run_primitive(sl, get(d), d, da, db, bias, c);
         return;
       }
       sl.dense[2].resize(s.m * s.n * ec);
       run_primitive(sl, get(d), d, da, db, bias, sl.dense[2].data());
-      copy_rows(sl.dense[2].data(), s.n, static_cast<char*>(c), s.c_stride(), s.m, s.n, ec);
+      copy_rows(sl.dense[2].data(), s.n, static_cast<char*>(c), s.c_stride(), s.m, s.n, ec, stream_c);
       return;
     }
-    run_primitive(slots[size_t(slot)], get(s), s, a, b, bias, c);
+    run_into(sl, get(s), s, a, b, bias, c, stream_c);
+  }
+
+  // run_primitive into c, or with stream_c into the slot's buffer (C's layout) and from there into
+  // c with streaming stores.
+  void run_into(Slot& sl, Entry& e, const MatmulShape& s, const void* a, const void* b, const void* bias, void* c,
+                bool stream_c) {
+    if (!stream_c) return run_primitive(sl, e, s, a, b, bias, c);
+    const size_t ec = dtype_size(s.c), ld = s.c_stride();
+    sl.dense[2].resize(((s.m - 1) * ld + s.n) * ec);
+    run_primitive(sl, e, s, a, b, bias, sl.dense[2].data());
+    copy_rows(sl.dense[2].data(), ld, static_cast<char*>(c), ld, s.m, s.n, ec, true);
   }
 
   void run_primitive(Slot& sl, Entry& e, const MatmulShape& s, const void* a, const void* b, const void* bias, void* c) {
@@ -364,6 +384,7 @@ void DnnlMatmul::run_batch(const MatmulShape& s, const Batch& batch, const void*
   // Row tiles that all read the whole of B: B reordered once, here, and every tile on that copy.
   const bool shared = batch.count == 1 && shares_b(s, t);
   if (shared) impl_->pack_b(tile_shape(s, t, 0, 0), b);
+  const bool stream = batch.count == 1 && streams_c(s);
   std::exception_ptr failed;
 #pragma omp parallel num_threads(workers)
   {
@@ -380,12 +401,12 @@ void DnnlMatmul::run_batch(const MatmulShape& s, const Batch& batch, const void*
       try {
         const char* bias_at = s.has_bias ? static_cast<const char*>(bias) + c0 * eb : static_cast<const char*>(bias);
         if (part.m && part.n && shared)
-          impl_->run_primitive(impl_->slots[size_t(w)], impl_->get_packed(part), part,
-                               static_cast<const char*>(a) + a_off * ea, impl_->shared_b.data(), bias_at,
-                               static_cast<char*>(c) + c_off * ec);
+          impl_->run_into(impl_->slots[size_t(w)], impl_->get_packed(part), part,
+                          static_cast<const char*>(a) + a_off * ea, impl_->shared_b.data(), bias_at,
+                          static_cast<char*>(c) + c_off * ec, stream);
         else if (part.m && part.n)
           impl_->execute(w, part, static_cast<const char*>(a) + a_off * ea, static_cast<const char*>(b) + b_off * ea,
-                         bias_at, static_cast<char*>(c) + c_off * ec);
+                         bias_at, static_cast<char*>(c) + c_off * ec, stream);
       } catch (...) {
 #pragma omp critical(amp_matmul_failed)
         if (!failed) failed = std::current_exception();
@@ -463,10 +484,17 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
   }
 }
 
+bool DnnlMatmul::streams_c(const MatmulShape& s) {
+  return (s.c == DType::F16 || s.c == DType::BF16) && !s.accumulate && !k_chunked(s) &&
+         s.m * s.n * dtype_size(s.c) >= kStreamCBytes;
+}
+
 std::string DnnlMatmul::implementation(const MatmulShape& s) {
-  if (impl_->packs(s)) return impl_->get(Impl::dense(s)).impl + " (dense copies)";
-  if (!k_chunked(s) && shares_b(s, tiles(s))) return impl_->get(s).impl + " (B reordered once for its row tiles)";
-  if (!k_chunked(s)) return impl_->get(s).impl;
+  const std::string streamed = streams_c(s) ? " (C streamed out)" : "";
+  if (impl_->packs(s)) return impl_->get(Impl::dense(s)).impl + " (dense copies)" + streamed;
+  if (!k_chunked(s) && shares_b(s, tiles(s)))
+    return impl_->get(s).impl + " (B reordered once for its row tiles)" + streamed;
+  if (!k_chunked(s)) return impl_->get(s).impl + streamed;
   const MatmulShape chunk = k_chunk_shape(s, std::min(s.k, kKChunk));  // the first chunk
   const size_t part = k_part(chunk);
   return impl_->get(s).impl + " (K in chunks of " + std::to_string(kKChunk) + " on " + impl_->get(chunk).impl +

@@ -105,6 +105,15 @@ class DnnlMatmul {
   // Implementation oneDNN chose for a shape (e.g. "brg:avx512_core_bf16"), for benchmarks.
   std::string implementation(const MatmulShape& s);
 
+  // Whether a product's 16-bit C (one product, not k_chunked) of at least kStreamCBytes is
+  // written with streaming stores: each tile computed into its worker's buffer, which the caches
+  // keep from tile to tile, and copied out without reading C's lines first. A product writing
+  // straight into a C that is in no cache waits for every line's read: the char shape's BF16
+  // qkv and fc products ran 1.1-1.3x slower with C cold than warm (docs/benchmarks.md). FP32 C
+  // is left as it was: its products, 5x slower per FLOP, gained nothing measurable.
+  static constexpr size_t kStreamCBytes = size_t(4) << 20;
+  bool streams_c(const MatmulShape& s);
+
  private:
   static constexpr double kWholeFlops = double(1 << 22);  // below: a few microseconds, not cut
   // oneDNN's jit GEMM: tiles of about kJitTile x kJitTile, at least four (a multiple of four) for
