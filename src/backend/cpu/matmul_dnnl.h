@@ -30,6 +30,9 @@
 //   layout inside each tile's product (the same bits; the char shape's BF16 linear_forward and
 //   linear_backward_input about 5% faster in the step on AMX, docs/benchmarks.md).
 //   implementation() says "(B reordered once for its row tiles)".
+// - A 16-bit C of at least kStreamCBytes (one product, not A^T B): each tile is computed into its
+//   worker's buffer and copied out with streaming stores (streams_c), the same primitive on the
+//   same shape, so the same bits; implementation() says "(C streamed out)".
 // - jit GEMM (AVX2-only CPUs, and the strided products above that are not copied): it orders an
 //   element's sum over K by the shape it is given, and threaded by itself cuts K for some shapes,
 //   so C is cut into tiles chosen by the product's shape alone, each tile a single-threaded
