@@ -29,9 +29,6 @@ inline void copy_rows_streaming(const void* src, size_t src_ld, void* dst, size_
     size_t i = (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16;
     if (i > row_bytes) i = row_bytes;
     std::memcpy(d, s, i);
-    for (; i + 64 <= row_bytes; i += 64)
-      for (size_t o = 0; o < 64; o += 16)
-        _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + o), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + o)));
     for (; i + 16 <= row_bytes; i += 16)
       _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
     std::memcpy(d + i, s + i, row_bytes - i);

@@ -485,7 +485,7 @@ void DnnlMatmul::run_k_chunks(const MatmulShape& s, int threads, const void* a, 
 }
 
 bool DnnlMatmul::streams_c(const MatmulShape& s) {
-  return (s.c == DType::F16 || s.c == DType::BF16) && !s.accumulate && !k_chunked(s) &&
+  return (s.c == DType::F16 || s.c == DType::BF16) && !s.accumulate && !s.trans_a &&
          s.m * s.n * dtype_size(s.c) >= kStreamCBytes;
 }
 

@@ -108,7 +108,7 @@ class DnnlMatmul {
   // Implementation oneDNN chose for a shape (e.g. "brg:avx512_core_bf16"), for benchmarks.
   std::string implementation(const MatmulShape& s);
 
-  // Whether a product's 16-bit C (one product, not k_chunked) of at least kStreamCBytes is
+  // Whether a product's 16-bit C (one product, not A^T B) of at least kStreamCBytes is
   // written with streaming stores: each tile computed into its worker's buffer, which the caches
   // keep from tile to tile, and copied out without reading C's lines first. A product writing
   // straight into a C that is in no cache waits for every line's read: the char shape's BF16
