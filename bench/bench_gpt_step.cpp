@@ -19,7 +19,10 @@
 // causal half of their work and its time counts among the other ops, so the step's FLOP rate
 // (still counted with the explicit path's FLOPs) compares the two paths by time.
 // The model's ops are timed one by one (bench/timed_ops.h): the last round's step splits into its
-// GEMMs (compared with their bare time) and the other kernels.
+// GEMMs (compared with their bare time) and the other kernels, each of those, the optimizer and the
+// overflow check compared with a copy of the bytes it must move, measured in the same run (the floor
+// of work bound by memory); the last lines say what the step spends beyond its bare GEMMs, and
+// where, against what a step/bare of 0.85 or 0.9 would leave.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -130,6 +133,26 @@ int main(int argc, char** argv) {
   shapes.push_back({Ti, Di, Ti, BH, true, false, "attn dV", l, "gemm_batched"});
   shapes.push_back({Ti, Di, Ti, BH, false, false, "attn dQ", l, "gemm_batched"});
   shapes.push_back({Ti, Di, Ti, BH, true, false, "attn dK", l, "gemm_batched"});
+  // The copy rate the work outside the GEMMs is held against (bytes moved = read + written a
+  // second): ops().cast of 64 MiB of FP32 into another 64 MiB (a parallel memcpy on the CPU, a
+  // device-to-device copy on a GPU), out of L2 as the step's tensors are; the best of 9 calls before
+  // the rounds and 9 after them, so the time of a copy is the lowest the run saw (this VM's copy
+  // rate moved by a third between runs).
+  const auto measure_copy_rate = [&] {
+    const size_t n = size_t(16) << 20;
+    Buffer src = be.memory().alloc(n * 4), dst = be.memory().alloc(n * 4);
+    be.memory().zero(src.data(), n * 4);
+    double best = 1e30;
+    for (int r = 0; r < 10; ++r) {
+      be.memory().synchronize();
+      const double t0 = now();
+      be.ops().cast(src.data(), DType::F32, dst.data(), DType::F32, n);
+      be.memory().synchronize();
+      if (r >= 1) best = std::min(best, now() - t0);
+    }
+    return double(n) * 8.0 / best;
+  };
+  double copy_rate = measure_copy_rate();
   std::vector<double> ratios;
   double flops = 0, bare = 0, step = 0;
   std::map<std::string, double> bare_of;  // bare time per model op kind
@@ -183,6 +206,7 @@ int main(int argc, char** argv) {
     }
     ratios.push_back(bare / step);
   }
+  copy_rate = std::max(copy_rate, measure_copy_rate());
   std::printf("\nstep phases (%s, %zu layers x %zu, %zu heads, T %zu, batch %zu, %s, %d thread%s, %s attention%s, "
               "activations %.1f MiB, mean of %zu steps):\n",
               prec.c_str(), o.n_layer, C, H, T, batch, be.name().c_str(), threads, threads == 1 ? "" : "s",
@@ -190,19 +214,44 @@ int main(int argc, char** argv) {
               double(model.buffer_bytes()) / 1048576.0, steps);
   phases.print();
   std::printf("  %-22s %8.3f ms  (%.0f tokens/s)\n", "step", step * 1e3, double(M) / step);
-  // The model's ops (forward, loss and backward) over the last round's timed steps.
   const double per = 1.0 / double(steps);
-  double gemm_s = 0, other_s = 0;
+  // Bytes the step must move outside its GEMMs: the ops' (below) and the phases' outside them.
+  double moved_bytes = 0;
+  for (const auto& [phase, seconds] : phases.seconds()) {
+    const double b = phases.bytes(phase);
+    if (b > 0) std::printf("  %-22s %8.1f MiB moved, %.2fx a copy of as many bytes\n", phase.c_str(), b / 1048576.0,
+                           seconds / double(phases.steps()) / (b / copy_rate));
+    moved_bytes += b;
+  }
+  // The model's ops (forward, loss and backward) over the last round's timed steps.
+  double gemm_s = 0, other_s = 0, gemm_bare = 0;  // gemm_bare: the bare time of the GEMM kinds the step ran
   std::printf("\nthe model's ops per step (mean over the last round's %zu steps):\n", steps);
   for (const auto& [kind, t] : timed.totals()) {
     std::printf("  %-24s %8.3f ms  %5.1f%%  %5zu calls", kind.c_str(), t.seconds * per * 1e3,
                 100.0 * t.seconds * per / step, size_t(double(t.calls) * per + 0.5));
-    if (bare_of.count(kind)) std::printf("  (%.2fx their bare GEMMs' %.3f ms)", t.seconds * per / bare_of[kind], bare_of[kind] * 1e3);
+    if (bare_of.count(kind)) {
+      std::printf("  (%.2fx their bare GEMMs' %.3f ms)", t.seconds * per / bare_of[kind], bare_of[kind] * 1e3);
+      gemm_bare += bare_of[kind];
+    }
+    if (t.bytes > 0)
+      std::printf("  (%.1f MiB, %.2fx a copy of as many bytes)", t.bytes * per / 1048576.0, t.seconds / (t.bytes / copy_rate));
+    moved_bytes += t.bytes * per;
     std::printf("\n");
     (bench::TimedOps::is_gemm(kind) ? gemm_s : other_s) += t.seconds * per;
   }
   std::printf("  GEMMs %.3f ms (%.2fx their bare %.3f ms), other ops %.3f ms, outside the model's ops %.3f ms\n",
-              gemm_s * 1e3, gemm_s / bare, bare * 1e3, other_s * 1e3, (step - gemm_s - other_s) * 1e3);
+              gemm_s * 1e3, gemm_s / gemm_bare, gemm_bare * 1e3, other_s * 1e3, (step - gemm_s - other_s) * 1e3);
+  // What the step spends beyond its bare GEMMs, what a step/bare goal would leave, and the work
+  // outside the GEMMs against a copy of the bytes it must move (its floor where memory bounds it;
+  // the attention's products and exps and GELU's arithmetic are above it).
+  std::printf("  beyond the bare GEMMs %.3f ms (step/bare 0.85 would leave %.3f, 0.9 %.3f): the GEMMs' excess over "
+              "their bare %.3f, the other ops %.3f, outside the ops %.3f, less the bare products that a fused "
+              "attention runs in its own kernels %.3f\n",
+              (step - bare) * 1e3, bare * (1 / 0.85 - 1) * 1e3, bare * (1 / 0.9 - 1) * 1e3, (gemm_s - gemm_bare) * 1e3,
+              other_s * 1e3, (step - gemm_s - other_s) * 1e3, (bare - gemm_bare) * 1e3);
+  std::printf("  the other ops and the phases outside them %.3f ms, a copy of their %.1f MiB %.3f ms (%.1f GB/s: "
+              "ops().cast of 64 MiB, read + written, the best of 18 calls)\n",
+              (step - gemm_s) * 1e3, moved_bytes / 1048576.0, moved_bytes / copy_rate * 1e3, copy_rate / 1e9);
   std::printf("\nstep FLOP rate %.1f GFLOP/s | bare GEMM rate %.1f GFLOP/s (the GEMMs alone: %.3f ms) | ratio %.3f\n",
               flops / step / 1e9, flops / bare / 1e9, bare * 1e3, bare / step);
   std::printf("ratio per round:");

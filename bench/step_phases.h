@@ -100,6 +100,21 @@ class StepPhases {
     return step_;
   }
 
+  // The bytes a phase outside the model's ops must move in a step, each input read and each output
+  // written once (the floor a copy of as many bytes sets): the overflow check and norm read the
+  // gradients; the update reads them and the master weights and moments, writes those and the
+  // working copy (the unscaled FP32 pass, written and read back in the caches, not counted, as
+  // in bench_stream). 0 for the other phases.
+  double bytes(const std::string& phase) const {
+    const double n = double(n_), es = double(dtype_size(dt_));
+    if (phase == "check+norm") return n * es;
+    if (phase == "optimizer (+unscale, cast)")
+      return n * (es + 8.0 * double(1 + optimizer_moments(OptimizerParams{})) + (dt_ == DType::F32 ? 0.0 : es));
+    return 0.0;
+  }
+  const std::map<std::string, double>& seconds() const { return t_; }  // per phase, over the timed steps
+  size_t steps() const { return steps_; }
+
   // "  <phase>  <ms>  <share>" lines, and the AMP bookkeeping's share of the step.
   double print() const {
     for (auto& kv : t_)
