@@ -133,11 +133,11 @@ int main(int argc, char** argv) {
   shapes.push_back({Ti, Di, Ti, BH, true, false, "attn dV", l, "gemm_batched"});
   shapes.push_back({Ti, Di, Ti, BH, false, false, "attn dQ", l, "gemm_batched"});
   shapes.push_back({Ti, Di, Ti, BH, true, false, "attn dK", l, "gemm_batched"});
-  // The copy rate the work outside the GEMMs is held against (bytes moved = read + written a
-  // second): ops().cast of 64 MiB of FP32 into another 64 MiB (a parallel memcpy on the CPU, a
-  // device-to-device copy on a GPU), out of L2 as the step's tensors are; the best of 9 calls before
-  // the rounds and 9 after them, so the time of a copy is the lowest the run saw (this VM's copy
-  // rate moved by a third between runs).
+  // The copy rate the work outside the GEMMs is held against, in bytes read and written a second:
+  // ops().cast of 64 MiB of FP32 into another 64 MiB (a parallel memcpy on the CPU, a device-to-device
+  // copy on a GPU), out of L2 as the step's tensors are; the best of 9 calls before the rounds and 9
+  // after them, so the time of a copy is the lowest the run saw (this VM's copy rate moved by a
+  // third between runs).
   const auto measure_copy_rate = [&] {
     const size_t n = size_t(16) << 20;
     Buffer src = be.memory().alloc(n * 4), dst = be.memory().alloc(n * 4);
