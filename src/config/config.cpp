@@ -5,8 +5,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <sstream>
 
 #include "config/config_detail.h"
@@ -323,9 +323,9 @@ std::string config_keys_help() {
     } else {
       type = "list";
     }
-    char line[512];
-    std::snprintf(line, sizeof line, "  %-36s %s (default %s)\n      %s\n", k.path, type.c_str(), k.def, k.help);
-    os << line;
+    std::string path = k.path;
+    path.resize(std::max<size_t>(path.size(), 36), ' ');
+    os << "  " << path << ' ' << type << " (default " << k.def << ")\n      " << k.help << '\n';
   }
   return os.str();
 }

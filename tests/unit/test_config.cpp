@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "config/config.h"
+#include "config/config_detail.h"
 #include "core/error.h"
 #include "test_util.h"
 
@@ -142,6 +143,12 @@ TEST_CASE("--help lists the keys with their defaults", "[config]") {
   CHECK_THAT(help, Contains("optimizer.lr"));
   CHECK_THAT(help, Contains("a positive number (default 0.001)"));
   CHECK_THAT(help, Contains("precision.loss_scale.growth_interval"));
+  // Every key's text whole, on its own line, however long (model.recompute's is over 600
+  // characters; a fixed 512-byte line once cut it and ran the next key onto it).
+  for (const amp::config_detail::Key& k : amp::config_detail::keys()) {
+    INFO(k.path);
+    CHECK_THAT(help, Contains(std::string("\n      ") + k.help + "\n"));
+  }
 }
 
 // ------------------------------------------------------------------ gpt and language-model keys
