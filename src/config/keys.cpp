@@ -115,7 +115,7 @@ const std::vector<Key>& keys() {
       {"distributed.bucket_mb", "25", "gradient bucket size in MiB", F(distributed.bucket_mb), between(0, kMaxBucketMb, true), {}},
       {"distributed.first_bucket_mb", "1", "size of the first (last-layer) bucket in MiB", F(distributed.first_bucket_mb), between(0, kMaxBucketMb, true), {}},
       {"distributed.timeout_s", "600", "collective watchdog: a collective without progress for this long ends the job, naming the ranks it waits for", F(distributed.timeout_s), between(0, 1e7, true)},
-      {"distributed.zero", "0", "optimizer-state sharding: 0 = every rank holds all FP32 masters and moments; 1 = ZeRO stage 1, each rank holds 1/N of them (gradients reduce-scattered, weights all-gathered); 2 = ZeRO stage 2, stage 1 and each rank keeps only its shard of the reduced 16-bit gradients: a bucket's memory is returned once its reduce-scatter is done (CPU backend)", F(distributed.zero), count_upto(2), {}},
+      {"distributed.zero", "0", "optimizer-state sharding: 0 = every rank holds all FP32 masters and moments; 1 = ZeRO stage 1, each rank holds 1/N of them (gradients reduce-scattered, weights all-gathered); 2 = ZeRO stage 2, stage 1 and each rank keeps only its shard of the reduced 16-bit gradients: a bucket's memory is returned once its reduce-scatter is done (CPU backend; CUDA through its virtual memory API)", F(distributed.zero), count_upto(2), {}},
       {"distributed.hash_interval", "100", "steps between cross-rank parameter hash checks (0: only at the end)", F(distributed.hash_interval), count_upto(kMaxSteps), {}},
       // checkpoint
       {"checkpoint.interval", "0", "steps between checkpoints (0: none periodic)", F(checkpoint.interval), count_upto(kMaxSteps)},
