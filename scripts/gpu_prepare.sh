@@ -7,8 +7,8 @@
 #
 # --prebuilt[=BUILD] also brings this machine's CUDA build (default build/, configured with CUDA
 # for sm_90 and NCCL; its GPU targets are brought up to date first) to .gpu_prebuilt/ (git-ignored):
-# amp_ddp, amp_gpu_tests, bench_gpu_step, bench_gpu_gemm, probe_fp8_gemm, bench_gpt_step and bench_sampling,
-# stripped, with a MANIFEST naming the commit they were built from. gpu_check.sh then runs them
+# amp_ddp, amp_gpu_tests, bench_gpu_step, bench_gpu_gemm, probe_fp8_gemm, bench_gpt_step and
+# bench_sampling, stripped, with a MANIFEST naming the commit they were built from. gpu_check.sh then runs them
 # instead of building (a device lease is minutes: the build there costs a quarter of it), so carry
 # both folders:
 #     device run: command "scripts/gpu_check.sh", carry [".gpu_debs", ".gpu_prebuilt"]
