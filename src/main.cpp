@@ -218,7 +218,8 @@ int sample_main(int argc, char** argv) {
   auto* o_topp = app.add_option("--top-p", top_p,
                                 "nucleus sampling: among the fewest likeliest tokens whose probabilities sum to p (1: all)")
                      ->check(probability);
-  auto* o_seed = app.add_option("--seed", seed, "sampling seed (sample i draws with seed + i)")->check(CLI::NonNegativeNumber);
+  auto* o_seed = app.add_option("--seed", seed, "sampling seed (sample i draws with seed + i)")
+                     ->check(CLI::Range(int64_t(0), int64_t(9e15)));  // sample.seed's range
   app.add_option("--samples", r.samples, "samples to draw, separated by a line of dashes")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   app.add_option("--device", r.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));

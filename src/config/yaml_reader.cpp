@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "config/config_detail.h"
+#include "core/files.h"
 
 namespace amp::config_detail {
 
@@ -166,6 +167,8 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
     if (node.IsNull() && key.choices.empty()) **p = "";
     else if (!key.choices.empty()) **p = key.choices[choose()];
     else **p = scalar("a string");
+    // A NUL would cut the string where the system reads it (a folder named up to the NUL).
+    if ((*p)->find('\0') != std::string::npos) rep.fail(mark, path, "expected a string without NUL characters, got one with");
   } else if (auto* p = std::get_if<std::vector<int64_t>*>(&ref)) {
     std::string what = describe_range(key.range, true);  // "an integer >= 1" -> "integers >= 1"
     for (const char* art : {"an ", "a "})
@@ -190,6 +193,8 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
       const std::string ipath = path + "[" + std::to_string(v.size()) + "]";
       if (!item.IsScalar()) rep.fail(item.Mark(), ipath, "expected a string (a path or glob pattern), got " + describe_node(item));
       if (item.Scalar().empty()) rep.fail(item.Mark(), ipath, "expected a path or glob pattern, got an empty string");
+      if (item.Scalar().find('\0') != std::string::npos)
+        rep.fail(item.Mark(), ipath, "expected a path or glob pattern without NUL characters, got one with");
       v.push_back(item.Scalar());
     }
     **p = v;
@@ -276,13 +281,22 @@ std::string read_file_or_fail(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw Error(ErrorKind::Config, "config error: " + path + ": cannot read: is a directory, not a YAML file");
+  // Not opened unless regular: opening a FIFO blocks until a writer comes, possibly forever.
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw Error(ErrorKind::Config, "config error: " + path + ": cannot read: " + regular_file_problem(path) + ", not a YAML file");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw Error(ErrorKind::Config, "config error: " + path + ": cannot open: " + std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw Error(ErrorKind::Config, "config error: " + path + ": cannot read: " + std::strerror(errno));
-  return ss.str();
+  std::string text = ss.str();
+  // YAML has no NUL characters (yaml-cpp would read one as a line break).
+  if (const size_t at = text.find('\0'); at != std::string::npos)
+    throw Error(ErrorKind::Config, "config error: " + path + ":" +
+                                       std::to_string(1 + std::count(text.begin(), text.begin() + std::ptrdiff_t(at), '\n')) +
+                                       ": a NUL byte; a YAML file is text");
+  return text;
 }
 
 }  // namespace amp::config_detail

@@ -1,5 +1,7 @@
 #include "model/param_layout.h"
 
+#include <cmath>
+
 namespace amp {
 
 std::vector<TensorSpan> ParamLayout::spans() const {
@@ -24,6 +26,15 @@ std::string ParamLayout::names() const {
   std::string s;
   for (const auto& t : tensors) s += (s.empty() ? "" : ", ") + t.name;
   return s;
+}
+
+ParamLayout::NonFinite ParamLayout::first_non_finite(const float* values) const {
+  for (size_t i = 0; i < tensors.size(); ++i)
+    for (size_t e = 0; e < tensors[i].span.count; ++e) {
+      const float v = values[tensors[i].span.offset + e];
+      if (!std::isfinite(v)) return NonFinite{int(i), e, v};
+    }
+  return NonFinite{};
 }
 
 void ParamLayout::add(const std::string& name, size_t rows, size_t cols, bool decay) {

@@ -30,6 +30,15 @@ struct ParamLayout {
   size_t n_params() const;  // without padding
   int index_of(const std::string& name) const;  // -1 if absent
   std::string names() const;  // "fc1.weight, fc1.bias, ..." for messages
+  // The first value of a tensor (in a flat buffer of `total` floats) that is not finite: tensor -1
+  // when there is none. For weights read from a file: a training step would only skip on them, and
+  // sampling or an evaluation would print nonsense.
+  struct NonFinite {
+    int tensor = -1;
+    size_t element = 0;
+    float value = 0;
+  };
+  NonFinite first_non_finite(const float* values) const;
 };
 
 // dims = {inputs, hidden..., outputs}.

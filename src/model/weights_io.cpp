@@ -1,5 +1,6 @@
 #include "model/weights_io.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -81,27 +82,55 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return t + "]";
 }
 
-// Writes bytes to path through a temporary in the same folder; path must not exist.
+// Writes bytes to path through a temporary in the same folder; path must not exist, and nothing is
+// ever overwritten: the temporary is created new (O_EXCL, not through a symbolic link), and it is
+// published with link(), which fails if path appeared meanwhile (rename() would replace it). Where
+// the file system has no hard links, rename() after a last check (a window of microseconds).
 void write_new_file(const std::string& path, const std::vector<char>& bytes) {
-  std::error_code ec;
-  if (std::filesystem::exists(std::filesystem::symlink_status(path, ec)))
-    throw Error(ErrorKind::Output, strcat("output error: ", path, ": exists; choose another name (nothing is overwritten)"));
+  const auto fail = [&](const std::string& what) {
+    throw Error(ErrorKind::Output, strcat("output error: ", path.empty() ? "\"\"" : path, ": ", what));
+  };
+  if (path.empty()) fail("is empty: name the file to write");
+  const auto exists = [&] {
+    std::error_code ec;
+    return std::filesystem::exists(std::filesystem::symlink_status(path, ec));
+  };
+  const std::string exists_text = "exists; choose another name (nothing is overwritten)";
+  if (exists()) fail(exists_text);
   const std::string tmp = strcat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(ErrorKind::Output, strcat("output error: ", path, ": cannot create: ", std::strerror(errno)));
-    out.write(bytes.data(), std::streamsize(bytes.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error(ErrorKind::Output, strcat("output error: ", path, ": write failed: ", std::strerror(errno)));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) fail(strcat("cannot create ", tmp, ": ", std::strerror(errno)));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      fail(strcat("write failed: ", std::strerror(err)));
     }
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(strcat("write failed: ", std::strerror(err)));
+  }
+  if (::link(tmp.c_str(), path.c_str()) == 0) {
+    ::unlink(tmp.c_str());
+    return;
+  }
+  const int err = errno;
+  const bool no_links = err == EPERM || err == EOPNOTSUPP || err == ENOSYS || err == EXDEV;
+  if (!no_links || exists()) {
+    ::unlink(tmp.c_str());
+    fail(err == EEXIST || exists() ? exists_text : strcat("cannot put the finished file in place: ", std::strerror(err)));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw Error(ErrorKind::Output, strcat("output error: ", path, ": cannot rename the finished file into place: ",
-                                          std::strerror(err)));
+    const int rerr = errno;
+    ::unlink(tmp.c_str());
+    fail(strcat("cannot put the finished file in place: ", std::strerror(rerr)));
   }
 }
 
@@ -182,7 +211,22 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
   std::map<std::string, int> wanted;
   for (size_t i = 0; i < L.tensors.size(); ++i) wanted[hf_name(L.tensors[i].name).name] = int(i);
   std::vector<float> master(L.total, 0.0f);
-  std::vector<bool> seen(L.tensors.size(), false);
+  std::vector<std::string> seen_as(L.tensors.size());  // the file's name of each tensor read
+  const nlohmann::json* lm_head = nullptr;
+  std::string lm_head_name;
+  // A tensor's n values of dtype dt at data_offsets off, checked against the data's extent.
+  const auto values = [&](const std::string& raw_name, const nlohmann::json& off, DType dt, const std::string& dtype,
+                          size_t count) {
+    const size_t es = dtype_size(dt);
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned() ||
+        off[1].get<size_t>() < off[0].get<size_t>() || off[1].get<size_t>() > data_size ||
+        off[1].get<size_t>() - off[0].get<size_t>() != count * es)
+      bad_file(key, path, strcat("tensor \"", raw_name, "\": data_offsets ", off.dump(), " do not hold ", count, " ", dtype,
+                                 " values inside the ", data_size, " data bytes"));
+    std::vector<float> v(count);
+    to_f32(bytes.data() + data_begin + off[0].get<size_t>(), dt, count, v.data());
+    return v;
+  };
   for (const auto& [raw_name, info] : header.items()) {
     if (raw_name == "__metadata__") continue;
     std::string name = raw_name.rfind("transformer.", 0) == 0 ? raw_name.substr(12) : raw_name;
@@ -190,13 +234,19 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
     if (name.size() > 10 && (name.compare(name.size() - 10, 10, ".attn.bias") == 0 ||
                              (name.size() > 17 && name.compare(name.size() - 17, 17, ".attn.masked_bias") == 0)))
       continue;
-    if (name == "lm_head.weight") continue;  // tied to wte in GPT-2 (checked below against wte)
+    if (name == "lm_head.weight") {  // tied to wte in GPT-2 (checked below against wte)
+      lm_head = &info, lm_head_name = raw_name;
+      continue;
+    }
     const auto it = wanted.find(name);
     if (it == wanted.end())
       bad_file(key, path, strcat("tensor \"", raw_name, "\" is not a tensor of this GPT (a model with more layers ",
                                  "than model.n_layer, or another architecture)"));
     const ParamInfo& t = L.tensors[size_t(it->second)];
     const HfName hf = hf_name(t.name);
+    if (!seen_as[size_t(it->second)].empty())
+      bad_file(key, path, strcat("tensor \"", hf.name, "\" is in the file twice, as \"", seen_as[size_t(it->second)],
+                                 "\" and as \"", raw_name, "\""));
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
       bad_file(key, path, strcat("tensor \"", raw_name, "\": its header entry lacks dtype, shape or data_offsets"));
     const std::string dtype = info["dtype"].is_string() ? info["dtype"].get<std::string>() : "?";
@@ -210,15 +260,8 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
                                  shape_text(want), t.name == "wte.weight" ? " (vocabulary x n_embd: model.vocab_size)"
                                                    : t.name == "wpe.weight" ? " (context x n_embd: model.seq_len)"
                                                                             : ""));
-    const auto& off = info["data_offsets"];
-    const size_t count = t.rows * t.cols, es = dtype_size(dt);
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned() ||
-        off[1].get<size_t>() < off[0].get<size_t>() || off[1].get<size_t>() > data_size ||
-        off[1].get<size_t>() - off[0].get<size_t>() != count * es)
-      bad_file(key, path, strcat("tensor \"", raw_name, "\": data_offsets ", off.dump(), " do not hold ", count, " ", dtype,
-                                 " values inside the ", data_size, " data bytes"));
-    std::vector<float> v(count);
-    to_f32(bytes.data() + data_begin + off[0].get<size_t>(), dt, count, v.data());
+    const size_t count = t.rows * t.cols;
+    const std::vector<float> v = values(raw_name, info["data_offsets"], dt, dtype, count);
     float* dst = master.data() + t.span.offset;
     if (!hf.transpose) {
       std::memcpy(dst, v.data(), count * 4);
@@ -226,10 +269,31 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
       for (size_t r = 0; r < t.rows; ++r)
         for (size_t c = 0; c < t.cols; ++c) dst[r * t.cols + c] = v[c * t.rows + r];
     }
-    seen[size_t(it->second)] = true;
+    seen_as[size_t(it->second)] = raw_name;
   }
   for (size_t i = 0; i < L.tensors.size(); ++i)
-    if (!seen[i]) bad_file(key, path, strcat("tensor \"", hf_name(L.tensors[i].name).name, "\" of this model is missing"));
+    if (seen_as[i].empty()) bad_file(key, path, strcat("tensor \"", hf_name(L.tensors[i].name).name, "\" of this model is missing"));
+  // This GPT's LM head is wte itself: a file's lm_head.weight is read only to check that it is.
+  if (lm_head) {
+    const ParamInfo& wte = L.tensors[size_t(L.index_of("wte.weight"))];
+    const std::string untied = strcat("tensor \"", lm_head_name, "\" ");
+    const std::string why = " (this GPT's LM head is tied to the token embedding: an untied head cannot be loaded)";
+    const nlohmann::json& info = *lm_head;
+    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
+      bad_file(key, path, untied + "lacks dtype, shape or data_offsets in its header entry");
+    std::vector<int64_t> shape;
+    for (const auto& d : info["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+    if (shape != std::vector<int64_t>{int64_t(wte.rows), int64_t(wte.cols)})
+      bad_file(key, path, strcat(untied, "has shape ", shape_text(shape), ", wte's is [", wte.rows, ", ", wte.cols, "]", why));
+    const std::string dtype = info["dtype"].is_string() ? info["dtype"].get<std::string>() : "?";
+    const DType dt = dtype == "F32" ? DType::F32 : dtype == "F16" ? DType::F16 : dtype == "BF16" ? DType::BF16 : DType::U8;
+    if (dt == DType::U8) bad_file(key, path, strcat(untied, "is ", dtype, "; F32, F16 or BF16 is read"));
+    const std::vector<float> head = values(lm_head_name, info["data_offsets"], dt, dtype, wte.rows * wte.cols);
+    for (size_t e = 0; e < head.size(); ++e)
+      if (std::memcmp(&head[e], &master[wte.span.offset + e], 4) != 0)
+        bad_file(key, path, strcat(untied, "differs from the token embedding (element ", e, ": ", head[e], " against ",
+                                   master[wte.span.offset + e], ")", why));
+  }
   return master;
 }
 
@@ -275,6 +339,9 @@ void write_gpt_weights(const std::string& path, WeightFormat f, const GptOptions
 }
 
 bool looks_like_gpt_weights(const std::string& path) {
+  // Not opened unless regular: opening a FIFO blocks until a writer comes (the checkpoint reader
+  // then names what the path is).
+  if (!regular_file_problem(path).empty()) return false;
   std::ifstream in(path, std::ios::binary);
   char b[9] = {};
   in.read(b, 9);
@@ -287,13 +354,16 @@ bool looks_like_gpt_weights(const std::string& path) {
 std::vector<float> read_gpt_weights(const std::string& path, const GptOptions& o, const ParamLayout& L,
                                     const std::string& key) {
   const std::vector<char> bytes = read_whole(key, path);
-  if (bytes.size() >= 4) {
-    int32_t magic = 0;
-    std::memcpy(&magic, bytes.data(), 4);
-    if (magic == kLlmcMagic) return read_llmc(bytes, path, key, o, L);
-  }
-  if (bytes.size() >= 9 && bytes[8] == '{') return read_safetensors(bytes, path, key, L);
-  bad_file(key, path, "neither a safetensors file nor an llm.c model file (nor an amp_ddp checkpoint)");
+  int32_t magic = 0;
+  if (bytes.size() >= 4) std::memcpy(&magic, bytes.data(), 4);
+  std::vector<float> master;
+  if (magic == kLlmcMagic) master = read_llmc(bytes, path, key, o, L);
+  else if (bytes.size() >= 9 && bytes[8] == '{') master = read_safetensors(bytes, path, key, L);
+  else bad_file(key, path, "neither a safetensors file nor an llm.c model file (nor an amp_ddp checkpoint)");
+  if (const ParamLayout::NonFinite bad = L.first_non_finite(master.data()); bad.tensor >= 0)
+    bad_file(key, path, strcat("tensor \"", hf_name(L.tensors[size_t(bad.tensor)].name).name, "\" holds a value that is not finite (",
+                               bad.value, " at element ", bad.element, " of amp_ddp's layout)"));
+  return master;
 }
 
 }  // namespace amp

@@ -52,7 +52,11 @@ const float* checkpoint_masters(const Checkpoint& ck, const ParamLayout& L, cons
   const auto master = ck.sections.find("master");
   if (master == ck.sections.end() || master->second.size() != L.total * sizeof(float))
     bad(ck, context, strcat("its master section does not hold the model's ", L.total, " FP32 weights"));
-  return reinterpret_cast<const float*>(master->second.data());
+  const float* values = reinterpret_cast<const float*>(master->second.data());
+  if (const ParamLayout::NonFinite bad_value = L.first_non_finite(values); bad_value.tensor >= 0)
+    bad(ck, context, strcat("its master weights of ", L.tensors[size_t(bad_value.tensor)].name, " hold a value that is not finite (",
+                            bad_value.value, " at element ", bad_value.element, ")"));
+  return values;
 }
 
 std::vector<float> checkpoint_fp8_scales(const Checkpoint& ck, const std::vector<Fp8Tensor>& tensors, std::string* why,

@@ -60,6 +60,12 @@ int run_eval(const Config& cfg, Communicator& world) {
   if (rank == 0 && !fp8.tensors.empty() && !scales)
     std::fprintf(stderr, "note: precision.compute fp8: %s; evaluating in bf16\n", fp8.why.c_str());
   const EvalResult r = evaluate(*model, be->memory(), weights.params(), data.eval, eval_batch, world, size_t(cfg.run.eval_iters));
+  // Every rank has the reduced loss: a non-finite one ends every rank alike (finite weights can
+  // still overflow, in the compute precision or in FP32).
+  if (!std::isfinite(r.loss))
+    throw Error(ErrorKind::Divergence,
+                strcat("eval: the weights of ", cfg.model.init_from, " give a non-finite loss (", r.loss, ") on ",
+                       data.eval.source, " in ", precision_name(cfg.precision.compute), " compute"), true);
   if (rank == 0) {
     const size_t per = model->loss_terms_per_sample();
     const std::string what = model->language_model()

@@ -1,5 +1,6 @@
 #include "train/sample_command.h"
 
+#include <cmath>
 #include <cstdio>
 #include <thread>
 
@@ -70,8 +71,15 @@ void run_sample(const SampleRequest& r) {
     // sample i could differ from the sample of --seed seed + i.
     const std::unique_ptr<TokenDecoder> decoder = model->decoder(params);
     o.seed = seed + uint64_t(i);
-    const std::vector<int32_t> out =
-        generate(prompt, o, [&](const std::vector<int32_t>& context) { return decoder->next_logits(context); });
+    const std::vector<int32_t> out = generate(prompt, o, [&](const std::vector<int32_t>& context) {
+      std::vector<float> logits = decoder->next_logits(context);
+      for (const float v : logits)
+        if (!std::isfinite(v))
+          throw Error(ErrorKind::Divergence, strcat("sample: the weights of ", r.checkpoint, " give non-finite logits (",
+                                                    v, ") after ", context.size(), " tokens in ", precision_name(compute),
+                                                    " compute"));
+      return logits;
+    });
     const std::string text = decode_sample(shape.tokenizer, out);
     if (i > 0) std::fputs(kSampleSeparator, stdout);
     std::fwrite(text.data(), 1, text.size(), stdout);
