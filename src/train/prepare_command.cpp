@@ -4,10 +4,14 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "train/run_dir.h"
 
 namespace amp {
 
 void run_prepare(const PrepareOptions& o, bool quiet) {
+  // Two runs into one folder would write the same temporaries and mix their shards: the folder's
+  // lock (a training run's too) refuses the second.
+  const RunDirLock lock(o.out_dir, "prepare -o");
   const PrepareResult r = prepare_shards(o, quiet ? nullptr : stderr);
   const std::string glob = o.out_dir + "/" + o.name;
   char secs[32];

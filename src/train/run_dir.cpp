@@ -49,7 +49,7 @@ RunDirLock::RunDirLock(const std::string& dir, const std::string& key) {
     if (err == EWOULDBLOCK)
       fail(key, dir,
            strcat("another run is using this folder (", n > 0 ? std::string(holder, size_t(n)) : std::string("lock held"),
-                  "); give each run its own run.out_dir, or wait for that run to end"));
+                  "); give each run its own folder, or wait for that run to end"));
     unwritable(key, dir, strcat("cannot lock ", path, ": ", std::strerror(err)));
   }
   char host[256] = {0};

@@ -8,8 +8,11 @@
   (with and without the "transformer." prefix), is refused (the head was dropped unread);
 - `export` never writes through a link planted at its temporary's name (it wrote through it);
 - `sample --seed` beyond sample.seed's range is a usage error (it was clamped);
+- `prepare` into a folder another process is using is refused (two runs wrote the same
+  temporaries and mixed their shards);
 - a NUL character in a string value or a raw NUL byte in the YAML is a config error (the first
   named a folder up to the NUL, the second was read as a line break)."""
+import fcntl
 import json
 import os
 import struct
@@ -153,6 +156,19 @@ for seed in ("9223372036854775808", "9000000000000001"):
     check(rc == 2 and "--seed" in err, f"sample --seed {seed}: a usage error ({rc}: {(out + err).strip()[-160:]})")
 rc, out, err, _ = command(["sample", ckpt, "--tokens", "4", "--seed", "9000000000000000"])
 check(rc == 0, f"sample --seed 9e15 (the range's end) samples ({rc}: {err.strip()[-160:]})")
+
+# ---- prepare into a folder in use ------------------------------------------------------------------
+shards = os.path.join(base, "shards")
+os.makedirs(shards)
+with open(os.path.join(shards, ".amp_ddp.lock"), "w") as held:
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    held.write("pid 1 on elsewhere")
+    held.flush()
+    rc, out, err, _ = command(["prepare", os.path.join(base, "corpus.txt"), "-o", shards, "--tokenizer", "bytes", "-q"])
+check(rc == 2 and "another run is using this folder (pid 1 on elsewhere)" in err and not any(n.endswith(".bin") for n in os.listdir(shards)),
+      f"prepare into a folder in use: exit 2, nothing written ({rc}: {err.strip()[-200:]})")
+rc, out, err, _ = command(["prepare", os.path.join(base, "corpus.txt"), "-o", shards, "--tokenizer", "bytes", "-q"])
+check(rc == 0, f"prepare into the folder once it is free ({rc}: {err.strip()[-200:]})")
 
 # ---- NUL characters --------------------------------------------------------------------------------
 rc, out, err, _ = command([cfg, "--set", f"run.out_dir={base}/nul", "--set", 'run.name="ti\\0ny"'])
