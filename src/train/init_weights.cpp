@@ -1,9 +1,14 @@
 #include "train/init_weights.h"
 
+#include <map>
+#include <string>
+
+#include "config/config.h"
 #include "core/error.h"
 #include "model/make_model.h"
 #include "model/weights_io.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_fields.h"
 #include "train/checkpoint_model.h"
 
 namespace amp {
@@ -29,6 +34,14 @@ std::vector<float> read_initial_weights(const Config& cfg, const ParamLayout& L,
                                               "a readable amp_ddp checkpoint: ", why));
   }
   const float* master = checkpoint_masters(ck, L, key + ": ");
+  // The same shapes compute another function with other heads (a GPT) or another activation (an
+  // MLP; the GPT's is GELU): those weights would load and give another model's loss, which the
+  // layout check cannot see.
+  const std::map<std::string, std::string> now = config_values(cfg);
+  const char* k = cfg.model.type == ModelType::Gpt ? "model.n_head" : "model.activation";
+  if (const std::string then = checkpoint_fields::config_then(ck, k); !then.empty() && then != now.at(k))
+    throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", key, ": ", path, " was trained with ", k, " ", then,
+                                              ", this config has ", now.at(k), " (the same shapes, another function)"));
   if (fp8) {
     std::string why;
     fp8->scales = checkpoint_fp8_scales(ck, fp8->tensors, &why, key + ": ");

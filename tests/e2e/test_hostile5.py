@@ -4,6 +4,8 @@
 - weights that are not finite are refused naming the tensor (init_from, eval, sample, export took
   them), and weights that are finite but overflow end `eval` and `sample` with exit 5 (eval printed
   a loss of nan and sample printed noise, both with exit 0);
+- model.init_from from an amp_ddp checkpoint of a GPT trained with other heads (the same shapes) is
+  refused (eval gave another model's loss);
 - a safetensors file whose lm_head.weight is not the token embedding, or that holds a tensor twice
   (with and without the "transformer." prefix), is refused (the head was dropped unread);
 - `export` never writes through a link planted at its temporary's name (it wrote through it);
@@ -108,6 +110,12 @@ huge_ckpt = os.path.join(base, "huge", "checkpoints", "ckpt_step0000000001.bin")
 check(rc == 0 and os.path.exists(huge_ckpt), f"one step at lr 1e30 writes its checkpoint ({rc}: {err[-200:]})")
 rc, out, err, _ = command(["sample", huge_ckpt, "--tokens", "5"])
 check(rc == 5 and "non-finite logits" in err, f"sample of weights that overflow: exit 5, not noise ({rc}: {(out + err).strip()[-200:]})")
+
+# ---- an amp_ddp checkpoint of the same shapes and another function ---------------------------------
+rc, out, err, _ = command(["eval", cfg, "--set", f"model.init_from={ckpt}", "--set", "model.n_head=4"])
+check(rc == 4 and "model.n_head 2, this config has 4" in err, f"init_from a checkpoint with other heads: exit 4 ({rc}: {err.strip()[-200:]})")
+rc, out, err, _ = command(["eval", cfg, "--set", f"model.init_from={ckpt}"])
+check(rc == 0, f"init_from the checkpoint with its own model: eval runs ({rc}: {err.strip()[-200:]})")
 
 # ---- lm_head.weight and duplicate tensors ----------------------------------------------------------
 def add_head(h, d, value=None):
