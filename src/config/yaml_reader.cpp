@@ -278,12 +278,15 @@ YAML::Node parse_yaml(const std::string& text, const Reporter& rep, const std::s
 }
 
 std::string read_file_or_fail(const std::string& path) {
+  // Not opened unless regular: opening a FIFO blocks until a writer comes, possibly forever. (A
+  // missing file is the open's error below.)
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(st))
     throw Error(ErrorKind::Config, "config error: " + path + ": cannot read: is a directory, not a YAML file");
-  // Not opened unless regular: opening a FIFO blocks until a writer comes, possibly forever.
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    throw Error(ErrorKind::Config, "config error: " + path + ": cannot read: " + regular_file_problem(path) + ", not a YAML file");
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw Error(ErrorKind::Config, "config error: " + path + ": cannot read: not a regular file (" + file_kind(st.type()) +
+                                       "), not a YAML file");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw Error(ErrorKind::Config, "config error: " + path + ": cannot open: " + std::strerror(errno));

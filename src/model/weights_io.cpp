@@ -214,14 +214,28 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
   std::vector<std::string> seen_as(L.tensors.size());  // the file's name of each tensor read
   const nlohmann::json* lm_head = nullptr;
   std::string lm_head_name;
-  // A tensor's n values of dtype dt at data_offsets off, checked against the data's extent.
-  const auto values = [&](const std::string& raw_name, const nlohmann::json& off, DType dt, const std::string& dtype,
-                          size_t count) {
-    const size_t es = dtype_size(dt);
+  // A tensor's values as FP32, in the file's layout, after its header entry is checked: its
+  // dtype, its shape against want (note: what to change when they differ), its data_offsets
+  // against the data's extent.
+  const auto values = [&](const std::string& raw_name, const nlohmann::json& info, const std::vector<int64_t>& want,
+                          const std::string& note) {
+    const std::string tensor = strcat("tensor \"", raw_name, "\"");
+    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
+      bad_file(key, path, tensor + ": its header entry lacks dtype, shape or data_offsets");
+    const std::string dtype = info["dtype"].is_string() ? info["dtype"].get<std::string>() : "?";
+    const DType dt = dtype == "F32" ? DType::F32 : dtype == "F16" ? DType::F16 : dtype == "BF16" ? DType::BF16 : DType::U8;
+    if (dt == DType::U8) bad_file(key, path, strcat(tensor, " is ", dtype, "; F32, F16 or BF16 is read"));
+    std::vector<int64_t> shape;
+    for (const auto& d : info["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+    if (shape != want)
+      bad_file(key, path, strcat(tensor, " has shape ", shape_text(shape), ", this model's is ", shape_text(want), note));
+    const auto& off = info["data_offsets"];
+    size_t count = 1;
+    for (const int64_t d : want) count *= size_t(d);
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned() ||
         off[1].get<size_t>() < off[0].get<size_t>() || off[1].get<size_t>() > data_size ||
-        off[1].get<size_t>() - off[0].get<size_t>() != count * es)
-      bad_file(key, path, strcat("tensor \"", raw_name, "\": data_offsets ", off.dump(), " do not hold ", count, " ", dtype,
+        off[1].get<size_t>() - off[0].get<size_t>() != count * dtype_size(dt))
+      bad_file(key, path, strcat(tensor, ": data_offsets ", off.dump(), " do not hold ", count, " ", dtype,
                                  " values inside the ", data_size, " data bytes"));
     std::vector<float> v(count);
     to_f32(bytes.data() + data_begin + off[0].get<size_t>(), dt, count, v.data());
@@ -247,21 +261,12 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
     if (!seen_as[size_t(it->second)].empty())
       bad_file(key, path, strcat("tensor \"", hf.name, "\" is in the file twice, as \"", seen_as[size_t(it->second)],
                                  "\" and as \"", raw_name, "\""));
-    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
-      bad_file(key, path, strcat("tensor \"", raw_name, "\": its header entry lacks dtype, shape or data_offsets"));
-    const std::string dtype = info["dtype"].is_string() ? info["dtype"].get<std::string>() : "?";
-    const DType dt = dtype == "F32" ? DType::F32 : dtype == "F16" ? DType::F16 : dtype == "BF16" ? DType::BF16 : DType::U8;
-    if (dt == DType::U8) bad_file(key, path, strcat("tensor \"", raw_name, "\" is ", dtype, "; F32, F16 or BF16 is read"));
-    std::vector<int64_t> shape;
-    for (const auto& d : info["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
-    const std::vector<int64_t> want = hf_shape(t, hf.transpose);
-    if (shape != want)
-      bad_file(key, path, strcat("tensor \"", raw_name, "\" has shape ", shape_text(shape), ", this model's is ",
-                                 shape_text(want), t.name == "wte.weight" ? " (vocabulary x n_embd: model.vocab_size)"
-                                                   : t.name == "wpe.weight" ? " (context x n_embd: model.seq_len)"
-                                                                            : ""));
+    const std::vector<float> v =
+        values(raw_name, info, hf_shape(t, hf.transpose),
+               t.name == "wte.weight"   ? " (vocabulary x n_embd: model.vocab_size)"
+               : t.name == "wpe.weight" ? " (context x n_embd: model.seq_len)"
+                                        : "");
     const size_t count = t.rows * t.cols;
-    const std::vector<float> v = values(raw_name, info["data_offsets"], dt, dtype, count);
     float* dst = master.data() + t.span.offset;
     if (!hf.transpose) {
       std::memcpy(dst, v.data(), count * 4);
@@ -276,23 +281,12 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
   // This GPT's LM head is wte itself: a file's lm_head.weight is read only to check that it is.
   if (lm_head) {
     const ParamInfo& wte = L.tensors[size_t(L.index_of("wte.weight"))];
-    const std::string untied = strcat("tensor \"", lm_head_name, "\" ");
     const std::string why = " (this GPT's LM head is tied to the token embedding: an untied head cannot be loaded)";
-    const nlohmann::json& info = *lm_head;
-    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
-      bad_file(key, path, untied + "lacks dtype, shape or data_offsets in its header entry");
-    std::vector<int64_t> shape;
-    for (const auto& d : info["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
-    if (shape != std::vector<int64_t>{int64_t(wte.rows), int64_t(wte.cols)})
-      bad_file(key, path, strcat(untied, "has shape ", shape_text(shape), ", wte's is [", wte.rows, ", ", wte.cols, "]", why));
-    const std::string dtype = info["dtype"].is_string() ? info["dtype"].get<std::string>() : "?";
-    const DType dt = dtype == "F32" ? DType::F32 : dtype == "F16" ? DType::F16 : dtype == "BF16" ? DType::BF16 : DType::U8;
-    if (dt == DType::U8) bad_file(key, path, strcat(untied, "is ", dtype, "; F32, F16 or BF16 is read"));
-    const std::vector<float> head = values(lm_head_name, info["data_offsets"], dt, dtype, wte.rows * wte.cols);
+    const std::vector<float> head = values(lm_head_name, *lm_head, {int64_t(wte.rows), int64_t(wte.cols)}, why);
     for (size_t e = 0; e < head.size(); ++e)
       if (std::memcmp(&head[e], &master[wte.span.offset + e], 4) != 0)
-        bad_file(key, path, strcat(untied, "differs from the token embedding (element ", e, ": ", head[e], " against ",
-                                   master[wte.span.offset + e], ")", why));
+        bad_file(key, path, strcat("tensor \"", lm_head_name, "\" differs from the token embedding (element ", e, ": ",
+                                   head[e], " against ", master[wte.span.offset + e], ")", why));
   }
   return master;
 }
