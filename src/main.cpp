@@ -8,6 +8,7 @@
 // training does (N ranks, the config agreed) but evaluates weights instead of training.
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -31,6 +32,31 @@
 #include "train/signals.h"
 
 namespace {
+
+// An option's integer in [lo, hi]. CLI11's Range answers "not in range" for text that is no number
+// at all (--threads abc); this says what was expected and what came.
+CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) {
+        int64_t x = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        const bool ok = ec == std::errc() && end == v.data() + v.size() && x >= lo && x <= hi;
+        return ok ? std::string() : amp::strcat("expected an integer in [", lo, ", ", hi, "], got \"", v, "\"");
+      },
+      amp::strcat("INT in [", lo, ", ", hi, "]"));
+}
+
+// An option's number for which ok() holds; `what` says which ("a number > 0").
+CLI::Validator number_where(bool (*ok)(double), const std::string& what) {
+  return CLI::Validator(
+      [ok, what](std::string& v) {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        return !v.empty() && end && *end == '\0' && ok(x) ? std::string()
+                                                           : amp::strcat("expected ", what, ", got \"", v, "\"");
+      },
+      "NUMBER");
+}
 
 // What this rank's command line asks for. Ranks compare it before anything else runs.
 enum class Action : int { Train = 0, DryRun = 1, Help = 2, Version = 3, UsageError = 4, Eval = 5 };
@@ -82,7 +108,7 @@ Cli parse_cli(int argc, char** argv, bool eval) {
   CLI::Option* dry = app.add_flag("--dry-run", cli.dry_run,
                                   "load, validate and print the resolved config and the memory plan, then exit");
   app.add_option("--ranks", cli.plan_ranks, "with --dry-run: plan for this many ranks (default: the job's)")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(integer_in(1, 1 << 20))
       ->needs(dry);
   app.set_version_flag("--version", std::string("amp_ddp ") + AMP_VERSION + " (" + amp::build_info() + ")");
   app.footer("\n" + amp::config_keys_help());
@@ -197,33 +223,20 @@ int sample_main(int argc, char** argv) {
   double temperature = 0, top_p = 1;
   app.add_option("checkpoint", r.checkpoint, "a checkpoint of a model.type gpt run")->required();
   auto* o_prompt = app.add_option("--prompt", prompt, "the text the sample continues");
-  auto* o_tokens = app.add_option("--tokens", tokens, "tokens to generate")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-  const CLI::Validator positive(
-      [](std::string& v) {
-        char* end = nullptr;
-        const double x = std::strtod(v.c_str(), &end);
-        return end && *end == '\0' && x > 0 && x < 1e30 ? std::string() : "expected a number > 0, got " + v;
-      },
-      "NUMBER > 0");
-  auto* o_temp = app.add_option("--temperature", temperature, "sampling temperature (> 0)")->check(positive);
+  auto* o_tokens = app.add_option("--tokens", tokens, "tokens to generate")->check(integer_in(1, int64_t(1) << 20));
+  auto* o_temp = app.add_option("--temperature", temperature, "sampling temperature (> 0)")
+                     ->check(number_where([](double x) { return x > 0 && x < 1e30; }, "a number > 0"));
   auto* o_topk = app.add_option("--top-k", top_k, "sample among the k likeliest tokens (0: all)")
-                     ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
-  const CLI::Validator probability(
-      [](std::string& v) {
-        char* end = nullptr;
-        const double x = std::strtod(v.c_str(), &end);
-        return end && *end == '\0' && x > 0 && x <= 1 ? std::string() : "expected a number in (0, 1], got " + v;
-      },
-      "NUMBER in (0, 1]");
+                     ->check(integer_in(0, int64_t(1) << 24));
   auto* o_topp = app.add_option("--top-p", top_p,
                                 "nucleus sampling: among the fewest likeliest tokens whose probabilities sum to p (1: all)")
-                     ->check(probability);
+                     ->check(number_where([](double x) { return x > 0 && x <= 1; }, "a number in (0, 1]"));
   auto* o_seed = app.add_option("--seed", seed, "sampling seed (sample i draws with seed + i)")
-                     ->check(CLI::Range(int64_t(0), int64_t(9e15)));  // sample.seed's range
+                     ->check(integer_in(0, int64_t(9e15)));  // sample.seed's range
   app.add_option("--samples", r.samples, "samples to draw, separated by a line of dashes")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+      ->check(integer_in(1, int64_t(1) << 20));
   app.add_option("--device", r.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--threads", r.threads, "CPU threads (0: every CPU)")->check(CLI::Range(0, 1024));
+  app.add_option("--threads", r.threads, "CPU threads (0: every CPU)")->check(integer_in(0, 1024));
   return run_subcommand(app, argc, argv, [&] {
     if (*o_prompt) r.prompt = prompt;
     if (*o_tokens) r.tokens = tokens;
@@ -263,10 +276,10 @@ int prepare_main(int argc, char** argv) {
   app.add_option("--doc-separator", o.doc_separator,
                  "a line that separates documents inside a file (% for fortune files; default: one document per file)");
   app.add_option("--val-fraction", o.val_fraction, "the share of the input (by bytes, from its start) for validation")->capture_default_str()
-      ->check(CLI::Range(0.0, 0.999999));
-  app.add_option("--shard-tokens", o.shard_tokens, "tokens per shard at most")->capture_default_str()->check(CLI::Range(uint64_t(1), uint64_t(INT32_MAX)));
+      ->check(number_where([](double x) { return x >= 0 && x < 1; }, "a number in [0, 1)"));
+  app.add_option("--shard-tokens", o.shard_tokens, "tokens per shard at most")->capture_default_str()->check(integer_in(1, INT32_MAX));
   app.add_option("--name", o.name, "the shards' file name prefix")->capture_default_str();
-  app.add_option("--threads", o.threads, "encoding threads (0: every CPU)")->check(CLI::Range(0, 1024));
+  app.add_option("--threads", o.threads, "encoding threads (0: every CPU)")->check(integer_in(0, 1024));
   app.add_flag("-q,--quiet", quiet, "no progress bar");
   return run_subcommand(app, argc, argv, [&] { amp::run_prepare(o, quiet); });
 }

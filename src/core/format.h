@@ -13,7 +13,8 @@ constexpr double kBytesPerMiB = 1048576.0;
 std::string format_bytes(double bytes);
 
 // Input bytes as they can be shown in a message: control bytes (a NUL would end the message when
-// printed) as \xNN, and at most max_bytes of them, "..." marking a cut.
+// printed, an escape would drive the terminal) and bytes that are not well-formed UTF-8 as \xNN,
+// and at most max_bytes of them, "..." marking a cut.
 std::string printable(std::string_view bytes, size_t max_bytes = 80);
 
 }  // namespace amp

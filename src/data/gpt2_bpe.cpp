@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/format.h"
 #include "data/dataset.h"
 
 #ifndef AMP_GPT2_VOCAB_DIR
@@ -85,7 +86,7 @@ Gpt2Bpe::Gpt2Bpe(const std::string& dir) {
   try {
     enc = nlohmann::json::parse(read_vocab_file(enc_path));
   } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::Data, strcat("data error: ", enc_path, ": not JSON (", e.what(), ")"));
+    throw Error(ErrorKind::Data, strcat("data error: ", enc_path, ": not JSON (", printable(e.what(), 400), ")"));
   }
   if (!enc.is_object() || enc.size() != size_t(kVocab))
     throw Error(ErrorKind::Data, strcat("data error: ", enc_path, ": expected GPT-2's encoder, an object of ", kVocab,

@@ -177,6 +177,9 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
   if (opt.shard_tokens == 0 || opt.shard_tokens > uint64_t(INT32_MAX))
     throw Error(ErrorKind::Config, strcat("usage error: --shard-tokens ", opt.shard_tokens, ": expected 1 .. ", INT32_MAX,
                                           " (a shard header counts tokens in an int32)"));
+  if (opt.doc_separator.find('\n') != std::string::npos)
+    throw Error(ErrorKind::Config, strcat("usage error: --doc-separator \"", printable(opt.doc_separator),
+                                          "\": expected one line, without a line break (it is compared with each line)"));
   if (opt.name.empty() || opt.name.find('/') != std::string::npos)
     throw Error(ErrorKind::Config, strcat("usage error: --name \"", opt.name, "\": expected a file name prefix without '/'"));
   const std::vector<std::string> files = expand_paths(opt.inputs, "prepare's input");

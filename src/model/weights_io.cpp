@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/format.h"
 
 namespace amp {
 
@@ -194,6 +196,35 @@ void to_f32(const char* p, DType dt, size_t n, float* out) {
   else convert(p, dt, out, DType::F32, n);
 }
 
+// The format's rule for the data bytes: the tensors' data_offsets cover them exactly, with no hole
+// and no overlap, so that no bytes ride along unread and no two tensors share bytes.
+void check_data_coverage(const nlohmann::json& header, size_t data_size, const std::string& path, const std::string& key) {
+  std::vector<std::pair<std::pair<size_t, size_t>, std::string>> spans;  // ([begin, end), tensor)
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") continue;
+    const auto off = info.is_object() ? info.find("data_offsets") : info.end();
+    if (!info.is_object() || off == info.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+        !(*off)[1].is_number_unsigned() || (*off)[1].get<size_t>() < (*off)[0].get<size_t>())
+      bad_file(key, path, strcat("tensor \"", printable(name), "\": its header entry lacks data_offsets [begin, end]"));
+    spans.push_back({{(*off)[0].get<size_t>(), (*off)[1].get<size_t>()}, name});
+  }
+  std::sort(spans.begin(), spans.end());
+  size_t end = 0;
+  std::string last;
+  for (const auto& [span, name] : spans) {
+    if (span.first < end)
+      bad_file(key, path, strcat("tensor \"", printable(name), "\": its data_offsets [", span.first, ", ", span.second,
+                                 "] overlap those of tensor \"", printable(last), "\", which end at ", end));
+    if (span.first > end)
+      bad_file(key, path, strcat("data bytes [", end, ", ", span.first, ") belong to no tensor's data_offsets (the format allows no holes)"));
+    end = span.second, last = name;
+  }
+  if (end != data_size)
+    bad_file(key, path, end > data_size ? strcat("tensor \"", printable(last), "\": its data_offsets end at ", end, ", past the ", data_size,
+                                                 " data bytes of the file (truncated?)")
+                                        : strcat(data_size - end, " bytes after the last tensor's data_offsets belong to no tensor"));
+}
+
 std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::string& path, const std::string& key,
                                     const ParamLayout& L) {
   uint64_t n = 0;
@@ -203,10 +234,11 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
   try {
     header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + std::ptrdiff_t(n));
   } catch (const nlohmann::json::exception& e) {
-    bad_file(key, path, strcat("the safetensors header is not valid JSON: ", e.what()));
+    bad_file(key, path, strcat("the safetensors header is not valid JSON: ", printable(e.what(), 400)));
   }
   if (!header.is_object()) bad_file(key, path, "the safetensors header is not a JSON object");
   const size_t data_begin = 8 + size_t(n), data_size = bytes.size() - data_begin;
+  check_data_coverage(header, data_size, path, key);
   // Our names by HF name; the "transformer." prefix of GPT2LMHeadModel files is accepted.
   std::map<std::string, int> wanted;
   for (size_t i = 0; i < L.tensors.size(); ++i) wanted[hf_name(L.tensors[i].name).name] = int(i);

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/format.h"
 #include "core/hash.h"
 #include "train/metrics.h"
 
@@ -248,7 +249,7 @@ Checkpoint parse_checkpoint(const std::string& data, const std::string& path) {
   try {
     ck.header = json::parse(data.begin() + long(kPrefix), data.begin() + long(kPrefix + header_len), depth_limit);
   } catch (const json::exception& e) {
-    bad(path, std::string("header is not valid JSON: ") + e.what());
+    bad(path, "header is not valid JSON: " + printable(e.what(), 400));
   }
   json& h = ck.header;
   if (!h.is_object()) bad(path, "header: expected a JSON object, got " + describe(h));

@@ -13,7 +13,9 @@ namespace amp {
 
 // flock() on DIR/.amp_ddp.lock, held until destruction. Throws Error(Config) naming `key` when
 // another process holds it (its pid and host, as written in the lock file), Error(Output) when the
-// folder cannot be created or locked.
+// folder cannot be created or locked. A run refused before it wrote anything leaves no trace: when
+// the folder then holds nothing but the lock file, destruction removes the lock file if this lock
+// made it, and the folders this lock made.
 class RunDirLock {
  public:
   RunDirLock(const std::string& dir, const std::string& key);
@@ -22,7 +24,10 @@ class RunDirLock {
   RunDirLock& operator=(const RunDirLock&) = delete;
 
  private:
+  std::string dir_, path_;
   int fd_ = -1;
+  bool made_file_ = false;             // the lock file did not exist before
+  std::vector<std::string> made_dirs_;  // the folders that did not exist before, innermost first
 };
 
 // Creates dir, writes, syncs and removes a probe file, and checks that the file system has at

@@ -92,7 +92,9 @@ class Trainer {
   std::unique_ptr<ShardedSampler> sampler_;
   Drills drills_;
   Reporter reporter_;
-  std::vector<std::unique_ptr<RunDirLock>> locks_;  // rank 0: out_dir and checkpoint.dir
+  // Rank 0: out_dir's and checkpoint.dir's locks. The checkpoint folder's goes first (members are
+  // destroyed in reverse): a refused run removes the folders it made, the inner one first.
+  std::unique_ptr<RunDirLock> out_lock_, ckpt_lock_;
 
   // Destroyed in reverse: the step (its graph, reducer, device communicator, then its buffers)
   // before the model's buffers, the backend last.

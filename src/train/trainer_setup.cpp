@@ -191,13 +191,13 @@ void Trainer::setup_output() {
   drills_.fail_setup("output");
   if (rank_ != 0) return;
   const std::string out = cfg_.resolved_out_dir(), ck = cfg_.resolved_checkpoint_dir();
-  locks_.push_back(std::make_unique<RunDirLock>(out, "run.out_dir"));
+  out_lock_ = std::make_unique<RunDirLock>(out, "run.out_dir");
   check_writable(out, "run.out_dir", 1 << 20);
   // The checkpoint folder is locked too, also inside out_dir: another run pointing its
   // checkpoint.dir at it (this run's out_dir/checkpoints, say) is refused.
   std::error_code ec;
   if (std::filesystem::weakly_canonical(ck, ec) != std::filesystem::weakly_canonical(out, ec))
-    locks_.push_back(std::make_unique<RunDirLock>(ck, "checkpoint.dir"));
+    ckpt_lock_ = std::make_unique<RunDirLock>(ck, "checkpoint.dir");
   // What a process killed mid-write left (a checkpoint cut short by a second Ctrl-C, say).
   for (const std::string& dir : {out, ck})
     for (const std::string& name : remove_stale_temporaries(dir))

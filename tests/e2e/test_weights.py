@@ -108,7 +108,10 @@ for l in range(L):
     mask = struct.pack("<4e", 1, 0, 1, 1)
     hf[f"transformer.h.{l}.attn.bias"] = {"dtype": "F16", "shape": [1, 1, 2, 2], "data_offsets": [len(blob), len(blob) + 8]}
     blob += mask
-hf["lm_head.weight"] = dict(hf["transformer.wte.weight"])
+# The tied head as its own copy of wte's bytes: the format gives each tensor bytes of its own.
+lo, hi = hf["transformer.wte.weight"]["data_offsets"]
+hf["lm_head.weight"] = dict(hf["transformer.wte.weight"], data_offsets=[len(blob), len(blob) + (hi - lo)])
+blob += blob[lo:hi]
 hjson = json.dumps(hf).encode()
 hjson += b" " * (-len(hjson) % 8)
 hfile = os.path.join(base, "hf.safetensors")

@@ -264,6 +264,12 @@ TEST_CASE("run folders: one lock holder at a time, unwritable folders named with
   }
   CHECK(printable(std::string("2\0x\n\x7f", 5)) == "2\\x00x\\x0a\\x7f");  // a NUL no longer ends the message
   CHECK(printable(std::string(100, 'a'), 4) == "aaaa...");
+  // Well-formed UTF-8 is kept; other bytes are escaped: a lone continuation byte, an overlong form,
+  // a surrogate, a sequence cut by the end, and a character the length cut would split.
+  CHECK(printable("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82") == "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82");
+  CHECK(printable("a\x80" "b\xc0\xaf" "c\xed\xa0\x80" "d\xe2\x82") ==
+        "a\\x80b\\xc0\\xafc\\xed\\xa0\\x80d\\xe2\\x82");
+  CHECK(printable("ab\xc3\xa9", 3) == "ab...");
   CHECK(format_bytes(512) == "512 B");
   CHECK(format_bytes(1536) == "1.5 KiB");
 }
