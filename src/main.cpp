@@ -222,7 +222,14 @@ int sample_main(int argc, char** argv) {
   int64_t tokens = 0, top_k = 0, seed = 0;
   double temperature = 0, top_p = 1;
   app.add_option("checkpoint", r.checkpoint, "a checkpoint of a model.type gpt run")->required();
-  auto* o_prompt = app.add_option("--prompt", prompt, "the text the sample continues");
+  auto* o_prompt = app.add_option("--prompt", prompt, "the text the sample continues")
+                      ->check(CLI::Validator(
+                          [](std::string& v) {
+                            return v.empty() ? std::string("expected text: an empty prompt has no token to start from "
+                                                           "(sample.prompt must not be empty either)")
+                                             : std::string();
+                          },
+                          "TEXT"));
   auto* o_tokens = app.add_option("--tokens", tokens, "tokens to generate")->check(integer_in(1, int64_t(1) << 20));
   auto* o_temp = app.add_option("--temperature", temperature, "sampling temperature (> 0)")
                      ->check(number_where([](double x) { return x > 0 && x < 1e30; }, "a number > 0"));
@@ -256,7 +263,10 @@ int export_main(int argc, char** argv) {
   std::string checkpoint, format, out;
   app.add_option("checkpoint", checkpoint, "a checkpoint of a model.type gpt run")->required();
   app.add_option("--format", format, "safetensors or llmc")->required()->check(CLI::IsMember({"safetensors", "llmc"}));
-  app.add_option("-o,--output", out, "the file to write (must not exist)")->required();
+  app.add_option("-o,--output", out, "the file to write (must not exist)")
+      ->required()
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("expected a file path, got \"\"") : std::string(); },
+                             "FILE"));
   return run_subcommand(app, argc, argv, [&] {
     amp::run_export(checkpoint, format == "llmc" ? amp::WeightFormat::Llmc : amp::WeightFormat::Safetensors, out);
   });

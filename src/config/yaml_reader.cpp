@@ -204,6 +204,10 @@ void set_value(Config& cfg, const Key& key, const YAML::Node& node, const Report
 }
 
 void unknown_key(const std::string& path, const YAML::Mark& m, const Reporter& rep) {
+  // "<<: *anchor" is YAML 1.1's merge key, which YAML 1.2 (and this reader) does not have.
+  if (path == "<<" || (path.size() > 3 && path.compare(path.size() - 3, 3, ".<<") == 0))
+    rep.fail(m, path, "YAML merge keys (<<: *anchor) are not supported: write the keys out (an alias of a "
+                      "whole value, key: *anchor, works)");
   const std::string near = closest(path, all_paths());
   rep.fail(m, path, "unknown key" + (near.empty() ? std::string() : " (did you mean \"" + near + "\"?)"));
 }

@@ -26,8 +26,12 @@ void check_tokens(const TokenStream& tokens, int vocab, const char* vocab_key) {
     for (size_t i = 0; i < n; ++i) {
       if (t[i] >= 0 && t[i] < vocab) continue;
       const auto [file, index] = tokens.where(first + i);
-      throw Error(ErrorKind::Data, strcat("data error: ", file, ": token ", index, " (0-based) is ",
-                                          t[i] < 0 ? std::to_string(uint32_t(t[i])) : std::to_string(t[i]),
+      // A 32-bit token of 2^31 or more reads as negative here: no vocabulary holds it (and the
+      // largest token + 1 counts only those below).
+      if (t[i] < 0)
+        throw Error(ErrorKind::Data, strcat("data error: ", file, ": token ", index, " (0-based) is ", uint32_t(t[i]),
+                                            ": token ids must be below 2^31 (2147483648)"));
+      throw Error(ErrorKind::Data, strcat("data error: ", file, ": token ", index, " (0-based) is ", t[i],
                                           ", outside the vocabulary [0, ", vocab, ") (", vocab_key, ")"));
     }
   });

@@ -56,9 +56,12 @@ struct TokenStream::ShardFile {
       const ssize_t got = ::pread(fd, buf.data() + done, bytes - done, off_t(at + done));
       if (got < 0 && errno == EINTR) continue;
       if (got < 0) data_error(path, "read error at byte ", at + done, ": ", std::strerror(errno));
-      if (got == 0)
-        data_error(path, "changed while being read: it ends at byte ", at + done, ", before the tokens the run "
+      if (got == 0) {
+        struct stat st;
+        const std::string now = ::fstat(fd, &st) == 0 ? strcat("it now has ", uint64_t(st.st_size), " bytes") : "it is shorter";
+        data_error(path, "changed while being read: ", now, ", and the run reads byte ", at + done, " of the tokens it "
                          "opened it with (a shard must not be rewritten or truncated during a run)");
+      }
       done += size_t(got);
     }
     const uint8_t* b = buf.data();

@@ -72,10 +72,15 @@ std::unique_ptr<Model> make_gpt(const Config& cfg, const Dataset& train, DeviceM
   const bool fits = Gpt::activation_bytes(o, max_rows, compute, &activations) &&
                     need(cfg, L, compute, world, activations, &n);
   if (!fits || (bytes_available > 0 && n.total > bytes_available)) {
-    // Name what is too large: the context (activations grow with batch x seq_len x (width + heads x
-    // seq_len)) or the width (the parameters' training state).
+    // Name what is too large. Where the activations dominate, what they grow with per window: the
+    // logits (seq_len x vocabulary) or the blocks' (seq_len x layers x (width, and with explicit
+    // attention heads x seq_len)). Else the parameters: the token embedding (vocabulary x width) or
+    // the blocks' (layers x 12 width^2).
     const bool context = !fits || n.activations > n.state;
-    too_large(cfg, context ? "model.seq_len" : "model.n_embd",
+    const double T = double(o.seq_len), V = double(o.vocab), C = double(o.n_embd), layers = double(o.n_layer);
+    const bool vocab = context ? T * V > T * layers * (16.0 * C + (o.fused_attention ? 0.0 : double(o.n_head) * T))
+                               : V * C > layers * 12.0 * C * C;
+    too_large(cfg, vocab ? "model.vocab_size" : context ? "model.seq_len" : "model.n_embd",
               strcat(o.n_layer, " layers x ", o.n_embd, " x vocab ", o.vocab, ", context ", o.seq_len,
                      context ? " (its activations dominate)" : ""),
               fits, L.n_params(), n.total, max_rows, bytes_available);

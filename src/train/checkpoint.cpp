@@ -95,23 +95,25 @@ struct FdCloser {
   ~FdCloser() { ::close(fd); }
 };
 
-// The step digits of a checkpoint file name, "" if the name is not one.
+// The step of a checkpoint file name as digits without leading zeros ("0" for step 0), "" if the
+// name is not one. A step has at most 18 digits (always an int64_t): a longer number names no step
+// (it was listed as the newest checkpoint, which rotation kept and resume refused).
 std::string name_digits(const std::string& name) {
   const size_t np = sizeof kNamePrefix - 1, ns = sizeof kNameSuffix - 1;
   if (name.size() <= np + ns || name.compare(0, np, kNamePrefix) != 0 ||
       name.compare(name.size() - ns, ns, kNameSuffix) != 0)
     return "";
-  const std::string digits = name.substr(np, name.size() - np - ns);
-  return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) ? digits : "";
+  std::string digits = name.substr(np, name.size() - np - ns);
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return "";
+  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
+  return digits.size() <= 18 ? digits : "";
 }
 
 }  // namespace
 
 int64_t name_step(const std::string& path) {
-  std::string digits = name_digits(std::filesystem::path(path).filename().string());
-  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
-  if (digits.empty() || digits.size() > 18) return -1;  // 18 digits always fit an int64_t
-  return int64_t(std::stoll(digits));
+  const std::string digits = name_digits(std::filesystem::path(path).filename().string());
+  return digits.empty() ? -1 : int64_t(std::stoll(digits));
 }
 
 int64_t Checkpoint::step() const { return header_step(header, path.empty() ? std::string("checkpoint header") : path); }
@@ -141,14 +143,27 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int ke
   for (const auto& [name, bytes] : ck.sections) out.append(bytes.data(), bytes.size());
   put<uint64_t>(out, hash64(out.data(), out.size()));
   const std::string path = (std::filesystem::path(dir) / file_name(step)).string();
+  const std::string id = header.value("run_id", std::string());
+  // Never over a file this run did not write: set-up moved other runs' and unreadable ones aside,
+  // so one found here appeared since (or was put back).
+  if (std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
+    const CheckpointIdentity c = checkpoint_identity(path);
+    if (!c.readable || c.run_id != id)
+      throw Error(ErrorKind::Output,
+                  strcat("output error: ", path, ": exists and is not a checkpoint of this run (",
+                         !c.readable ? std::string("its header cannot be read")
+                                     : c.run_id.empty() ? std::string("it has no run id") : "run " + c.run_id,
+                         "); not overwritten: move it away and resume"));
+  }
   write_file_atomic(path, out);
   // Keep this run's newest `keep`; the one just written is among them. Only regular files are
   // listed, so a FIFO or folder that happens to carry a checkpoint's name is never removed, and only
-  // this run's checkpoints count and go: another run's never (its run_id differs).
-  const std::string id = header.value("run_id", std::string());
+  // this run's checkpoints count and go: another run's never (its run_id differs), nor a copy
+  // renamed to another step (resume refuses it, so it must not push a real one out).
   size_t mine = 0;
   for (const std::string& p : list_checkpoints(dir)) {
-    if (checkpoint_run_id(p) != id) continue;
+    const CheckpointIdentity c = checkpoint_identity(p);
+    if (c.run_id != id || c.step != name_step(p)) continue;
     if (++mine > size_t(std::max(keep, 1))) std::filesystem::remove(p, ec);
   }
   return path;
@@ -317,9 +332,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<st
   std::error_code ec;
   for (std::filesystem::directory_iterator it(dir, ec), stop; !ec && it != stop; it.increment(ec)) {
     std::string digits = name_digits(it->path().filename().string());
-    if (digits.empty()) continue;
-    digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
-    found.push_back({digits, it->path().string()});
+    if (!digits.empty()) found.push_back({std::move(digits), it->path().string()});
   }
   // Newest step first: numeric order of the digits (shorter is smaller once leading zeros are gone).
   std::sort(found.begin(), found.end(), [](const Entry& a, const Entry& b) {

@@ -76,6 +76,10 @@ RunRecord validated_record(const Checkpoint& ck, const Bad& bad, int64_t step) {
     bad(strcat("header field \"interval_steps\" is ", rec.interval_steps, " at step ", step));
   rec.first_loss = header_field<double>(ck, "first_loss", 0.0);
   rec.last_eval_loss = header_field<double>(ck, "last_eval_loss", -1.0);
+  // The last logged loss (null or absent: none logged yet, or an older checkpoint): a run resumed
+  // at its last step reports it in summary.json as the run that wrote it did.
+  const auto it_l = ck.header.find("last_loss");
+  rec.last_loss = it_l != ck.header.end() && !it_l->is_null() ? header_field<double>(ck, "last_loss", 0.0) : std::nan("");
   rec.last_eval_accuracy = header_field<double>(ck, "last_eval_accuracy", -1.0);
   rec.train_seconds = header_field<double>(ck, "train_seconds", 0.0);
   rec.wall_seconds = header_field<double>(ck, "wall_seconds", rec.train_seconds);
@@ -85,6 +89,8 @@ RunRecord validated_record(const Checkpoint& ck, const Bad& bad, int64_t step) {
                          : rec.interval_steps == 0                   ? 0.0
                                                                      : std::nan("");
   if (!in_range(rec.first_loss, 0.0, 3.4e38)) bad(strcat("header field \"first_loss\" is ", rec.first_loss));
+  if (!std::isnan(rec.last_loss) && !in_range(rec.last_loss, 0.0, 3.4e38))
+    bad(strcat("header field \"last_loss\" is ", rec.last_loss));
   if (!(rec.last_eval_loss == -1.0 || in_range(rec.last_eval_loss, 0.0, 3.4e38)))
     bad(strcat("header field \"last_eval_loss\" is ", rec.last_eval_loss));
   if (!(rec.last_eval_accuracy == -1.0 || in_range(rec.last_eval_accuracy, 0.0, 1.0)))
@@ -275,6 +281,7 @@ void CheckpointIO::load(const Resumed& r, RunRecord& record) {
   samples_before_ = uint64_t(r.samples);
   record.interval_steps = r.record.interval_steps;
   record.first_loss = r.record.first_loss;
+  record.last_loss = r.record.last_loss;
   record.last_eval_loss = r.record.last_eval_loss;
   record.last_eval_accuracy = r.record.last_eval_accuracy;
   record.train_seconds = r.record.train_seconds;

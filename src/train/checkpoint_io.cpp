@@ -111,6 +111,7 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
                {"data_epoch", pos.epoch},
                {"data_offset", pos.offset},
                {"samples_consumed", samples_consumed(step)},
+               {"data_digest", hex64(data_digest_)},
                {"precision", compute_name(cfg_)},
                {"optimizer", optimizer_name(cfg_.optimizer.params.kind)},
                {"loss_scale_mode", scale_mode_name(cfg_.precision.scaler.mode)},
@@ -125,6 +126,7 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
                            {"optimizer_steps", scaler.optimizer_steps}}},
                {"interval_steps", record.interval_steps},
                {"first_loss", record.first_loss},
+               {"last_loss", finite_or_null(record.last_loss)},
                {"last_eval_loss", record.last_eval_loss},
                {"last_eval_accuracy", record.last_eval_accuracy},
                {"train_seconds", record.train_seconds},
@@ -207,6 +209,12 @@ void CheckpointIO::check_header(const Checkpoint& ck, const std::string& path) c
   } else if (header_field<std::string>(ck, "config_hash", "") != hex64(config_hash(cfg_))) {
     reporter_.message("note: " + path + " was written with a different configuration; continuing with this one");
   }
+  // The data's contents (older checkpoints: not recorded). The position continues as recorded, now
+  // in other data: worth a line even where the config names the same files.
+  if (const std::string then = header_field<std::string>(ck, "data_digest", ""); !then.empty() && then != hex64(data_digest_))
+    reporter_.message(strcat("note: ", path, " was written on other data (digest ", then, ", this run's ", hex64(data_digest_),
+                             ": the data files changed, or the config names others); the data continues at the "
+                             "checkpoint's position in this run's data"));
 }
 
 // A checkpoint this run folder set aside (checkpoints/abandoned/: a line a roll-back replaced;

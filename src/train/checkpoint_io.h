@@ -46,6 +46,9 @@ class CheckpointIO {
   int64_t resume(RunRecord& record, std::string* from);
   // Rank 0: the run id written into every checkpoint (run_identity.h).
   void set_run_id(std::string id) { run_id_ = std::move(id); }
+  // The digest of the data this run trains and evaluates on (load.h dataset_digest), written into
+  // every checkpoint: a resume on data that changed at the same paths says so.
+  void set_data_digest(uint64_t digest) { data_digest_ = digest; }
   // Rank 0, after resuming from an older checkpoint than the folder's newest (a roll-back): this
   // run's newer checkpoints belong to the line it replaces and go to abandoned/<time>-step<N>/
   // (kept, never overwritten by a later roll-back), so resume=auto and checkpoint.keep follow the
@@ -83,6 +86,7 @@ class CheckpointIO {
   Reporter& reporter_;
   const Drills& drills_;
   std::string run_id_;
+  uint64_t data_digest_ = 0;
 };
 
 }  // namespace amp

@@ -30,10 +30,17 @@ int run_eval(const Config& cfg, Communicator& world) {
                                      "model.init_from=PATH (an amp_ddp checkpoint, a safetensors or an llm.c model file)");
     be = make_backend(cfg.run.device, world.local_rank(), pick_threads(cfg.run.threads, world.local_size()));
     data = load_datasets(cfg);
-    if (data.eval.n == 0)
-      throw Error(ErrorKind::Config,
-                  strcat("config error: ", cfg.origin.count("data.format") ? cfg.origin.at("data.format") + ": " : "",
-                         "the config has no evaluation set: give data.eval_tokens (token shards) or data.eval_fraction"));
+    if (data.eval.n == 0) {
+      // Where it was said: data.eval_fraction where given (a --set of 0, say), else the data section.
+      const auto given = [&](const char* key) {
+        const auto it = cfg.origin.find(key);
+        return it != cfg.origin.end() && it->second != "default" ? it->second + ": " + key + ": " : std::string();
+      };
+      std::string where = given("data.eval_fraction");
+      if (where.empty()) where = given("data.format");
+      throw Error(ErrorKind::Config, strcat("config error: ", where, "the config has no evaluation set: give ",
+                                            "data.eval_tokens (token shards) or data.eval_fraction"));
+    }
     size_t begin = 0, end = 0;
     eval_shard(data.eval.n, rank, nranks, begin, end);
     model = make_model(cfg, data.train, be->memory(), be->ops(), cfg.precision.compute,

@@ -93,7 +93,7 @@ std::string new_run_id() {
 std::string recorded_run_id(const std::string& out_dir) { return json_run_id(fs::path(out_dir) / "run.json"); }
 
 std::vector<std::string> keep_runs_apart(const std::string& out_dir, const std::string& ckpt_dir,
-                                         const std::string& run_id, bool adopt_legacy) {
+                                         const std::string& run_id, bool adopt_legacy, bool fresh) {
   std::vector<std::string> log;
   std::error_code ec;
   // Where another run's files go: out_dir/previous/<id>/, mirroring the run folder (its
@@ -124,12 +124,15 @@ std::vector<std::string> keep_runs_apart(const std::string& out_dir, const std::
                 strcat("config error: checkpoint.dir: ", ckpt_dir, " is the run folder of ",
                        who(recorded_run_id(ckpt_dir)), " (it holds run.json); give this run's checkpoints a folder of "
                        "their own (the default: run.out_dir/checkpoints)"));
-  // The checkpoints' ids, from their headers; a file whose header cannot be read is nobody's
-  // (a checkpoint of this run cut short, say): left where it is, never moved as another run's.
+  // The checkpoints' ids, from their headers. A file whose header cannot be read is nobody's: a
+  // resumed run leaves it where it is (a checkpoint of its own cut short, say); a fresh run moves
+  // it below, or it would write its own checkpoint of that step over it.
   std::map<std::string, std::vector<fs::path>> by_id;
+  std::vector<fs::path> unreadable;
   for (const std::string& p : list_checkpoints(ckpt_dir)) {
     const CheckpointIdentity c = checkpoint_identity(p);
     if (c.readable) by_id[c.run_id].push_back(p);
+    else unreadable.push_back(p);
   }
   // The run folder's files belong to the run its run.json names; without a readable one (written
   // before ids, or damaged), to the run summary.json names, else to the one run the checkpoints in
@@ -174,6 +177,13 @@ std::vector<std::string> keep_runs_apart(const std::string& out_dir, const std::
     for (const fs::path& p : paths) move(p, to / p.filename());
     log.push_back(strcat("checkpoint.dir ", ckpt_dir, " held ", paths.size(), " checkpoint(s) of ", who(id), ": moved to ",
                          to.string(), "/ (nothing is deleted)"));
+  }
+  if (fresh && !unreadable.empty()) {
+    const fs::path to = ckpt_home(owner);  // a fresh run owns nothing here yet
+    for (const fs::path& p : unreadable) move(p, to / p.filename());
+    log.push_back(strcat("checkpoint.dir ", ckpt_dir, " held ", unreadable.size(), " file(s) named like checkpoints whose ",
+                         "header cannot be read (a checkpoint cut short, or not one): moved to ", to.string(),
+                         "/ (nothing is deleted)"));
   }
   return log;
 }

@@ -26,10 +26,12 @@ std::string recorded_run_id(const std::string& out_dir);
 // files without any id (written before runs had identities) belong to this run (a resume of
 // such a checkpoint). Returns one line per move, for the log. A checkpoint.dir outside out_dir
 // holding checkpoints of a run other than out_dir's is that other run's folder: Error(Config),
-// naming it and the ways out. Throws Error(Output) when a move fails (the new run must not write
+// naming it and the ways out. `fresh` (a run that resumed nothing): files named like checkpoints
+// whose header cannot be read go too, with the folder owner's files (the run would write its own
+// checkpoints over them). Throws Error(Output) when a move fails (the new run must not write
 // beside the old one).
 std::vector<std::string> keep_runs_apart(const std::string& out_dir, const std::string& ckpt_dir,
-                                         const std::string& run_id, bool adopt_legacy);
+                                         const std::string& run_id, bool adopt_legacy, bool fresh);
 
 // Writes out_dir/run.json ({"run_id", "created"}) atomically.
 void write_run_json(const std::string& out_dir, const std::string& run_id);

@@ -278,7 +278,7 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
                                            {"settled_by_other_readers", c.gathers_settled}};
     j["comm_seconds_per_step"] = per_step;
     j["comm_exposed_seconds_per_step"] = exposed;
-    j["comm_hidden_share"] = per_step > 0 ? std::max(0.0, 1.0 - exposed / per_step) : 0.0;
+    if (per_step > 0) j["comm_hidden_share"] = std::max(0.0, 1.0 - exposed / per_step);  // absent: nothing to hide
   }
   return j;
 }

@@ -173,6 +173,7 @@ void Trainer::setup_local() {
   schedule_.decay_steps = cfg_.optimizer.decay_steps;
   schedule_.total_steps = total_steps_;
   checkpoints_ = std::make_unique<CheckpointIO>(cfg_, world_, *step_, L, compute_, *sampler_, reporter_, drills_);
+  checkpoints_->set_data_digest(data_digest_);
   if (model_->language_model() && cfg_.sample.tokens > 0) sample_prompt();  // refused now, not at the first sample
 }
 
@@ -221,7 +222,7 @@ void Trainer::establish_identity() {
   std::string id = resumed_from_.empty() ? std::string() : checkpoint_run_id(resumed_from_);
   const bool legacy = !resumed_from_.empty() && id.empty();
   if (id.empty()) id = legacy && !recorded_run_id(out).empty() ? recorded_run_id(out) : new_run_id();
-  for (const std::string& line : keep_runs_apart(out, ck, id, legacy)) reporter_.message(line);
+  for (const std::string& line : keep_runs_apart(out, ck, id, legacy, resumed_from_.empty())) reporter_.message(line);
   write_run_json(out, id);
   run_id_ = id;
   checkpoints_->set_run_id(id);

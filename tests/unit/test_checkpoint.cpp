@@ -143,6 +143,58 @@ TEST_CASE("checkpoint: keep prunes the oldest", "[checkpoint]") {
         std::vector<std::string>{dir.file("ckpt_step12345678901.bin"), dir.file("ckpt_step0000000101.bin")});
 }
 
+TEST_CASE("checkpoint: a name of more than 18 digits is no checkpoint, and rotation counts only its run's true ones",
+          "[checkpoint]") {
+  amp_test::TempDir dir;
+  const auto of_run = [](int64_t step) {
+    Checkpoint ck = sample(step);
+    ck.header["run_id"] = "0123456789abcdef";
+    return ck;
+  };
+  amp::save_checkpoint(dir.path(), of_run(10), 2);
+  const std::string twenty = amp::save_checkpoint(dir.path(), of_run(20), 2);
+  // A copy of step 20 under a 20-digit name (no step: it sorted as the newest and was kept while a
+  // true checkpoint went), and one renamed to step 90 (resume refuses it: it must not count either).
+  dir.write("ckpt_step99999999999999999999.bin", amp::read_file_bytes(twenty));
+  dir.write("ckpt_step0000000090.bin", amp::read_file_bytes(twenty));
+  CHECK(amp::name_step(dir.file("ckpt_step99999999999999999999.bin")) == -1);
+  CHECK(amp::name_step(dir.file("ckpt_step000000000000000000000000030.bin")) == 30);  // leading zeros
+  CHECK(amp::list_checkpoints(dir.path()) ==
+        std::vector<std::string>{dir.file("ckpt_step0000000090.bin"), twenty, dir.file("ckpt_step0000000010.bin")});
+  amp::save_checkpoint(dir.path(), of_run(30), 2);
+  CHECK(amp::list_checkpoints(dir.path()) ==
+        std::vector<std::string>{dir.file("ckpt_step0000000090.bin"), dir.file("ckpt_step0000000030.bin"), twenty});
+  CHECK(std::filesystem::exists(dir.file("ckpt_step99999999999999999999.bin")));
+}
+
+TEST_CASE("checkpoint: save never writes over a file its run did not write", "[checkpoint]") {
+  amp_test::TempDir dir;
+  Checkpoint ck = sample(10);
+  ck.header["run_id"] = "0123456789abcdef";
+  const std::string path = amp::save_checkpoint(dir.path(), ck, 3);
+  amp::save_checkpoint(dir.path(), ck, 3);  // its own: written again (a final checkpoint at an interval's step)
+  for (const std::string& other : {std::string("my notes\n"), std::string()}) {
+    if (other.empty()) {  // another run's checkpoint of that step
+      Checkpoint theirs = sample(10);
+      theirs.header["run_id"] = "fedcba9876543210";
+      amp::save_checkpoint(dir.path(), theirs, 3);
+    } else {
+      dir.write("ckpt_step0000000010.bin", other);
+    }
+    const std::string before = amp::read_file_bytes(path);
+    try {
+      amp::save_checkpoint(dir.path(), ck, 3);
+      FAIL("expected an error");
+    } catch (const amp::Error& e) {
+      CHECK(e.kind() == amp::ErrorKind::Output);
+      CHECK(contains(e.what(), path + ": exists and is not a checkpoint of this run (" +
+                                   (other.empty() ? "run fedcba9876543210" : "its header cannot be read") + ")"));
+    }
+    CHECK(amp::read_file_bytes(path) == before);
+    std::filesystem::remove(path);
+  }
+}
+
 TEST_CASE("checkpoint: find_latest_intact skips a corrupted newest file", "[checkpoint]") {
   amp_test::TempDir dir;
   amp::save_checkpoint(dir.path(), sample(10), 3);

@@ -400,6 +400,12 @@ TEST_CASE("token shards: uint32 (LLaMA 3) shards read in place, and a shard cut 
   CHECK(wide.to_vector() == std::vector<int32_t>{70000, 5, 128255});
   CHECK(wide.in_files());
   CHECK(max_token(wide) == 128255);
+  // A token of 2^31 or more fits no vocabulary; the message says so, not "outside [0, V)" with the
+  // vocabulary the tokens below it give.
+  const TokenStream huge = read_token_shard(dir.write("h_000.bin", shard32_bytes({3, 2147483653u, 199})));
+  CHECK(max_token(huge) == 199);
+  CHECK_THAT(data_error_of([&] { check_tokens(huge, 200, "model.vocab_size = 0: the largest token + 1"); }),
+             Contains(dir.file("h_000.bin") + ": token 1 (0-based) is 2147483653: token ids must be below 2^31"));
 
   // 100000 uint16 tokens; the file then loses all but its first 4096 bytes.
   std::vector<uint16_t> many(100000);
@@ -411,7 +417,7 @@ TEST_CASE("token shards: uint32 (LLaMA 3) shards read in place, and a shard cut 
   CHECK(w[0] == 10000);
   fs::resize_file(path, 4096);
   CHECK_THAT(data_error_of([&] { s.copy(90000, 4, w); }),
-             Contains("data error: " + path + ": changed while being read"));
+             Contains("data error: " + path + ": changed while being read: it now has 4096 bytes, and the run reads byte 181024"));
   CHECK_THAT(data_error_of([&] { check_tokens(s, 50000, "v"); }), Contains(path + ": changed while being read"));
   s.copy(10, 4, w);  // what is still there reads as before
   CHECK(w[3] == 13);
