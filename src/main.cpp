@@ -58,6 +58,11 @@ CLI::Validator number_where(bool (*ok)(double), const std::string& what) {
       "NUMBER");
 }
 
+// An option's text that must not be empty; `why` is the message when it is.
+CLI::Validator non_empty(const std::string& why, const char* type) {
+  return CLI::Validator([why](std::string& v) { return v.empty() ? why : std::string(); }, type);
+}
+
 // What this rank's command line asks for. Ranks compare it before anything else runs.
 enum class Action : int { Train = 0, DryRun = 1, Help = 2, Version = 3, UsageError = 4, Eval = 5 };
 
@@ -223,13 +228,9 @@ int sample_main(int argc, char** argv) {
   double temperature = 0, top_p = 1;
   app.add_option("checkpoint", r.checkpoint, "a checkpoint of a model.type gpt run")->required();
   auto* o_prompt = app.add_option("--prompt", prompt, "the text the sample continues")
-                      ->check(CLI::Validator(
-                          [](std::string& v) {
-                            return v.empty() ? std::string("expected text: an empty prompt has no token to start from "
-                                                           "(sample.prompt must not be empty either)")
-                                             : std::string();
-                          },
-                          "TEXT"));
+                      ->check(non_empty("expected text: an empty prompt has no token to start from "
+                                        "(sample.prompt must not be empty either)",
+                                        "TEXT"));
   auto* o_tokens = app.add_option("--tokens", tokens, "tokens to generate")->check(integer_in(1, int64_t(1) << 20));
   auto* o_temp = app.add_option("--temperature", temperature, "sampling temperature (> 0)")
                      ->check(number_where([](double x) { return x > 0 && x < 1e30; }, "a number > 0"));
@@ -265,8 +266,7 @@ int export_main(int argc, char** argv) {
   app.add_option("--format", format, "safetensors or llmc")->required()->check(CLI::IsMember({"safetensors", "llmc"}));
   app.add_option("-o,--output", out, "the file to write (must not exist)")
       ->required()
-      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("expected a file path, got \"\"") : std::string(); },
-                             "FILE"));
+      ->check(non_empty("expected a file path, got \"\"", "FILE"));
   return run_subcommand(app, argc, argv, [&] {
     amp::run_export(checkpoint, format == "llmc" ? amp::WeightFormat::Llmc : amp::WeightFormat::Safetensors, out);
   });

@@ -87,10 +87,9 @@ void validate(const Config& c) {
   if (ls.min_scale > ls.max_scale) fail("precision.loss_scale.min_scale", "must not exceed max_scale");
   if (resolved_scale_mode(c) == ScaleMode::Dynamic && (ls.init_scale < ls.min_scale || ls.init_scale > ls.max_scale)) {
     // Blame the bound the user set when init_scale is the default (--set max_scale=1024, say).
-    const auto set = [&](const char* key) { return c.origin.count(key) && c.origin.at(key) != "default"; };
     const bool below = ls.init_scale < ls.min_scale;
     const char* bound = below ? "precision.loss_scale.min_scale" : "precision.loss_scale.max_scale";
-    if (!set("precision.loss_scale.init_scale") && set(bound))
+    if (!c.given("precision.loss_scale.init_scale") && c.given(bound))
       fail(bound, strcat(below ? ls.min_scale : ls.max_scale, " is ", below ? "above" : "below", " init_scale (",
                          ls.init_scale, ", the default): set precision.loss_scale.init_scale inside [min_scale, max_scale] too"));
     fail("precision.loss_scale.init_scale", strcat(ls.init_scale, " must lie in [min_scale, max_scale] = [", ls.min_scale,
@@ -118,6 +117,11 @@ void resolve(Config& c) {
 }  // namespace
 
 // ---------------------------------------------------------------- public
+
+bool Config::given(const std::string& key) const {
+  const auto it = origin.find(key);
+  return it != origin.end() && it->second != "default";
+}
 
 std::string Config::resolved_out_dir() const { return run.out_dir.empty() ? "runs/" + run.name : run.out_dir; }
 

@@ -153,6 +153,9 @@ struct Config {
   std::map<std::string, std::string> origin;
   std::string source;  // the config file path as given
 
+  // Whether the file or a --set gave `key` (its origin is not "default").
+  bool given(const std::string& key) const;
+
   // Derived helpers (after validation).
   std::string resolved_out_dir() const;
   std::string resolved_checkpoint_dir() const;

@@ -32,12 +32,8 @@ int run_eval(const Config& cfg, Communicator& world) {
     data = load_datasets(cfg);
     if (data.eval.n == 0) {
       // Where it was said: data.eval_fraction where given (a --set of 0, say), else the data section.
-      const auto given = [&](const char* key) {
-        const auto it = cfg.origin.find(key);
-        return it != cfg.origin.end() && it->second != "default" ? it->second + ": " + key + ": " : std::string();
-      };
-      std::string where = given("data.eval_fraction");
-      if (where.empty()) where = given("data.format");
+      const char* key = cfg.given("data.eval_fraction") ? "data.eval_fraction" : "data.format";
+      const std::string where = cfg.given(key) ? strcat(cfg.origin.at(key), ": ", key, ": ") : std::string();
       throw Error(ErrorKind::Config, strcat("config error: ", where, "the config has no evaluation set: give ",
                                             "data.eval_tokens (token shards) or data.eval_fraction"));
     }
