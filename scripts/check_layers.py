@@ -24,7 +24,8 @@ ALLOWED = {
     "comm/nccl": {"src/core", "comm", "src/cudart"},
     "src/backend": {"src/core", "src/optim", AMP_DATA},
     "src/backend/cpu": {"src/core", "src/optim", AMP_DATA, "src/backend"},
-    "cuda": {"src/core", "src/optim", AMP_DATA, "src/backend", "src/cudart", "comm"},  # comm: DeviceStream only
+    # comm: DeviceStream only; comm/nccl: the module's table (cuda/cuda_module.h) hands out NCCL's communicator
+    "cuda": {"src/core", "src/optim", AMP_DATA, "src/backend", "src/cudart", "comm", "comm/nccl"},
     "src/model": {"src/core", AMP_DATA, "src/optim", "src/backend", "src/config", "src/data"},
     "src/amp": {"src/core", AMP_DATA, "src/backend", "comm"},  # the owner, MixedPrecision
     "src/train": {"src/core", "src/config", "src/backend", "src/amp", AMP_DATA, "src/optim", "src/model",

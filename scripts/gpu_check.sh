@@ -228,7 +228,8 @@ else
   fi
   if [ $PREBUILT = 1 ]; then
     mkdir -p "$BUILD/tests/gpu" "$BUILD/bench/gpu"
-    if ! { install -m 755 .gpu_prebuilt/amp_ddp "$BUILD/amp_ddp" && install -m 755 .gpu_prebuilt/amp_gpu_tests "$TESTS" &&
+    if ! { install -m 755 .gpu_prebuilt/amp_ddp .gpu_prebuilt/libamp_cuda.so "$BUILD/" &&
+           install -m 755 .gpu_prebuilt/amp_gpu_tests "$TESTS" &&
            install -m 755 .gpu_prebuilt/bench_gpu_step .gpu_prebuilt/bench_gpu_gemm .gpu_prebuilt/probe_fp8_gemm \
              "$BUILD/bench/gpu/" && install -m 755 .gpu_prebuilt/bench_gpt_step .gpu_prebuilt/bench_sampling "$BUILD/bench/"; } \
            2> "$LOGS/install.log"; then
@@ -236,7 +237,7 @@ else
       finish
     fi
     say "prebuilt: $(paste -sd ';' .gpu_prebuilt/MANIFEST)"
-    BINS=("$BUILD/amp_ddp" "$TESTS" "$BUILD"/bench/gpu/{bench_gpu_step,bench_gpu_gemm,probe_fp8_gemm} "$BUILD"/bench/{bench_gpt_step,bench_sampling})
+    BINS=("$BUILD/amp_ddp" "$BUILD/libamp_cuda.so" "$TESTS" "$BUILD"/bench/gpu/{bench_gpu_step,bench_gpu_gemm,probe_fp8_gemm} "$BUILD"/bench/{bench_gpt_step,bench_sampling})
     # Where a CUDA toolkit or PyTorch's wheels (nvidia/<library>/lib, nvidia/cu13/lib) keep
     # libcudart, libcublas(Lt) and libnccl: each library the loader cannot find is looked up there,
     # in this order, and its folder appended to LD_LIBRARY_PATH.

@@ -66,16 +66,18 @@ if [ -n "$prebuilt" ]; then
   arch=$(grep -rhoE "sm_[0-9]+a?" "$prebuilt" --include=flags.make | sort -u | paste -sd, -)
   [[ ",$arch," == *",sm_90,"* || ",$arch," == *",sm_90a,"* ]] ||
     { echo "gpu_prepare: $prebuilt builds CUDA machine code for '${arch:-nothing}', not sm_90 (the H100/H200)" >&2; exit 1; }
-  targets=(amp_ddp amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm bench_gpt_step bench_sampling)
+  targets=(amp_ddp amp_cuda_module amp_gpu_tests bench_gpu_step bench_gpu_gemm probe_fp8_gemm bench_gpt_step bench_sampling)
   cmake --build "$prebuilt" -j "$(nproc)" --target "${targets[@]}" > /dev/null ||
     { echo "gpu_prepare: building ${targets[*]} in $prebuilt failed" >&2; exit 1; }
   mkdir -p .gpu_prebuilt
   for t in "${targets[@]}"; do
-    f=$(find "$prebuilt" -name "$t" -type f -perm -u+x -not -path "*/CMakeFiles/*" | head -1)
-    [ -n "$f" ] || { echo "gpu_prepare: no $t in $prebuilt" >&2; exit 1; }
-    strip -o ".gpu_prebuilt/$t" "$f"
+    file=$t
+    [ "$t" = amp_cuda_module ] && file=libamp_cuda.so  # amp_ddp's CUDA backend, opened when a run needs it
+    f=$(find "$prebuilt" -name "$file" -type f -perm -u+x -not -path "*/CMakeFiles/*" | head -1)
+    [ -n "$f" ] || { echo "gpu_prepare: no $file in $prebuilt" >&2; exit 1; }
+    strip -o ".gpu_prebuilt/$file" "$f"
   done
-  readelf -d .gpu_prebuilt/amp_ddp | grep -q "libnccl" && nccl=1 || nccl=0
+  readelf -d .gpu_prebuilt/libamp_cuda.so | grep -q "libnccl" && nccl=1 || nccl=0
   {
     echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!docs' || echo '+uncommitted changes')"
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) in $prebuilt, CUDA architectures $arch, nvcc $(sed -n 's/.*CMAKE_CUDA_COMPILER_VERSION "\(.*\)".*/\1/p' "$prebuilt"/CMakeFiles/*/CMakeCUDACompiler.cmake | head -1)"

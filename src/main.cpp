@@ -115,7 +115,8 @@ Cli parse_cli(int argc, char** argv, bool eval) {
   app.add_option("--ranks", cli.plan_ranks, "with --dry-run: plan for this many ranks (default: the job's)")
       ->check(integer_in(1, 1 << 20))
       ->needs(dry);
-  app.set_version_flag("--version", std::string("amp_ddp ") + AMP_VERSION + " (" + amp::build_info() + ")");
+  // Asked only when printed: in a CUDA build it loads the CUDA backend to say which it is.
+  app.set_version_flag("--version", [] { return std::string("amp_ddp ") + AMP_VERSION + " (" + amp::build_info() + ")"; });
   app.footer("\n" + amp::config_keys_help());
   std::ostringstream out, err;
   try {
