@@ -69,10 +69,12 @@ void receive() {
     if (state == kArmed) {
       int pending = 0;
       if (g_signal.compare_exchange_strong(pending, sig)) {
-        // The first: every rank finishes its step, a checkpoint is written, all exit 0.
+        // The first: every rank finishes its step, a checkpoint is written, all exit 0. The checkpoint
+        // needs every rank: when a launcher sends this because another rank died, it never comes,
+        // so the line promises it only on that condition (the line that it was written follows).
         if (g_announce.load())
-          std::fprintf(stderr, "\n%s: finishing this step, writing a checkpoint and stopping (send it again, or press "
-                               "Ctrl-C again, to stop at once without a checkpoint)\n", signal_name(sig));
+          std::fprintf(stderr, "\n%s: finishing this step, then stopping with a checkpoint if every rank gets there "
+                               "(send it again, or press Ctrl-C again, to stop at once without one)\n", signal_name(sig));
         continue;
       }
       // A second one while the stop is under way: stop now, as Ctrl-C twice does elsewhere.

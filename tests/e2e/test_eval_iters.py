@@ -3,7 +3,10 @@ batches (the first of its shard), on 1 and 2 ranks; the evaluation batch of a GP
 training batch (data.eval_batch_size 0 resolves to data.batch_size; an MLP's to 1000, as before);
 --dry-run prints a GPT's parameter count, tokens per step and per-rank memory: its training state
 and its activations are the very bytes the run's start-up line reports (one function computes
-each for both)."""
+each for both). An MLP on synthetic data (its widths are all in the config) on 1 and 2 ranks with
+ZeRO-1: parameters and training state as the run reports them, its activations the memory check's
+bound, at or above what the run allocates, for the same samples per forward pass; an MLP on data
+files says its sizes are known once the data is read."""
 import json
 import os
 import re
@@ -47,4 +50,35 @@ run_act = re.search(r"activations ([^ ]+ [A-Za-z]+) \((\d+) windows per forward 
 check(plan_act and run_act and plan_act.group(1) == run_act.group(2) and plan_act.group(2) == run_act.group(1),
       f"--dry-run's activations are what the run allocates ({plan_act.groups() if plan_act else None} vs "
       f"{run_act.groups() if run_act else None})")
+
+mlp = os.path.join(base, "mlp.yaml")
+with open(mlp, "w") as f:
+    f.write("run: {name: mlp, steps: 1, progress: off}\nmodel: {hidden: [24, 12]}\n"
+            "data: {format: synthetic, batch_size: 16, eval_batch_size: 40, synthetic: {train_samples: 256, "
+            "eval_samples: 100, features: 7, outputs: 3}}\noptimizer: {type: adamw, lr: 0.01}\n")
+units = {"B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20}
+
+
+def size(text):
+    value, unit = text.split()
+    return float(value) * units[unit]
+
+
+for np in (1, 2):
+    sets = ["distributed.zero=1"] if np == 2 else []
+    rc, o, e = run(mlp, sets, extra=["--dry-run", "--ranks", str(np)])
+    plan = re.search(r"# parameters: \S+ \((\d+); layer widths 7-24-12-3\)\n# memory per rank: training state "
+                     r"([^ ]+ [A-Za-z]+) \(.*activations at (\d+) samples at most ([^ ]+ [A-Za-z]+):", o)
+    rc2, o2, e2 = run(mlp, sets + [f"run.out_dir={base}/mlp{np}"], np=np if np > 1 else None)
+    started = re.search(r"\| (\d+) parameters \|.*\nmemory per rank: training state ([^ ]+ [A-Za-z]+) \(.*activations "
+                        r"([^ ]+ [A-Za-z]+) \((\d+) samples per forward pass\)", o2)
+    check(rc == 0 and rc2 == 0 and plan and started and plan.group(1) == started.group(1) and
+          plan.group(2) == started.group(2) and plan.group(3) == started.group(4) and
+          size(plan.group(4)) >= size(started.group(3)),
+          f"--dry-run of an MLP on synthetic data, {np} rank(s): parameters, training state, samples per forward pass "
+          f"as the run reports them, activations at most the bound ({plan.groups() if plan else o[-300:]} vs "
+          f"{started.groups() if started else o2[:400]})")
+rc, o, e = run(source("configs", "fmnist_mlp_fp16.yaml"), [], extra=["--dry-run"])
+check(rc == 0 and "# parameters and memory: known once the data is read" in o,
+      f"an MLP on data files: its sizes are known once the data is read ({rc})")
 done()
