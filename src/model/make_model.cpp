@@ -26,16 +26,26 @@ struct Need {
   size_t activations = 0, state = 0, total = 0;
 };
 bool need(const Config& cfg, const ParamLayout& L, DType compute, int world, size_t activations, Need* n) {
-  const StateShape shape = estimated_state_shape(L.total, compute, cfg.optimizer.params, world, int(cfg.distributed.zero),
-                                                 cfg.data.grad_accum_steps > 1, kShardAlign, L.spans(),
-                                                 size_t(cfg.distributed.bucket_mb * kBytesPerMiB));
-  const StateBytes b = state_bytes(shape);
+  const StateBytes b = model_state_bytes(cfg, L, compute, world);
   n->activations = activations;
   n->state = b.total();
   return !b.overflow && !__builtin_add_overflow(activations, n->state, &n->total);
 }
 
 }  // namespace
+
+StateBytes model_state_bytes(const Config& cfg, const ParamLayout& L, DType compute, int world) {
+  return state_bytes(estimated_state_shape(L.total, compute, cfg.optimizer.params, world, int(cfg.distributed.zero),
+                                           cfg.data.grad_accum_steps > 1, kShardAlign, L.spans(),
+                                           size_t(cfg.distributed.bucket_mb * kBytesPerMiB)));
+}
+
+std::vector<size_t> mlp_widths(const Config& cfg, size_t inputs, size_t outputs) {
+  std::vector<size_t> dims{inputs};
+  for (int64_t h : cfg.model.hidden) dims.push_back(size_t(h));
+  dims.push_back(outputs);
+  return dims;
+}
 
 GptOptions gpt_options(const Config& cfg, size_t vocab) {
   GptOptions o;
@@ -97,9 +107,7 @@ std::unique_ptr<Model> make_model(const Config& cfg, const Dataset& train, Devic
     throw Error(ErrorKind::Config, strcat("config error: ", cfg.origin.at("model.type"),
                                           ": model.type: an mlp cannot train on token data; use model.type: gpt"));
   MlpOptions opt;
-  opt.dims.push_back(train.n_features);
-  for (int64_t h : cfg.model.hidden) opt.dims.push_back(size_t(h));
-  opt.dims.push_back(train.n_outputs());
+  opt.dims = mlp_widths(cfg, train.n_features, train.n_outputs());
   opt.activation = cfg.model.activation;
   opt.init = cfg.model.init;
   opt.init_std = cfg.model.init_std;

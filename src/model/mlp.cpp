@@ -58,10 +58,14 @@ std::vector<std::pair<size_t, size_t>> Mlp::layer_shapes(const std::vector<size_
   return s;
 }
 
-std::string Mlp::describe() const {
+std::string Mlp::widths_text(const std::vector<size_t>& dims) {
   std::string widths;
-  for (size_t d : opt_.dims) widths += (widths.empty() ? "" : "-") + std::to_string(d);
-  return strcat("mlp ", widths, " (", opt_.activation == Activation::Gelu ? "gelu" : "relu", ")");
+  for (size_t d : dims) widths += (widths.empty() ? "" : "-") + std::to_string(d);
+  return widths;
+}
+
+std::string Mlp::describe() const {
+  return strcat("mlp ", widths_text(opt_.dims), " (", opt_.activation == Activation::Gelu ? "gelu" : "relu", ")");
 }
 
 bool Mlp::activation_bytes(const std::vector<size_t>& dims, size_t max_rows, DType compute, size_t* bytes_out,

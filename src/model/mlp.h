@@ -50,6 +50,8 @@ class Mlp final : public Model {
   // (the parameters' training state: optim/state_bytes.h); false on overflow.
   static bool activation_bytes(const std::vector<size_t>& dims, size_t max_rows, DType compute, size_t* bytes,
                                bool fp8 = false);
+  // "784-256-10": the widths as describe() and --dry-run print them.
+  static std::string widths_text(const std::vector<size_t>& dims);
 
  private:
   Tensor param(const void* base, int index) const;

@@ -8,7 +8,6 @@
 #include "model/gpt.h"
 #include "model/make_model.h"
 #include "model/mlp.h"
-#include "optim/state_bytes.h"
 #include "train/progress.h"
 
 namespace amp {
@@ -19,10 +18,7 @@ namespace {
 // act bytes, or at most act bytes where bound; fits: false when they overflow).
 std::string memory_lines(const Config& cfg, int world, const ParamLayout& L, size_t rows, size_t act, bool fits,
                          bool bound = false) {
-  const StateBytes s = state_bytes(estimated_state_shape(L.total, cfg.precision.compute, cfg.optimizer.params, world,
-                                                         int(cfg.distributed.zero), cfg.data.grad_accum_steps > 1,
-                                                         kShardAlign, L.spans(),
-                                                         size_t(cfg.distributed.bucket_mb * kBytesPerMiB)));
+  const StateBytes s = model_state_bytes(cfg, L, cfg.precision.compute, world);
   if (!fits || s.overflow) return "# memory per rank: more than 16 EiB (the config is refused when it runs)\n";
   return strcat("# memory per rank: training state ", format_bytes(double(s.total())), " (masters ", format_bytes(double(s.masters)),
                 ", moments ", format_bytes(double(s.moments)), ", working copy ", format_bytes(double(s.working)),
@@ -40,19 +36,16 @@ std::string memory_lines(const Config& cfg, int world, const ParamLayout& L, siz
 // data.synthetic.outputs), and rank 0's forward passes hold what the trainer sizes them for. Its
 // activations are the bound make_model checks (Mlp::activation_bytes), above what it allocates.
 std::string synthetic_mlp_plan(const Config& cfg, int world) {
-  std::vector<size_t> dims{size_t(cfg.data.synthetic.features)};
-  for (int64_t h : cfg.model.hidden) dims.push_back(size_t(h));
-  dims.push_back(size_t(cfg.data.synthetic.outputs));
+  const std::vector<size_t> dims =
+      mlp_widths(cfg, size_t(cfg.data.synthetic.features), size_t(cfg.data.synthetic.outputs));
   size_t begin = 0, end = 0;
   eval_shard(size_t(cfg.data.synthetic.eval_samples), 0, world, begin, end);
   const size_t rows = std::max(size_t(cfg.data.batch_size), std::min(size_t(cfg.data.eval_batch_size), end - begin));
   size_t act = 0;
   const bool fits = Mlp::activation_bytes(dims, rows, cfg.precision.compute, &act, cfg.precision.fp8);
   const ParamLayout L = mlp_layout(dims);
-  std::string widths;
-  for (size_t d : dims) widths += strcat(widths.empty() ? "" : "-", d);
-  return strcat("# parameters: ", format_count(double(L.n_params())), " (", L.n_params(), "; layer widths ", widths,
-                ")\n") + memory_lines(cfg, world, L, rows, act, fits, true);
+  return strcat("# parameters: ", format_count(double(L.n_params())), " (", L.n_params(), "; layer widths ",
+                Mlp::widths_text(dims), ")\n") + memory_lines(cfg, world, L, rows, act, fits, true);
 }
 
 }  // namespace
