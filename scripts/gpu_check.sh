@@ -34,7 +34,8 @@
 # aside and renamed: a run killed from outside still brings back everything that had finished.
 #
 # Usage: scripts/gpu_check.sh [--dry-run]
-#   AMP_GPU_CHECK_BUILD_ONLY=1   stop after the build
+#   AMP_GPU_CHECK_UNTIL=PHASE    stop after that phase (build, tests, headline, e2e; default: bench,
+#                                all of them): a rerun of what failed, or a dry run that checks less
 #   --dry-run                    no GPU and no CUDA needed: walks every phase with the CPU standing
 #                                in for the device (the Release build in build/, the device tests'
 #                                CPU twin amp_device_logic_tests with one case per group, run.device
@@ -58,6 +59,11 @@ for a in "$@"; do
     *) echo "gpu_check: unknown option $a (usage: scripts/gpu_check.sh [--dry-run])" >&2; exit 2 ;;
   esac
 done
+UNTIL=${AMP_GPU_CHECK_UNTIL:-bench}
+case "$UNTIL" in
+  build|tests|headline|e2e|bench) ;;
+  *) echo "gpu_check: AMP_GPU_CHECK_UNTIL must be build, tests, headline, e2e or bench, not \"$UNTIL\"" >&2; exit 2 ;;
+esac
 FAKE=${AMP_GPU_CHECK_FAKE:-}
 [ -n "$FAKE" ] && [ $DRY = 0 ] && { echo "gpu_check: AMP_GPU_CHECK_FAKE is for dry runs only" >&2; exit 2; }
 
@@ -102,6 +108,10 @@ phase_done() {
   say "== phase $1 done ($(elapsed))"
   [ -n "${OUT:-}" ] && summary_lines "after phase $1" | write_atomic "$OUT/gpu_check_summary.txt"
   archive_logs
+  if [ "$1" = "$UNTIL" ] && [ "$1" != bench ]; then
+    say "stopping after phase $1 (AMP_GPU_CHECK_UNTIL=$UNTIL)"
+    finish
+  fi
 }
 # Seconds a command may run now: the smallest of its cap ($1), its phase's deadline ($2, seconds
 # after START, optional) and what the budget leaves before the reserve.
@@ -326,7 +336,6 @@ fi
 AMP=$BUILD/amp_ddp
 say "$(bounded 20 -- "$AMP" --version 2>&1 | head -1)"
 phase_done build
-[ "${AMP_GPU_CHECK_BUILD_ONLY:-0}" = 1 ] && finish
 
 # ================================================================ phase 2: device tests
 # One process per group. A binary that cannot start (loader error, MPI_Init failure) lists nothing:

@@ -138,6 +138,7 @@ struct Config {
     std::vector<FaultSpec> inject_nonfinite;
     std::vector<FaultSpec> raise_signal;  // value holds the signal: TERM or USR1
     std::vector<FaultSpec> corrupt_params;
+    std::vector<FaultSpec> await_signal;  // the rank waits after that step until a stop signal arrives
     std::vector<FaultSpec> fail_setup;  // value holds the phase; step is unused
   } faults;
   struct Sample {  // gpt: text generation

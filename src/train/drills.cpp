@@ -1,7 +1,9 @@
 #include "train/drills.h"
 
+#include <chrono>
 #include <csignal>
 #include <limits>
+#include <thread>
 
 #include "core/convert.h"
 #include "core/error.h"
@@ -23,6 +25,7 @@ void Drills::check_ranks(int world) const {
       {"faults.inject_nonfinite", &cfg_.faults.inject_nonfinite},
       {"faults.raise_signal", &cfg_.faults.raise_signal},
       {"faults.corrupt_params", &cfg_.faults.corrupt_params},
+      {"faults.await_signal", &cfg_.faults.await_signal},
       {"faults.fail_setup", &cfg_.faults.fail_setup}};
   for (const auto& [key, list] : lists)
     for (const FaultSpec& f : *list)
@@ -94,6 +97,19 @@ void Drills::plant_fp8_gradient(int64_t step, int fp8_tensor, DeviceMemory& mem,
 void Drills::raise_signal(int64_t step) const {
   for (const FaultSpec& f : cfg_.faults.raise_signal)
     if (f.step == step && f.rank == rank_) raise_stop_signal(f.value == "USR1" ? SIGUSR1 : SIGTERM);
+}
+
+void Drills::await_signal(int64_t step) const {
+  for (const FaultSpec& f : cfg_.faults.await_signal) {
+    if (f.step != step || f.rank != rank_) continue;
+    const auto start = std::chrono::steady_clock::now();
+    while (stop_signal() == 0) {
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > kAwaitSignalSeconds)
+        throw Error(ErrorKind::Internal, strcat("faults.await_signal: no stop signal within ", kAwaitSignalSeconds,
+                                                " s after step ", step, " on rank ", rank_, " (drill)"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 }
 
 bool Drills::corrupts_at(int64_t step) const {

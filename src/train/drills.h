@@ -36,6 +36,11 @@ class Drills {
   void plant_fp8_gradient(int64_t step, int fp8_tensor, DeviceMemory& mem, void* data, DType dtype) const;
   // faults.raise_signal: delivers the stop signal to this process after that step.
   void raise_signal(int64_t step) const;
+  // faults.await_signal: after that step, waits until a stop signal arrives from outside (SLURM's
+  // scancel or requeue, mpirun's forwarding), so that a drill interrupts the run at a known step
+  // whatever the machine's speed. No signal within kAwaitSignalSeconds: an error, not a hang.
+  static constexpr double kAwaitSignalSeconds = 300;
+  void await_signal(int64_t step) const;
   // faults.corrupt_params: this rank's copy of the first weight drifts after that step (desync
   // drill). weights: what every rank holds a replica of (TrainStep::replica_data: the FP32
   // masters, or the working copy when the optimizer state is sharded), of type dtype.

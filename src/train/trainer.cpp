@@ -28,6 +28,7 @@ std::string Trainer::save(int64_t step) {
 
 Trainer::Stop Trainer::stop_requested(int64_t step) {
   drills_.raise_signal(step);
+  drills_.await_signal(step);
   int32_t why = !reporter_.output_failure().empty()                ? int32_t(Stop::OutputFailed)
                 : cfg_.checkpoint.on_signal && stop_signal() != 0 ? int32_t(Stop::Signal)
                                                                   : int32_t(Stop::None);

@@ -6,10 +6,10 @@ never learns) is not stopped; and every shipped config with a cross-entropy trai
 (each config's worst interval loss / ln(classes) is printed). Regression configs (MSE) have no
 uniform yardstick: run.max_loss_ratio covers them and they still finish."""
 import math
-from e2e_util import check, done, metrics, run, source, tmpdir
+from e2e_util import QUICK_EVAL, check, done, metrics, run, source, tmpdir
 
 base = tmpdir()
-common = ["run.log_interval=10", "run.progress=off", "checkpoint.final=false", "run.threads=2"]
+common = ["run.log_interval=10", "run.progress=off", "checkpoint.final=false", "run.threads=2"] + QUICK_EVAL
 
 # A diverging GPT: a learning rate of 5 without clipping or warm-up.
 for prec in ("fp32", "bf16"):

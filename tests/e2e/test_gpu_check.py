@@ -9,7 +9,8 @@ it. Three runs:
   2. a device test group that hangs: it is killed at the tests' deadline and FAILs, the later
      groups FAIL as not run, the headline and end-to-end phases still run and pass, exit 1, and the
      whole run ends within its budget;
-  3. a device test binary that cannot start: FAIL (never a skip), exit 1."""
+  3. a device test binary that cannot start: FAIL (never a skip), exit 1.
+Runs 2 and 3 stop after the phases they check (AMP_GPU_CHECK_UNTIL e2e and tests)."""
 import os
 import re
 import subprocess
@@ -22,12 +23,15 @@ BUILD = os.path.dirname(os.path.abspath(args().binary))
 GROUPS = ["cast", "gemm", "ops", "tops", "loss", "amp", "optim", "graph", "model", "trainer", "comm"]
 
 
-def dry_run(budget, fake=None):
+def dry_run(budget, fake=None, until=None):
     out = tmpdir()
     env = dict(os.environ, OUT=out, AMP_GPU_CHECK_BUDGET=str(budget), AMP_GPU_CHECK_DRY_BUILD=BUILD)
-    env.pop("AMP_GPU_CHECK_FAKE", None)
+    for k in ("AMP_GPU_CHECK_FAKE", "AMP_GPU_CHECK_UNTIL"):
+        env.pop(k, None)
     if fake:
         env["AMP_GPU_CHECK_FAKE"] = fake
+    if until:
+        env["AMP_GPU_CHECK_UNTIL"] = until
     t0 = time.time()
     p = subprocess.run(["bash", SCRIPT, "--dry-run"], capture_output=True, text=True, env=env, timeout=budget + 60)
     wall = time.time() - t0
@@ -80,7 +84,7 @@ check(wall < 560, f"clean dry run within its budget ({wall:.0f} s)")
 
 # 2. A hanging test group: the deadlines keep the later phases.
 budget = 240  # the smallest: build until 10 s, tests until 40 s, headline until 140 s, all until 220 s
-rc, report, out, wall = dry_run(budget, "hang:gemm")
+rc, report, out, wall = dry_run(budget, "hang:gemm", until="e2e")  # the benchmarks are run 1's
 check(rc == 1, f"a hanging group makes the check fail (exit {rc})")
 check(re.search(r"^FAIL: tests \[gemm\] \(timed out\)", report, re.M) is not None, "the hanging group times out")
 check(re.search(r"^FAIL: tests \[trainer\] \(not run: its deadline passed\)", report, re.M) is not None,
@@ -90,11 +94,22 @@ check("PASS: amp_ddp on cpu" in report, "the end-to-end runs still run after a h
 check(wall < budget, f"the run with a hang ends within its budget ({wall:.0f} s of {budget})")
 summ = open(os.path.join(out, "gpu_check_summary.txt")).read()
 check("FAIL  tests [gemm] (timed out)" in summ, "the summary file names the failure")
+check(re.findall(r"^== phase (\w+) done", report, re.M) == ["build", "tests", "headline", "e2e"] and
+      "stopping after phase e2e (AMP_GPU_CHECK_UNTIL=e2e)" in report and "sampling (bench_sampling)" not in report,
+      "AMP_GPU_CHECK_UNTIL=e2e: the run stops after the end-to-end phase, and says so")
 
 # 3. A test binary that cannot start: FAIL, not SKIP.
-rc, report, out, wall = dry_run(300, "nolist")
+rc, report, out, wall = dry_run(300, "nolist", until="tests")
 check(rc == 1, f"a test binary that lists nothing fails the check (exit {rc})")
 check(re.search(r"^FAIL: device tests: .* lists no \[\.cuda\] cases", report, re.M) is not None,
       "it is a FAIL naming the binary")
 check("SKIP" not in report, "nothing is reported as skipped")
+check("gpt-2 124m" not in report and re.search(r"^gpu_check: 1 failure\(s\)", report, re.M) is not None,
+      "AMP_GPU_CHECK_UNTIL=tests: no headline, and the summary counts the one failure")
+
+# 4. A phase that does not exist.
+p = subprocess.run(["bash", SCRIPT, "--dry-run"], capture_output=True, text=True,
+                   env=dict(os.environ, AMP_GPU_CHECK_UNTIL="benchmarks"), timeout=60)
+check(p.returncode == 2 and "AMP_GPU_CHECK_UNTIL must be build, tests, headline, e2e or bench" in p.stderr,
+      f"AMP_GPU_CHECK_UNTIL=benchmarks is a usage error ({p.returncode}: {p.stderr.strip()[-200:]})")
 done()

@@ -56,7 +56,7 @@ check(rc == 0, f"a file named {os.path.basename(odd)} is read as that file ({rc}
 
 # Drills aimed at a rank that does not exist.
 for key, spec in (("faults.raise_signal", "[{step: 2, rank: 5}]"), ("faults.corrupt_params", "[{step: 2, rank: 2}]"),
-                  ("faults.fail_setup", "[{rank: 3, phase: data}]")):
+                  ("faults.fail_setup", "[{rank: 3, phase: data}]"), ("faults.await_signal", "[{step: 2, rank: 2}]")):
     rc, out, err, _ = quick([f"{key}={spec}", f"run.out_dir={base}/drill"], np=2)
     check(rc == 2 and key in err and "does not exist in a run of 2 rank(s)" in err,
           f"{key} at a missing rank: exit 2 naming it ({rc}: {err.strip()[-200:]})")

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from e2e_util import args, check, done, source, summary, tmpdir
+from e2e_util import args, check, done, metrics, source, summary, tmpdir
 
 base = tmpdir()
 cfg = source("configs", "gpt_fortunes_fp32.yaml")
@@ -63,6 +63,30 @@ r = subprocess.run([args().binary, cfg, "--set", f"run.out_dir={out}", "--set", 
 check(r is not None and r.returncode == 0 and f"at step {last}" in r.stdout,
       f"the checkpoints written before the second SIGINT are whole: the run resumes from step {last} "
       f"({r.stderr.strip()[-200:] if r else 'no checkpoint'})")
+
+# faults.await_signal holds a run after a step (its checkpoint written) until a stop signal comes
+# from outside, however long that takes: the drills of test_slurm.py interrupt at a known step so.
+out = os.path.join(base, "await")
+mlp = os.path.join(base, "await.yaml")
+with open(mlp, "w") as f:
+    f.write("run: {steps: 60, log_interval: 1, eval_interval: 0, progress: off}\nmodel: {hidden: [16]}\n"
+            "data: {format: synthetic, batch_size: 8, synthetic: {train_samples: 256, eval_samples: 32}}\n"
+            "checkpoint: {interval: 5}\n")
+p = subprocess.Popen([args().binary, mlp, "--set", f"run.out_dir={out}", "--set", "faults.await_signal=[{step: 5}]"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+ckpt5 = os.path.join(out, "checkpoints", "ckpt_step0000000005.bin")
+t0 = time.time()
+while time.time() - t0 < 60 and not os.path.exists(ckpt5) and p.poll() is None:
+    time.sleep(0.05)
+time.sleep(1.0)  # 55 more steps of this model take milliseconds: a run that did not wait is done
+steps = [m["step"] for m in metrics(out) if "loss" in m] if os.path.exists(os.path.join(out, "metrics.jsonl")) else []
+waiting = p.poll() is None and steps and max(steps) == 5
+p.send_signal(signal.SIGTERM)
+o, e = p.communicate(timeout=120)
+s = summary(out) if os.path.exists(os.path.join(out, "summary.json")) else {}
+check(waiting and p.returncode == 0 and s.get("stopped_early") and s.get("steps") == 5,
+      f"faults.await_signal: the run waits after step 5 (logged up to step {max(steps) if steps else '-'}), then the "
+      f"signal stops it there (rc {p.returncode}, {s.get('steps')} steps: {e.strip()[-200:]})")
 
 # Two ranks under scripts/mpirun.sh.
 for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):

@@ -2,7 +2,8 @@
 private munged, slurmctld, slurmd, generated slurm.conf in a temp dir).
 (a) scripts/slurm/train.sbatch as a 2-task job (srun --mpi=pmix) trains and writes summary.json;
 (b) preemption drills on a longer job with periodic checkpoints, each compared bit for bit with an
-    uninterrupted 2-rank reference run (scripts/mpirun.sh -np 2):
+    uninterrupted 2-rank reference run (scripts/mpirun.sh -np 2); the job's ranks wait after step 200
+    for the drill's signal (faults.await_signal), so it lands there whatever the machine's load:
     1. SIGTERM to the job's tasks (what `--signal=TERM@120` does): clean stop with a checkpoint, the
        script requeues its own job, the requeued job resumes and finishes;
     2. `scontrol requeue` of the running job: SLURM terminates it (SIGTERM, checkpoint), requeues it;
@@ -108,14 +109,18 @@ with open(small, "w") as f:
     f.write("run: {name: slurm_small, steps: 40, log_interval: 10, progress: off}\n"
             "model: {hidden: [32]}\n"
             "data: {format: synthetic, batch_size: 8, synthetic: {train_samples: 1024, eval_samples: 128}}\n")
-# Long enough (~4 s on 2 idle cores, more under load) to be interrupted after its first checkpoint.
+# The drills' job: checkpoints every 100 steps; in a drill, both ranks wait after step 200 (its
+# checkpoint written) until the interruption's signal arrives (faults.await_signal), so the drill
+# interrupts at a known step however fast or loaded the machine is. The reference run does not wait.
+LONG_STEPS, HOLD = 400, 200
 long_cfg = os.path.join(work, "long.yaml")
 with open(long_cfg, "w") as f:
-    f.write("run: {name: slurm_long, steps: 6000, log_interval: 1000, eval_interval: 100000, progress: off}\n"
+    f.write(f"run: {{name: slurm_long, steps: {LONG_STEPS}, log_interval: 100, eval_interval: 100000, progress: off}}\n"
             "model: {hidden: [512, 512]}\n"
             "data: {format: synthetic, batch_size: 32, synthetic: {train_samples: 4096, eval_samples: 256}}\n"
-            "precision: {compute: fp16, loss_scale: {mode: dynamic, init_scale: 4096, growth_interval: 500}}\n"
-            "checkpoint: {interval: 500, keep: 2}\n")
+            "precision: {compute: fp16, loss_scale: {mode: dynamic, init_scale: 4096, growth_interval: 50}}\n"
+            "checkpoint: {interval: 100, keep: 2}\n")
+hold = f"faults.await_signal=[{{step: {HOLD}, rank: 0}}, {{step: {HOLD}, rank: 1}}]"
 
 
 def tests():
@@ -150,13 +155,15 @@ def tests():
         if extra_env:
             env.update(extra_env)
         try:
-            jid = sbatch("-n", "2", f"--job-name={name}", *extra_sbatch, train, long_cfg, "--set", f"run.out_dir={out_dir}")
+            jid = sbatch("-n", "2", f"--job-name={name}", *extra_sbatch, train, long_cfg, "--set", f"run.out_dir={out_dir}",
+                         "--set", hold)
         finally:
             for k in (extra_env or {}):
                 env.pop(k, None)
         logf = os.path.join(work, "logs", f"{name}-{jid}.out")
-        ok = wait_for(lambda: ckpts(out_dir) and job_state(jid) == "RUNNING", 120)
-        check(ok, f"({tag}) job {jid} running with a checkpoint")
+        held = os.path.join(out_dir, "checkpoints", f"ckpt_step{HOLD:010d}.bin")
+        ok = wait_for(lambda: os.path.exists(held) and job_state(jid) == "RUNNING", 120)
+        check(ok, f"({tag}) job {jid} running, waiting after step {HOLD}'s checkpoint")
         rc, o, e = sh(interrupt(jid))
         check(rc == 0, f"({tag}) {' '.join(interrupt(jid))} ({e.strip()})")
         if want_requeue:
@@ -168,14 +175,14 @@ def tests():
         log = read(logf)
         s = summary(out_dir) if os.path.exists(os.path.join(out_dir, "summary.json")) else {}
         m = re.search(r"resumed from \S+ckpt_step0*(\d+)\.bin at step (\d+)", log)
-        check(m is not None and int(m.group(2)) > 0 and log.count("checkpoint.resume is auto but") == 1,
+        check(m is not None and int(m.group(2)) == HOLD and log.count("checkpoint.resume is auto but") == 1,
               f"({tag}) the requeued job resumed from a checkpoint at step {m.group(2) if m else '?'} "
               f"({tail(log, 900)})")
         if stop_line:  # rank 0's output of the stop (with scontrol requeue, srun may be gone before it)
             m2 = re.search(r"stopped after step (\d+)", log)
             check(m2 is not None and m is not None and m2.group(1) == m.group(2),
                   f"({tag}) stopped on the signal after step {m2.group(1) if m2 else '?'} and resumed there")
-        check(st == "COMPLETED" and s.get("steps") == 6000 and not s.get("stopped_early"),
+        check(st == "COMPLETED" and s.get("steps") == LONG_STEPS and not s.get("stopped_early"),
               f"({tag}) job {jid} {st}: {s.get('steps')} steps, not stopped early")
         check(s.get("params_hash") == ref_hash,
               f"({tag}) params_hash {s.get('params_hash')} == uninterrupted reference {ref_hash}")

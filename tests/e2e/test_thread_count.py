@@ -4,7 +4,7 @@ steps at run.threads 1, 2 and 3, end with the same params_hash and the same logg
 the CPU's own oneDNN kernels, and again with oneDNN held to AVX2 (its jit GEMM, what AVX2-only
 CPUs run) where the CPU has AVX-512: the test says which it ran."""
 import re
-from e2e_util import check, done, records, run, source, summary, tmpdir
+from e2e_util import QUICK_EVAL, check, done, records, run, source, summary, tmpdir
 
 base = tmpdir()
 with open("/proc/cpuinfo") as f:
@@ -20,7 +20,8 @@ for name, cap in isas:
             out = f"{base}/{name}_{cfg}_{threads}"
             rc, o, e = run(source("configs", cfg),
                            ["run.steps=6", "run.log_interval=2", "run.eval_interval=0", "sample.tokens=0",
-                            "run.progress=off", "checkpoint.final=false", f"run.threads={threads}", f"run.out_dir={out}"],
+                            "run.progress=off", "checkpoint.final=false", f"run.threads={threads}", f"run.out_dir={out}"]
+                           + QUICK_EVAL,
                            env={"ONEDNN_MAX_CPU_ISA": cap} if cap else None)
             check(rc == 0, f"{name} {cfg} at {threads} thread(s) runs (rc {rc}: {e.strip()[-300:]})")
             got[threads] = (summary(out)["params_hash"], records(out)) if rc == 0 else None

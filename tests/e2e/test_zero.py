@@ -13,7 +13,7 @@ checkpoints that resume on another number of ranks.
   evaluation loss (within 5%); a truncated checkpoint is refused on another world size (exit 4).
 """
 import os
-from e2e_util import records, check, done, metrics, run, source, summary, tmpdir
+from e2e_util import QUICK_EVAL, records, check, done, metrics, run, source, summary, tmpdir
 
 base = tmpdir()
 cfg = os.path.join(base, "zero.yaml")
@@ -73,7 +73,7 @@ check(rc == 6 and "after step 12" in err and "rank(s) 1" in err, f"zero 1 desync
 # ---- the GPT (tied embedding, clipping) on 2 ranks ----------------------------------------------
 gpt = source("configs", "gpt_fortunes_fp16.yaml")
 gsets = ["run.steps=12", "run.log_interval=1", "run.eval_interval=0", "sample.tokens=0", "model.n_layer=2",
-         "checkpoint.final=false", "run.progress=off"]
+         "checkpoint.final=false", "run.progress=off"] + QUICK_EVAL
 outs = []
 for z in (0, 1):
     out = os.path.join(base, f"gpt_z{z}")

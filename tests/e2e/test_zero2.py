@@ -20,7 +20,7 @@ it is reduced. The arithmetic is stage 1's, so every bit must be zero 0's.
 """
 import os
 import re
-from e2e_util import records, check, done, run, source, summary, tmpdir
+from e2e_util import QUICK_EVAL, records, check, done, run, source, summary, tmpdir
 
 base = tmpdir()
 cfg = os.path.join(base, "zero2.yaml")
@@ -68,7 +68,8 @@ for prec, extra in (("fp16", []), ("fp16", ["data.grad_accum_steps=2"]), ("bf16"
 # ---- the GPT ------------------------------------------------------------------------------------
 gpt = source("configs", "gpt_fortunes_fp16.yaml")
 gsets = ["run.steps=12", "run.log_interval=1", "run.eval_interval=0", "sample.tokens=0", "model.n_layer=2",
-         "checkpoint.final=false", "run.progress=off", "distributed.bucket_mb=0.1", "distributed.first_bucket_mb=0.02"]
+         "checkpoint.final=false", "run.progress=off", "distributed.bucket_mb=0.1", "distributed.first_bucket_mb=0.02"
+         ] + QUICK_EVAL
 g0, _ = train(gpt, "gpt_z0", gsets + ["distributed.zero=0"])
 for ov in ("off", "on"):
     g2, _ = train(gpt, f"gpt_z2_{ov}", gsets + ["distributed.zero=2", f"distributed.overlap={ov}"])
