@@ -23,6 +23,12 @@ std::string CpuBackend::name() const { return strcat("cpu (", threads_, threads_
 
 Buffer CpuBackend::alloc(size_t bytes) {
   const size_t rounded = (bytes + 63) / 64 * 64;
+  if (rounded >= kMappedAllocBytes) {  // the kernel's zero pages, resident once touched: no memset
+    void* m = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+      throw Error(ErrorKind::Internal, strcat("out of host memory mapping ", bytes, " bytes: ", std::strerror(errno)));
+    return Buffer(m, bytes, [rounded](void* q) { munmap(q, rounded); });
+  }
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);
   if (!p) throw Error(ErrorKind::Internal, strcat("out of host memory allocating ", bytes, " bytes"));
   std::memset(p, 0, rounded);
