@@ -74,10 +74,7 @@ with open(mlp, "w") as f:
             "checkpoint: {interval: 5}\n")
 p = subprocess.Popen([args().binary, mlp, "--set", f"run.out_dir={out}", "--set", "faults.await_signal=[{step: 5}]"],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-ckpt5 = os.path.join(out, "checkpoints", "ckpt_step0000000005.bin")
-t0 = time.time()
-while time.time() - t0 < 60 and not os.path.exists(ckpt5) and p.poll() is None:
-    time.sleep(0.05)
+started(out, checkpoint=True)  # step 5's, the only one the run writes before it waits
 time.sleep(1.0)  # 55 more steps of this model take milliseconds: a run that did not wait is done
 steps = [m["step"] for m in metrics(out) if "loss" in m] if os.path.exists(os.path.join(out, "metrics.jsonl")) else []
 waiting = p.poll() is None and steps and max(steps) == 5

@@ -14,7 +14,6 @@ private munged, slurmctld, slurmd, generated slurm.conf in a temp dir).
 (c) scripts/slurm/scaling_study.sh with train_multinode.sbatch on 1 node x 1 and x 2 tasks;
 then stops every daemon it started (by PID) and removes its temp dir.
 Needs root and the packages of scripts/setup.sh (slurmctld slurmd slurm-client munge)."""
-import glob
 import json
 import os
 import re
@@ -94,10 +93,6 @@ def read(path):
             return f.read()
     except OSError:
         return ""
-
-
-def ckpts(out_dir):
-    return glob.glob(os.path.join(out_dir, "checkpoints", "ckpt_*.bin"))
 
 
 def tail(text, n=600):
