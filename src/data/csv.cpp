@@ -1,10 +1,12 @@
-// CSV loader: numeric columns, optional header, one target column chosen by name or index.
+// CSV loader: numeric columns (cells may be quoted, RFC 4180), optional header, one target column
+// chosen by name or index.
 // Owns load_csv(); errors are Data errors naming file:line (and :column for a bad cell).
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <climits>
 #include <cmath>
+#include <deque>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -34,10 +36,52 @@ std::string_view trim(std::string_view s) {
   return s.substr(b, e - b);
 }
 
-std::vector<std::string_view> split_cells(std::string_view line) {
+// A line's cells, trimmed of spaces and tabs. A cell may be quoted as RFC 4180 says ("a,b" is
+// one cell; "" inside quotes is one quote): the cell is what lies between its quotes, and its
+// unescaped text is kept in `unescaped` where it had a doubled quote. A quoted cell must close on
+// its line (line breaks inside quotes are not supported) and be followed by its comma or the line's
+// end; anything else is an error naming file:line:column.
+std::vector<std::string_view> split_cells(std::string_view line, const std::string& path, size_t line_no,
+                                          std::deque<std::string>& unescaped) {
   std::vector<std::string_view> cells;
   size_t start = 0;
   for (;;) {
+    size_t b = start;
+    while (b < line.size() && (line[b] == ' ' || line[b] == '\t')) ++b;
+    if (b < line.size() && line[b] == '"') {
+      size_t q = b + 1;
+      bool doubled = false;
+      for (;; ++q) {
+        q = line.find('"', q);
+        if (q == std::string_view::npos)
+          data_error(path, line_no, ":", cells.size() + 1,
+                     ": a quoted cell is not closed on its line (cells spanning lines are not supported)");
+        if (q + 1 < line.size() && line[q + 1] == '"') {
+          doubled = true;
+          ++q;
+          continue;
+        }
+        break;
+      }
+      std::string_view cell = line.substr(b + 1, q - b - 1);
+      if (doubled) {
+        std::string text;
+        for (size_t i = 0; i < cell.size(); ++i) {
+          text += cell[i];
+          if (cell[i] == '"') ++i;  // the second quote of the pair
+        }
+        cell = unescaped.emplace_back(std::move(text));
+      }
+      cells.push_back(cell);
+      size_t e = q + 1;
+      while (e < line.size() && (line[e] == ' ' || line[e] == '\t')) ++e;
+      if (e == line.size()) break;
+      if (line[e] != ',')
+        data_error(path, line_no, ":", cells.size(), ": expected a comma or the line's end after a quoted cell, got \"",
+                   printable(line.substr(e, 20)), "\"");
+      start = e + 1;
+      continue;
+    }
     const size_t comma = line.find(',', start);
     cells.push_back(trim(line.substr(start, comma == std::string_view::npos ? comma : comma - start)));
     if (comma == std::string_view::npos) break;
@@ -132,6 +176,7 @@ Dataset load_csv(const std::string& path, const CsvOptions& opt) {
   int64_t max_label = -1;
 
   size_t line_no = 0;
+  std::deque<std::string> unescaped;  // the current line's cells that had doubled quotes
   for (size_t pos = 0; pos < text.size();) {
     size_t end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
@@ -142,7 +187,8 @@ Dataset load_csv(const std::string& path, const CsvOptions& opt) {
     const std::string_view content = trim(line);
     if (content.empty() || content.front() == '#') continue;
 
-    const std::vector<std::string_view> cells = split_cells(line);
+    unescaped.clear();
+    const std::vector<std::string_view> cells = split_cells(line, path, line_no, unescaped);
     if (n_cols == 0) {
       // The first line that is not blank fixes the column count, header or not.
       n_cols = cells.size();

@@ -474,6 +474,45 @@ TEST_CASE("CSV: header, target by name / index / last, classification and regres
   }
 }
 
+TEST_CASE("CSV: quoted cells as RFC 4180 writes them (spreadsheet exports)", "[data]") {
+  TempDir dir;
+  const std::string p = dir.file("quoted.csv");
+  CsvOptions opt;
+  SECTION("a quoted name may hold commas and quotes; quoted numbers are numbers") {
+    write_text(p,
+               "\"width, cm\",\"the \"\"best\"\" one\", \"label\"\r\n"
+               "\"1.5\",2,\"0\"\n"
+               " \"3\" ,\"-4e1\" , 1\n");
+    opt.target = "label";
+    const Dataset d = load_csv(p, opt);
+    CHECK(d.n == 2);
+    CHECK(d.n_features == 2);
+    CHECK(d.x == std::vector<float>{1.5f, 2, 3, -40});
+    CHECK(d.labels == std::vector<int32_t>{0, 1});
+    opt.target = "the \"best\" one";
+    opt.task = Task::Regression;
+    CHECK(load_csv(p, opt).y == std::vector<float>{2, -40});
+    opt.target = "width, cm";
+    CHECK(load_csv(p, opt).y == std::vector<float>{1.5f, 3});
+  }
+  SECTION("a quoted cell is one cell, whatever it holds") {
+    write_text(p, "a,b\n\"1,5\",0\n");
+    CHECK(data_error_of([&] { load_csv(p, opt); }) == "data error: " + p + ":2:1: expected a number, got \"1,5\"");
+    write_text(p, "a,b\n\"\",0\n");
+    CHECK(data_error_of([&] { load_csv(p, opt); }) == "data error: " + p + ":2:1: expected a number, got \"\"");
+  }
+  SECTION("unclosed quotes and text after the closing quote are errors naming line and column") {
+    write_text(p, "a,b,c\n1,\"2,0\n");
+    CHECK(data_error_of([&] { load_csv(p, opt); }) ==
+          "data error: " + p + ":2:2: a quoted cell is not closed on its line (cells spanning lines are not supported)");
+    write_text(p, "a,\"b\nc\",d\n1,2,0\n");  // a line break inside quotes
+    CHECK_THAT(data_error_of([&] { load_csv(p, opt); }), Contains(p + ":1:2: a quoted cell is not closed"));
+    write_text(p, "a,b,c\n1,\"2\"x,0\n");
+    CHECK(data_error_of([&] { load_csv(p, opt); }) ==
+          "data error: " + p + ":2:2: expected a comma or the line's end after a quoted cell, got \"x,0\"");
+  }
+}
+
 TEST_CASE("CSV errors name file:line(:column)", "[data]") {
   TempDir dir;
   CsvOptions opt;
