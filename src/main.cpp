@@ -2,9 +2,10 @@
 // Parses the command line, starts MPI, makes every rank agree on what to do (an MPMD launch may
 // give ranks different command lines), loads the config on every rank (agreed before anything
 // runs), then trains. Any error on any rank ends the whole job with its rank.
-// `amp_ddp sample CHECKPOINT [options]` generates text from a checkpoint in one process, no MPI;
+// `amp_ddp sample CHECKPOINT [options]` generates text from a checkpoint;
 // `amp_ddp export CHECKPOINT --format F -o FILE` writes its weights for other programs;
-// `amp_ddp prepare FILES... -o DIR` turns text into token shards. `amp_ddp eval CONFIG` runs as
+// `amp_ddp prepare FILES... -o DIR` turns text into token shards: each in one process, with MPI
+// only where a launcher started it (to end a job of several ranks with a message). `amp_ddp eval CONFIG` runs as
 // training does (N ranks, the config agreed) but evaluates weights instead of training.
 #include <CLI/CLI.hpp>
 
@@ -64,7 +65,9 @@ CLI::Validator non_empty(const std::string& why, const char* type) {
 }
 
 // What this rank's command line asks for. Ranks compare it before anything else runs.
-enum class Action : int { Train = 0, DryRun = 1, Help = 2, Version = 3, UsageError = 4, Eval = 5 };
+// Sample, Export and Prepare are one-process subcommands: they meet the other ranks only when a
+// launcher started them as ranks of a job (to end it with a clear message, not a hang).
+enum class Action : int { Train = 0, DryRun = 1, Help = 2, Version = 3, UsageError = 4, Eval = 5, Sample = 6, Export = 7, Prepare = 8 };
 
 const char* action_name(Action a) {
   switch (a) {
@@ -74,6 +77,9 @@ const char* action_name(Action a) {
     case Action::Version: return "--version";
     case Action::UsageError: return "a usage error";
     case Action::Eval: return "eval";
+    case Action::Sample: return "sample";
+    case Action::Export: return "export";
+    case Action::Prepare: return "prepare";
   }
   return "?";
 }
@@ -192,6 +198,48 @@ int agree_on_action(amp::MpiCommunicator& world, const Cli& cli) {
   return -1;
 }
 
+// Starts MPI as one rank of the job and agrees with the other ranks on what to do. Returns an exit
+// code when this rank's part ends here (a failed start, a disagreement, --help), else -1 with
+// `world` up.
+int join_job(int& argc, char**& argv, const Cli& cli, std::unique_ptr<amp::MpiCommunicator>& world) {
+  try {
+    // MPI_Init waits for every rank of the job: a rank stopped before it would hold the others
+    // there forever (the collective watchdog starts only once MPI is up).
+    amp::StartupDeadline deadline(amp::StartupDeadline::seconds_from_env(amp::kDefaultTimeoutSeconds),
+                                  "MPI initialization (every rank of the job meeting in MPI_Init)");
+    world = std::make_unique<amp::MpiCommunicator>(&argc, &argv);
+  } catch (const amp::Error& e) {
+    std::fprintf(stderr, "error: cannot start MPI: %s\n", e.what());
+    return e.exit_code();
+  }
+  // Until the config says otherwise, a collective that waits this long for a rank ends the job.
+  world->start_watchdog(amp::kDefaultTimeoutSeconds);
+  if (const int rc = agree_on_action(*world, cli); rc >= 0) {
+    world.reset();
+    return rc;
+  }
+  return -1;
+}
+
+// A one-process subcommand started by a launcher (mpirun, srun): the job's other ranks wait for it
+// in MPI_Init, so it joins them to end the job with a message (a job of other command lines, or of
+// several copies of this one) instead of leaving them to the launcher's. Returns an exit code, or
+// -1 to run alone (a job of one process).
+int one_process_in_job(int& argc, char**& argv, Action action) {
+  Cli cli;
+  cli.action = action;
+  std::unique_ptr<amp::MpiCommunicator> world;
+  if (const int rc = join_job(argc, argv, cli, world); rc >= 0) return rc;
+  const int size = world->size();
+  if (size > 1 && world->rank() == 0)
+    std::fprintf(stderr,
+                 "usage error: amp_ddp %s runs in one process, and this job started it as %d ranks; run it without "
+                 "mpirun or srun, or as one task\n",
+                 action_name(action), size);
+  world.reset();
+  return size > 1 ? 2 : -1;
+}
+
 // A one-process subcommand (sample, export): parses argv with app (usage errors exit 2, --help
 // prints and exits 0), then runs `run`, whose amp::Error exits with its kind's code.
 int run_subcommand(CLI::App& app, int argc, char** argv, const std::function<void()>& run) {
@@ -298,9 +346,16 @@ int prepare_main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "prepare") return prepare_main(argc - 1, argv + 1);
-  if (argc > 1 && std::string(argv[1]) == "export") return export_main(argc - 1, argv + 1);
-  if (argc > 1 && std::string(argv[1]) == "sample") return sample_main(argc - 1, argv + 1);  // Ctrl-C stops it
+  const std::string sub = argc > 1 ? argv[1] : "";
+  const Action one_process = sub == "prepare" ? Action::Prepare
+                             : sub == "export" ? Action::Export
+                             : sub == "sample" ? Action::Sample
+                                               : Action::Train;
+  if (one_process != Action::Train && launched_as_rank())
+    if (const int rc = one_process_in_job(argc, argv, one_process); rc >= 0) return rc;
+  if (one_process == Action::Prepare) return prepare_main(argc - 1, argv + 1);
+  if (one_process == Action::Export) return export_main(argc - 1, argv + 1);
+  if (one_process == Action::Sample) return sample_main(argc - 1, argv + 1);  // Ctrl-C stops it
   amp::block_stop_signals();  // before any thread exists: no handler ever runs inside library code
   const bool eval = argc > 1 && std::string(argv[1]) == "eval";
   const Cli cli = eval ? parse_cli(argc - 1, argv + 1, true) : parse_cli(argc, argv, false);
@@ -308,23 +363,8 @@ int main(int argc, char** argv) {
     if (const int rc = finish_without_training(cli); rc >= 0) return rc;
 
   std::unique_ptr<amp::MpiCommunicator> world;
-  try {
-    // MPI_Init waits for every rank of the job: a rank stopped before it would hold the others
-    // there forever (the collective watchdog starts only once MPI is up).
-    amp::StartupDeadline deadline(amp::StartupDeadline::seconds_from_env(amp::kDefaultTimeoutSeconds),
-                                  "MPI initialization (every rank of the job meeting in MPI_Init)");
-    world = std::make_unique<amp::MpiCommunicator>(&argc, &argv);
-  } catch (const amp::Error& e) {
-    std::fprintf(stderr, "error: cannot start MPI: %s\n", e.what());
-    return e.exit_code();
-  }
+  if (const int rc = join_job(argc, argv, cli, world); rc >= 0) return rc;
   const int rank = world->rank();
-  // Until the config says otherwise, a collective that waits this long for a rank ends the job.
-  world->start_watchdog(amp::kDefaultTimeoutSeconds);
-  if (const int rc = agree_on_action(*world, cli); rc >= 0) {
-    world.reset();
-    return rc;
-  }
 
   try {
     // The config: every rank loads it; they agree on the outcome before going on, so a config

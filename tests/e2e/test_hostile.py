@@ -99,6 +99,17 @@ rc, o, e = launch([["--help"], ["--help"]], timeout=60)
 check(rc == 0 and o.count("Config keys") == 1, f"MPMD: --help on every rank prints once ({rc})")
 rc, o, e = launch([[small, "--set", out("mpmd3")], ["--bogus"]], timeout=60)
 check(rc == 2 and "[rank 1] usage error" in e, f"MPMD: a usage error on rank 1 ends every rank ({rc}: {e[-300:]})")
+# The one-process subcommands (sample, export, prepare) meet a job's other ranks to end it with a
+# message: before, the ranks waiting in MPI_Init were left to Open MPI's own text.
+missing = os.path.join(d, "no_such.ckpt")
+rc, o, e = launch([[small, "--set", out("mpmd4")], ["sample", missing]], timeout=60)
+check(rc == 2 and "rank 0: train, rank 1: sample" in e and not os.path.exists(os.path.join(d, "mpmd4")),
+      f"MPMD: sample beside training ends every rank, nothing written ({rc}: {e[-400:]})")
+rc, o, e = launch([["export", missing, "--format", "llmc", "-o", os.path.join(d, "x.bin")]] * 2, timeout=60)
+check(rc == 2 and e.count("amp_ddp export runs in one process, and this job started it as 2 ranks") == 1
+      and not os.path.exists(os.path.join(d, "x.bin")), f"two ranks of export: one message, exit 2 ({rc}: {e[-400:]})")
+rc, o, e = launch([["sample", missing]], timeout=60)
+check(rc == 4 and missing in e and "one process" not in e, f"sample as a job of one rank runs alone ({rc}: {e[-400:]})")
 
 # ---- one rank failing inside each set-up phase: every rank ends promptly, the rank is named
 for phase in ("backend", "data", "comm", "output", "resume"):
