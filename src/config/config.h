@@ -44,6 +44,7 @@ struct FaultSpec {
   int64_t rank = 0;     // rank that plants the non-finite gradient
   std::string tensor;   // parameter tensor name ("" = the first one)
   std::string value;    // "inf" or "nan"
+  int64_t timeout_s = 0;  // faults.await_signal: how long to wait for the signal
 };
 
 // precision.loss_scale.mode as written: auto resolves against the compute precision (dynamic for

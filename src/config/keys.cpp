@@ -132,8 +132,8 @@ const std::vector<Key>& keys() {
        {kStepField, kRankField}},
       {"faults.raise_signal", "[]", "list of {step, rank, signal: TERM|USR1}: deliver a stop signal after that step", F(faults.raise_signal), {}, {},
        {kStepField, kRankField, {"signal", nullptr, &FaultSpec::value, {}, {"TERM", "USR1"}, nullptr, "TERM"}}},
-      {"faults.await_signal", "[]", "list of {step, rank}: after that step, wait (up to 300 s) for a stop signal from outside: holds a run at a known step for a preemption drill", F(faults.await_signal), {}, {},
-       {kStepField, kRankField}},
+      {"faults.await_signal", "[]", "list of {step, rank, timeout_s}: after that step, wait (up to timeout_s, default 300) for a stop signal from outside: holds a run at a known step for a preemption drill; none by then is an error", F(faults.await_signal), {}, {},
+       {kStepField, kRankField, {"timeout_s", &FaultSpec::timeout_s, nullptr, positive_upto(86400), {}, nullptr, "300"}}},
       {"faults.fail_setup", "[]", "list of {rank, phase: backend|data|comm|resume|output}: fail that set-up phase on that rank (agreement drill)", F(faults.fail_setup), {}, {},
        {kRankField, {"phase", nullptr, &FaultSpec::value, {}, {"backend", "data", "comm", "resume", "output"}}}},
       // sample

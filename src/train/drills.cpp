@@ -104,8 +104,8 @@ void Drills::await_signal(int64_t step) const {
     if (f.step != step || f.rank != rank_) continue;
     const auto start = std::chrono::steady_clock::now();
     while (stop_signal() == 0) {
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > kAwaitSignalSeconds)
-        throw Error(ErrorKind::Internal, strcat("faults.await_signal: no stop signal within ", kAwaitSignalSeconds,
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > double(f.timeout_s))
+        throw Error(ErrorKind::Internal, strcat("faults.await_signal: no stop signal within ", f.timeout_s,
                                                 " s after step ", step, " on rank ", rank_, " (drill)"));
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

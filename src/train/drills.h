@@ -38,8 +38,7 @@ class Drills {
   void raise_signal(int64_t step) const;
   // faults.await_signal: after that step, waits until a stop signal arrives from outside (SLURM's
   // scancel or requeue, mpirun's forwarding), so that a drill interrupts the run at a known step
-  // whatever the machine's speed. No signal within kAwaitSignalSeconds: an error, not a hang.
-  static constexpr double kAwaitSignalSeconds = 300;
+  // whatever the machine's speed. No signal within the drill's timeout_s: an error, not a hang.
   void await_signal(int64_t step) const;
   // faults.corrupt_params: this rank's copy of the first weight drifts after that step (desync
   // drill). weights: what every rank holds a replica of (TrainStep::replica_data: the FP32

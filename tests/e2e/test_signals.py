@@ -85,6 +85,18 @@ check(waiting and p.returncode == 0 and s.get("stopped_early") and s.get("steps"
       f"faults.await_signal: the run waits after step 5 (logged up to step {max(steps) if steps else '-'}), then the "
       f"signal stops it there (rc {p.returncode}, {s.get('steps')} steps: {e.strip()[-200:]})")
 
+# No signal within the drill's timeout_s: an error naming the rank and the step, never a hang. On
+# two ranks the other rank is inside the next step's collectives when rank 1 gives up.
+out = os.path.join(base, "await_timeout")
+t0 = time.time()
+r = subprocess.run([source("scripts", "mpirun.sh"), "-np", "2", args().binary, mlp, "--set", f"run.out_dir={out}",
+                    "--set", "faults.await_signal=[{step: 5, rank: 1, timeout_s: 2}]"],
+                   capture_output=True, text=True, env=env, timeout=120)
+took = time.time() - t0
+check(r.returncode == 1 and "[rank 1]" in r.stderr and "no stop signal within 2 s after step 5 on rank 1" in r.stderr
+      and 2 <= took < 60, f"faults.await_signal's timeout: exit 1 naming rank 1 after {took:.1f} s "
+                          f"(rc {r.returncode}: {r.stderr.strip()[-300:]})")
+
 # Two ranks under scripts/mpirun.sh.
 for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
     out = os.path.join(base, f"mp_{name}")

@@ -289,7 +289,7 @@ TEST_CASE("record-list keys: fault drills read, default, refuse and round-trip l
                                    "  raise_signal: [{step: 7}]\n"
                                    "  fail_setup: [{rank: 2, phase: comm}]\n"
                                    "  corrupt_params: [{step: 4, rank: 1}]\n"
-                                   "  await_signal: [{step: 6, rank: 1}, {step: 6}]\n");
+                                   "  await_signal: [{step: 6, rank: 1, timeout_s: 20}, {step: 6}]\n");
   const Config c = load_config(good, {});
   REQUIRE(c.faults.inject_nonfinite.size() == 2);
   CHECK(c.faults.inject_nonfinite[0].step == 3);
@@ -305,7 +305,9 @@ TEST_CASE("record-list keys: fault drills read, default, refuse and round-trip l
   REQUIRE(c.faults.await_signal.size() == 2);
   CHECK(c.faults.await_signal[0].step == 6);
   CHECK(c.faults.await_signal[0].rank == 1);
+  CHECK(c.faults.await_signal[0].timeout_s == 20);
   CHECK(c.faults.await_signal[1].rank == 0);
+  CHECK(c.faults.await_signal[1].timeout_s == 300);
   // Written back as the same records (the config a run saves, and its hash).
   const std::string text = amp::config_to_yaml(c);
   CHECK_THAT(text, Contains("inject_nonfinite: [{step: 3, rank: 0, tensor: \"fc1.bias\", value: inf}, "
@@ -313,7 +315,7 @@ TEST_CASE("record-list keys: fault drills read, default, refuse and round-trip l
   CHECK_THAT(text, Contains("raise_signal: [{step: 7, rank: 0, signal: TERM}]"));
   CHECK_THAT(text, Contains("fail_setup: [{rank: 2, phase: comm}]"));
   CHECK_THAT(text, Contains("corrupt_params: [{step: 4, rank: 1}]"));
-  CHECK_THAT(text, Contains("await_signal: [{step: 6, rank: 1}, {step: 6, rank: 0}]"));
+  CHECK_THAT(text, Contains("await_signal: [{step: 6, rank: 1, timeout_s: 20}, {step: 6, rank: 0, timeout_s: 300}]"));
   const Config again = load_config(t.write("again.yaml", text), {});
   CHECK(amp::config_to_yaml(again) == text);
 
