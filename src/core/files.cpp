@@ -1,9 +1,13 @@
 #include "core/files.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+
+#include "core/error.h"
 
 namespace amp {
 
@@ -35,6 +39,40 @@ std::string regular_file_problem(const std::string& path) {
   if (S_ISDIR(st.st_mode)) return "cannot open: Is a directory";
   if (!S_ISREG(st.st_mode)) return "not a regular file (" + file_kind(st.st_mode) + ")";
   return "";
+}
+
+void write_file_atomic(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(ErrorKind::Output, strcat("output error: ", tmp, ": cannot create: ", std::strerror(errno)));
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error(ErrorKind::Output, strcat("output error: ", tmp, ": write failed: ", std::strerror(err)));
+    }
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(ErrorKind::Output, strcat("output error: ", tmp, ": fsync/close failed: ", std::strerror(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(ErrorKind::Output, strcat("output error: ", path, ": rename failed: ", std::strerror(err)));
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
 }
 
 }  // namespace amp

@@ -1,5 +1,6 @@
 // What a path is, for readers that must not block: opening a FIFO for reading waits for a writer,
-// possibly forever, and a device or socket is never a data file or a checkpoint.
+// possibly forever, and a device or socket is never a data file or a checkpoint. And a small file
+// written whole or not at all.
 #pragma once
 
 #include <sys/types.h>
@@ -17,5 +18,9 @@ std::string file_kind(std::filesystem::file_type type);
 // file (a FIFO)", "cannot open: No such file or directory"), for the caller's error message. No
 // file is opened.
 std::string regular_file_problem(const std::string& path);
+
+// Writes a file atomically: temporary file (path.tmp.PID), fsync, rename, directory fsync. A
+// failure is an Output error naming the file, and leaves no temporary behind.
+void write_file_atomic(const std::string& path, const std::string& data);
 
 }  // namespace amp

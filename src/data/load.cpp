@@ -8,6 +8,7 @@
 #include "core/format.h"
 #include "core/host_memory.h"
 #include "core/hash.h"
+#include "data/prepare.h"
 #include "data/tokenizer.h"
 
 namespace amp {
@@ -57,6 +58,9 @@ DataSets load_lm_datasets(const Config& cfg) {
       }
     eval = read_token_shards(eval_files);
     eval_name = describe_files(eval_files);
+    check_prepared_shards(train_files, eval_files, tokenizer);
+  } else if (!text) {
+    check_prepared_shards(train_files, {}, tokenizer);
   }
 
   // The vocabulary: model.vocab_size, else the tokenizer's, else the largest token + 1.

@@ -8,6 +8,8 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <tuple>
 #include <memory>
 #include <thread>
 
@@ -30,18 +32,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// One split's shards: tokens are appended, a shard is closed (header written, renamed from its
-// temporary name) when it holds shard_tokens tokens or at the end.
+// One split's shards: tokens are appended, a shard is closed (its header written) when it holds
+// shard_tokens tokens or at the end. Every shard keeps its temporary name (NAME.bin.tmp, which no
+// NAME_*.bin pattern matches) until commit(), after the whole input is encoded: a run stopped
+// before then (an error, a signal) leaves no shard that training could take for a whole set.
 class ShardWriter {
  public:
   ShardWriter(std::string dir, std::string prefix, uint64_t shard_tokens)
       : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {}
-  ~ShardWriter() {
-    if (out_.is_open()) {  // an error unwound past finish(): the unfinished shard goes
-      out_.close();
-      std::error_code ec;
-      fs::remove(tmp_, ec);
-    }
+  ~ShardWriter() {  // an error unwound past commit(): the temporaries go
+    if (out_.is_open()) out_.close();
+    std::error_code ec;
+    for (size_t i = committed_; i < files_.size(); ++i) fs::remove(files_[i] + ".tmp", ec);
+    if (out_tmp_) fs::remove(tmp_, ec);
   }
 
   void append(const int32_t* t, size_t n) {
@@ -59,6 +62,17 @@ class ShardWriter {
   void finish() {
     if (out_.is_open()) close();
   }
+  // The closed shards to their names, in order.
+  void commit() {
+    for (; committed_ < files_.size(); ++committed_) {
+      std::error_code ec;
+      fs::rename(files_[committed_] + ".tmp", files_[committed_], ec);
+      if (ec) {
+        tmp_ = files_[committed_] + ".tmp";
+        fail(strcat("cannot rename to ", files_[committed_], ": ", ec.message()).c_str());
+      }
+    }
+  }
   uint64_t total() const { return total_; }
   const std::vector<std::string>& files() const { return files_; }
 
@@ -72,6 +86,7 @@ class ShardWriter {
     final_ = path(files_.size());
     tmp_ = final_ + ".tmp";
     out_.open(tmp_, std::ios::binary | std::ios::trunc);
+    out_tmp_ = true;
     if (!out_) fail("cannot create");
     const std::vector<int32_t> header(kTokenShardHeaderInts, 0);
     out_.write(reinterpret_cast<const char*>(header.data()), std::streamsize(header.size() * 4));
@@ -83,10 +98,8 @@ class ShardWriter {
     out_.write(reinterpret_cast<const char*>(header), sizeof header);
     out_.close();
     if (out_.fail()) fail("cannot write");
-    std::error_code ec;
-    fs::rename(tmp_, final_, ec);
-    if (ec) fail(strcat("cannot rename to ", final_, ": ", ec.message()).c_str());
-    files_.push_back(final_);
+    out_tmp_ = false;
+    files_.push_back(final_);  // still at final_ + ".tmp" until commit()
   }
   [[noreturn]] void fail(const char* what) {
     throw Error(ErrorKind::Output, strcat("output error: ", tmp_, ": ", what, " (disk full or not writable?)"));
@@ -94,10 +107,63 @@ class ShardWriter {
 
   std::string dir_, prefix_, final_, tmp_;
   uint64_t shard_tokens_, in_shard_ = 0, total_ = 0;
+  size_t committed_ = 0;  // files_[0 .. committed_) have their names
+  bool out_tmp_ = false;  // tmp_ is a shard being written (not in files_ yet)
   std::ofstream out_;
   std::vector<uint16_t> buf_;
   std::vector<std::string> files_;
 };
+
+// The shard name that prepare writes, NAME_train_NNNNNN.bin or NAME_val_NNNNNN.bin: its NAME and
+// split ("train" or "val"). False for any other file name (with suffix: the same, NAME.bin + suffix).
+bool parse_shard_name(const std::string& file, std::string& name, std::string& split, const std::string& suffix = "") {
+  const std::string tail = ".bin" + suffix;
+  if (file.size() < tail.size() + 6 || file.compare(file.size() - tail.size(), tail.size(), tail) != 0) return false;
+  const size_t digits = file.size() - tail.size() - 6;
+  for (size_t i = digits; i < digits + 6; ++i)
+    if (file[i] < '0' || file[i] > '9') return false;
+  for (const char* sp : {"train", "val"}) {
+    const std::string mid = strcat("_", sp, "_");
+    if (digits > mid.size() && file.compare(digits - mid.size(), mid.size(), mid) == 0) {
+      name = file.substr(0, digits - mid.size());
+      split = sp;
+      return true;
+    }
+  }
+  return false;
+}
+
+// The output folder before a run of --name `name`: no shards or info of that name (prepare never
+// overwrites), no other data set in it whose patterns (P_train_*.bin, P_val_*.bin, as the summary
+// prints them) would also match this run's shards, and no temporaries of an earlier run of this
+// name that was stopped (removed: the folder's lock keeps other runs out).
+void check_output_folder(const std::string& dir, const std::string& name) {
+  std::vector<std::pair<std::string, std::string>> others;  // (NAME, a file of it)
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    std::string set, split;
+    if ((n.rfind(name + "_train_", 0) == 0 || n.rfind(name + "_val_", 0) == 0 || n == name + "_info.json") &&
+        n.find(".tmp") == std::string::npos)
+      throw Error(ErrorKind::Output, strcat("output error: ", e.path().string(), ": already exists; prepare never overwrites ",
+                                            "shards: remove them, or choose another --name or -o folder"));
+    if (parse_shard_name(n, set, split, ".tmp") && set == name) {
+      std::error_code ec;
+      fs::remove(e.path(), ec);  // a shard of a stopped run of this name: never renamed, never used
+    } else if (parse_shard_name(n, set, split)) {
+      others.emplace_back(set, e.path().string());
+    } else if (n.size() > 10 && n.compare(n.size() - 10, 10, "_info.json") == 0) {
+      others.emplace_back(n.substr(0, n.size() - 10), e.path().string());
+    }
+  }
+  for (const auto& [set, file] : others)
+    for (const char* mine : {"_train_", "_val_"})
+      for (const char* theirs : {"_train_", "_val_"})
+        if ((name + mine).rfind(set + theirs, 0) == 0)
+          throw Error(ErrorKind::Output,
+                      strcat("output error: ", file, ": the data set \"", set, "\" in this folder would take this run's shards ",
+                             "for its own (its pattern ", set, theirs, "*.bin matches ", name, mine, "000000.bin): choose ",
+                             "another --name or -o folder"));
+}
 
 // A piece of a document to encode: its bytes, whether <|endoftext|> comes first, and where its
 // first byte is in the whole input (the validation split is by input bytes).
@@ -158,6 +224,64 @@ std::vector<std::pair<size_t, size_t>> split_documents(const std::string& text, 
 
 }  // namespace
 
+void check_prepared_shards(const std::vector<std::string>& train, const std::vector<std::string>& eval,
+                           const std::string& tokenizer) {
+  struct Info {
+    std::string tokenizer;
+    std::vector<std::string> train, val;  // file names
+  };
+  std::map<std::string, Info> infos;  // by the info file's path
+  std::string first_tokenizer, first_shard, first_info;
+  const auto names = [](const nlohmann::json& j, const char* key) {
+    std::vector<std::string> out;
+    if (j.contains(key) && j[key].is_array())
+      for (const auto& x : j[key])
+        if (x.is_string()) out.push_back(fs::path(x.get<std::string>()).filename().string());
+    return out;
+  };
+  const auto error = [](const std::string& shard, const std::string& info, const auto&... what) {
+    throw Error(ErrorKind::Data, strcat("data error: ", shard, ": ", what..., " (", info, ")"));
+  };
+  for (const auto& [files, key, split] : {std::tuple{&train, "data.train_tokens", "train"}, std::tuple{&eval, "data.eval_tokens", "val"}})
+    for (const std::string& shard : *files) {
+      const fs::path path(shard);
+      std::string set, shard_split;
+      if (!parse_shard_name(path.filename().string(), set, shard_split)) continue;
+      const std::string info_path = (path.parent_path() / (set + "_info.json")).string();
+      auto it = infos.find(info_path);
+      if (it == infos.end()) {
+        std::error_code ec;
+        if (!fs::exists(info_path, ec)) continue;
+        if (const std::string problem = regular_file_problem(info_path); !problem.empty())
+          throw Error(ErrorKind::Data, strcat("data error: ", info_path, ": ", problem));
+        std::ifstream in(info_path);
+        const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+        if (j.is_discarded() || !j.is_object() || !j.contains("tokenizer") || !j["tokenizer"].is_string())
+          throw Error(ErrorKind::Data, strcat("data error: ", info_path, ": not the JSON object with a \"tokenizer\" that ",
+                                              "amp_ddp prepare writes beside its shards (", shard, " is one of them by its name)"));
+        it = infos.emplace(info_path, Info{j["tokenizer"].get<std::string>(), names(j, "train_shards"), names(j, "val_shards")}).first;
+      }
+      const Info& info = it->second;
+      const std::string file = path.filename().string();
+      const auto listed = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), file) != v.end(); };
+      const bool in_train = listed(info.train), in_val = listed(info.val);
+      if (!in_train && !in_val) error(shard, info_path, "not among the shards that prepare wrote for the data set \"", set, "\"");
+      if (std::string(split) == "train" && !in_train)
+        error(shard, info_path, "a validation shard of the data set \"", set, "\", but ", key,
+              " names it: its text would be trained on (does a pattern match more than it should?)");
+      if (std::string(split) == "val" && !in_val)
+        error(shard, info_path, "a training shard of the data set \"", set, "\", but ", key, " names it for evaluation");
+      if (!tokenizer.empty() && info.tokenizer != tokenizer)
+        error(shard, info_path, "made with the ", info.tokenizer, " tokenizer, but this run's data.tokenizer is ", tokenizer);
+      if (first_shard.empty()) {
+        first_tokenizer = info.tokenizer, first_shard = shard, first_info = info_path;
+      } else if (info.tokenizer != first_tokenizer) {
+        error(shard, info_path, "made with the ", info.tokenizer, " tokenizer, but ", first_shard, " with the ", first_tokenizer,
+              " tokenizer (", first_info, "): one run's tokens must mean the same text");
+      }
+    }
+}
+
 size_t next_safe_cut(const std::string& text, size_t from) {
   const auto visible = [&](size_t i) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
@@ -194,13 +318,7 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
   if (!fs::is_directory(opt.out_dir))
     throw Error(ErrorKind::Output, strcat("output error: ", opt.out_dir, ": not a folder that can be created",
                                           ec ? strcat(" (", ec.message(), ")") : ""));
-  for (const auto& e : fs::directory_iterator(opt.out_dir)) {
-    const std::string n = e.path().filename().string();
-    if ((n.rfind(opt.name + "_train_", 0) == 0 || n.rfind(opt.name + "_val_", 0) == 0 || n == opt.name + "_info.json") &&
-        n.find(".tmp") == std::string::npos)
-      throw Error(ErrorKind::Output, strcat("output error: ", e.path().string(), ": already exists; prepare never overwrites ",
-                                            "shards: remove them, or choose another --name or -o folder"));
-  }
+  check_output_folder(opt.out_dir, opt.name);
 
   for (const std::string& f : files) r.bytes += fs::file_size(f, ec);
   const uint64_t val_bytes = uint64_t(std::floor(opt.val_fraction * double(r.bytes)));
@@ -281,6 +399,8 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
   done = r.bytes;  // with the separator lines after the last document
   val.finish();
   train.finish();
+  val.commit();
+  train.commit();
   bar.update(done, train.total() + val.total(), seconds_since(t0), true);
   r.train_tokens = train.total();
   r.val_tokens = val.total();
@@ -300,7 +420,14 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
                          {"train_shards", r.train_files},
                          {"val_shards", r.val_files}};
   const std::string info_path = (fs::path(opt.out_dir) / (opt.name + "_info.json")).string();
-  std::ofstream(info_path) << info.dump(2) << "\n";
+  try {
+    write_file_atomic(info_path, info.dump(2) + "\n");
+  } catch (const Error&) {  // all or nothing: the shards without their info go too
+    std::error_code ec;
+    for (const auto* list : {&r.val_files, &r.train_files})
+      for (const std::string& f : *list) fs::remove(f, ec);
+    throw;
+  }
   return r;
 }
 

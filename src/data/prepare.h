@@ -13,8 +13,10 @@
 // document: after a newline that follows a printable ASCII character and precedes another. (Not
 // after any newline: a white-space run that ends a piece of text is one token, "  \n" say, where
 // inside the text it would be "  " and "\n".) Input files are read one at a
-// time, whole. Nothing is overwritten: existing shards of the same name are an error, and shards
-// are written under temporary names and renamed when complete.
+// time, whole. Nothing is overwritten: existing shards of the same name are an error, and so is a
+// name whose shards another data set's patterns in the folder would match. Shards are written under
+// temporary names and renamed once the whole input is encoded, then NAME_info.json is written: a
+// run stopped before leaves no shard under a shard's name.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +48,14 @@ struct PrepareResult {
 // progress: where the progress bar goes (nullptr: none). Data errors name the input file; output
 // errors the shard.
 PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress);
+
+// A run's token shards (data.train_tokens, data.eval_tokens) against the NAME_info.json that
+// prepare wrote beside them; shards without one (other programs') pass. Data errors, naming the
+// shard and the info file: a shard the info does not list; a validation shard named for training,
+// or a training shard for evaluation; a tokenizer other than the run's (`tokenizer`, "" for none)
+// or than another shard's.
+void check_prepared_shards(const std::vector<std::string>& train, const std::vector<std::string>& eval,
+                           const std::string& tokenizer);
 
 // Where a document may be cut without changing its GPT-2 (or byte) tokens: positions p with
 // text[p-1] == '\n' and text[p-2], text[p] printable ASCII other than space. The first at or

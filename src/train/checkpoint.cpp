@@ -18,7 +18,6 @@
 #include "core/files.h"
 #include "core/format.h"
 #include "core/hash.h"
-#include "train/metrics.h"
 
 namespace amp {
 

@@ -36,7 +36,5 @@ class MetricsWriter {
 // its checkpoint; records written after that checkpoint by the stopped run are dropped).
 void truncate_metrics(const std::string& path, int64_t last_step);
 
-// Writes a file atomically: temporary file, fsync, rename, directory fsync.
-void write_file_atomic(const std::string& path, const std::string& data);
 
 }  // namespace amp

@@ -17,7 +17,6 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "train/checkpoint.h"
-#include "train/metrics.h"
 
 namespace amp {
 

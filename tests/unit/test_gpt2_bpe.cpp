@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -249,6 +250,135 @@ TEST_CASE("prepare: shards hold each document after <|endoftext|>, the first byt
   for (unsigned char c : joined) jb.push_back(c);
   CHECK(bt == jb);
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// The files of a folder, sorted by name.
+std::vector<std::string> listing(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("prepare: all or nothing; a name whose shards another data set's patterns match is refused", "[prepare]") {
+  namespace fs = std::filesystem;
+  const std::string dir = (fs::temp_directory_path() / "amp_prepare_whole_test").string();
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/in");
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "line " + std::to_string(i) + " of the first file\n";
+  std::ofstream(dir + "/in/a.txt", std::ios::binary) << text;
+  std::ofstream(dir + "/in/b.txt", std::ios::binary) << std::string("text\0more", 9);  // NUL: not text
+  PrepareOptions o;
+  o.tokenizer = "bytes";
+  o.shard_tokens = 1000;  // the first file alone fills 10 shards
+  o.val_fraction = 0.1;
+  o.out_dir = dir + "/out";
+  SECTION("an error after shards were filled leaves none of them") {
+    o.inputs = {dir + "/in/a.txt", dir + "/in/b.txt"};
+    o.threads = 1;
+    o.chunk_bytes = 256;  // the first file is encoded and written before the second is read
+    CHECK_THAT(error_of([&] { prepare_shards(o, nullptr); }), Catch::Contains("b.txt") && Catch::Contains("NUL"));
+    CHECK(listing(o.out_dir).empty());
+  }
+  SECTION("a stopped run's temporaries of this name go; another name's stay") {
+    fs::create_directories(o.out_dir);
+    for (const char* f : {"data_train_000003.bin.tmp", "data_val_000000.bin.tmp", "other_train_000000.bin.tmp"})
+      std::ofstream(o.out_dir + "/" + f) << "partial";
+    o.inputs = {dir + "/in/a.txt"};
+    const PrepareResult r = prepare_shards(o, nullptr);
+    CHECK(r.train_files.size() == (r.train_tokens + 999) / 1000);
+    CHECK(r.train_files.size() >= 9);
+    CHECK(shard_tokens(r.train_files).size() == r.train_tokens);
+    std::vector<std::string> want{"data_info.json", "other_train_000000.bin.tmp"};
+    for (const auto* files : {&r.train_files, &r.val_files})
+      for (const std::string& f : *files) want.push_back(fs::path(f).filename().string());
+    std::sort(want.begin(), want.end());
+    CHECK(listing(o.out_dir) == want);
+  }
+  SECTION("names whose patterns overlap, either way round") {
+    o.inputs = {dir + "/in/a.txt"};
+    o.name = "a";
+    prepare_shards(o, nullptr);
+    o.name = "a_train";  // a_train_train_000000.bin would be one of a_train_*.bin
+    CHECK_THAT(error_of([&] { prepare_shards(o, nullptr); }),
+               Catch::Contains("the data set \"a\" in this folder would take this run's shards") &&
+                   Catch::Contains("a_train_*.bin matches a_train_train_000000.bin"));
+    o.name = "a_val";
+    CHECK_THAT(error_of([&] { prepare_shards(o, nullptr); }), Catch::Contains("a_val_*.bin matches a_val_train_000000.bin"));
+    o.out_dir = dir + "/out2";
+    o.name = "a_train";
+    prepare_shards(o, nullptr);
+    o.name = "a";
+    CHECK_THAT(error_of([&] { prepare_shards(o, nullptr); }), Catch::Contains("a_train_") && Catch::Contains("already exists"));
+    o.name = "ab";  // no overlap
+    CHECK_FALSE(prepare_shards(o, nullptr).train_files.empty());
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("prepare's info beside its shards: training refuses a split's or a tokenizer's mix-up", "[prepare]") {
+  namespace fs = std::filesystem;
+  const std::string dir = (fs::temp_directory_path() / "amp_prepare_info_test").string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "row " + std::to_string(i) + "\n";
+  std::ofstream(dir + "/a.txt", std::ios::binary) << text;
+  PrepareOptions o;
+  o.tokenizer = "bytes";
+  o.inputs = {dir + "/a.txt"};
+  o.shard_tokens = 1000;
+  o.out_dir = dir + "/s";
+  o.name = "x";
+  const PrepareResult x = prepare_shards(o, nullptr);
+  o.name = "y";
+  const PrepareResult y = prepare_shards(o, nullptr);
+  REQUIRE(x.train_files.size() >= 2);
+  REQUIRE(x.val_files.size() == 1);
+  const std::string x_info = o.out_dir + "/x_info.json", y_info = o.out_dir + "/y_info.json";
+  // As prepared, with the run's tokenizer or none.
+  CHECK_NOTHROW(check_prepared_shards(x.train_files, x.val_files, "bytes"));
+  CHECK_NOTHROW(check_prepared_shards(x.train_files, y.val_files, ""));
+  CHECK_NOTHROW(check_prepared_shards({x.train_files[1]}, {}, "bytes"));  // a subset
+  // A validation shard for training, a training shard for evaluation.
+  CHECK_THAT(error_of([&] { check_prepared_shards({x.train_files[0], x.val_files[0]}, {}, "bytes"); }),
+             Catch::Contains(x.val_files[0] + ": a validation shard of the data set \"x\", but data.train_tokens names it") &&
+                 Catch::Contains(x_info));
+  CHECK_THAT(error_of([&] { check_prepared_shards(x.train_files, {x.train_files[0]}, "bytes"); }),
+             Catch::Contains("a training shard of the data set \"x\", but data.eval_tokens names it"));
+  // Another tokenizer than the run's, or than another shard's.
+  CHECK_THAT(error_of([&] { check_prepared_shards(x.train_files, {}, "gpt2"); }),
+             Catch::Contains(x.train_files[0] + ": made with the bytes tokenizer, but this run's data.tokenizer is gpt2"));
+  std::string info = slurp(y_info);
+  info.replace(info.find("\"bytes\""), 7, "\"gpt2\"");
+  std::ofstream(y_info, std::ios::trunc) << info;
+  CHECK_THAT(error_of([&] { check_prepared_shards(x.train_files, y.val_files, ""); }),
+             Catch::Contains(y.val_files[0] + ": made with the gpt2 tokenizer, but " + x.train_files[0] + " with the bytes"));
+  // A shard that the info does not list; an info that is not prepare's.
+  fs::copy_file(x.train_files[0], o.out_dir + "/x_train_000099.bin");
+  CHECK_THAT(error_of([&] { check_prepared_shards({o.out_dir + "/x_train_000099.bin"}, {}, ""); }),
+             Catch::Contains("not among the shards that prepare wrote for the data set \"x\""));
+  std::ofstream(x_info, std::ios::trunc) << "{\"tok";
+  CHECK_THAT(error_of([&] { check_prepared_shards(x.train_files, {}, ""); }),
+             Catch::Contains(x_info + ": not the JSON object"));
+  // Shards without an info (another program's) pass.
+  fs::remove(x_info);
+  CHECK_NOTHROW(check_prepared_shards({x.train_files[0], x.val_files[0], o.out_dir + "/x_train_000099.bin"}, {}, "gpt2"));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("gpt2 bpe: long pieces merge with a heap to GPT-2's tokens, in n log n", "[gpt2]") {
