@@ -276,7 +276,7 @@ int sample_main(int argc, char** argv) {
   int64_t tokens = 0, top_k = 0, seed = 0;
   double temperature = 0, top_p = 1;
   app.add_option("checkpoint", r.checkpoint, "a checkpoint of a model.type gpt run")->required();
-  auto* o_prompt = app.add_option("--prompt", prompt, "the text the sample continues")
+  auto* o_prompt = app.add_option("--prompt", prompt, "the text the sample continues (token ids separated by spaces where the data named no tokenizer)")
                       ->check(non_empty("expected text: an empty prompt has no token to start from "
                                         "(sample.prompt must not be empty either)",
                                         "TEXT"));

@@ -137,7 +137,7 @@ const std::vector<Key>& keys() {
       {"faults.fail_setup", "[]", "list of {rank, phase: backend|data|comm|resume|output}: fail that set-up phase on that rank (agreement drill)", F(faults.fail_setup), {}, {},
        {kRankField, {"phase", nullptr, &FaultSpec::value, {}, {"backend", "data", "comm", "resume", "output"}}}},
       // sample
-      {"sample.prompt", "\"\\n\"", "gpt: the text samples continue", F(sample.prompt)},
+      {"sample.prompt", "\"\\n\"", "gpt: the text samples continue (token ids separated by spaces where the data names no tokenizer)", F(sample.prompt)},
       {"sample.tokens", "200", "gpt: tokens generated per sample (0: no samples)", F(sample.tokens), count_upto(kMaxGenerated)},
       {"sample.temperature", "0.8", "gpt: sampling temperature", F(sample.temperature), above(0)},
       {"sample.top_k", "40", "gpt: sample among the k likeliest tokens (0: all)", F(sample.top_k), count_upto(kMaxWidth)},

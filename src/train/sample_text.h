@@ -8,9 +8,10 @@
 
 namespace amp {
 
-// prompt as tokens of `tokenizer` (data/tokenizer.h; "" for token data that names none: the last
-// token id, vocab - 1). A token the vocabulary does not hold is a Config error naming `origin`
-// (where the prompt came from) and the key `key`.
+// prompt as tokens of `tokenizer` (data/tokenizer.h), or for token data that names none ("") as
+// token ids separated by white space (text there is an error); an empty prompt is the last token
+// id, vocab - 1. A token the vocabulary does not hold is a Config error naming `origin` (where the
+// prompt came from) and the key `key`.
 std::vector<int32_t> encode_prompt(const std::string& tokenizer, const std::string& prompt, int32_t vocab,
                                    const std::string& origin, const std::string& key);
 

@@ -132,7 +132,7 @@ void Trainer::evaluate_now(int64_t step) {
   reporter_.evaluation(step, r, model_->classification(), model_->loss_name());
 }
 
-// sample.prompt as tokens of the data's tokenizer (none: the last token id). A token the model's
+// sample.prompt as tokens of the data's tokenizer (none: token ids). A token the model's
 // vocabulary does not hold (a byte above model.vocab_size) is a config error, found at start-up.
 std::vector<int32_t> Trainer::sample_prompt() const {
   return encode_prompt(data_.train.tokenizer, cfg_.sample.prompt, int32_t(data_.train.vocab),
@@ -140,17 +140,19 @@ std::vector<int32_t> Trainer::sample_prompt() const {
 }
 
 // Rank 0 continues sample.prompt with the model (language models only; no collective inside). The
-// prompt is encoded and the sample decoded with the data's tokenizer; token data without one starts
-// from the last token id and prints ids, and says so once.
+// prompt is encoded and the sample decoded with the data's tokenizer; token data without one reads
+// the prompt as token ids and prints ids, and says so once.
 void Trainer::write_sample(int64_t step) {
   if (!model_->language_model() || rank_ != 0 || cfg_.sample.tokens <= 0) return;
   const int32_t vocab = int32_t(data_.train.vocab);
+  const std::vector<int32_t> prompt = sample_prompt();
   if (!make_tokenizer(data_.train.tokenizer) && !warned_no_tokenizer_) {
-    reporter_.message(strcat("note: the token data names no tokenizer, so sample.prompt cannot be encoded: samples start "
-                             "from token ", vocab - 1, " and print token ids"));
+    reporter_.message(strcat("note: the token data names no tokenizer: samples print token ids, and sample.prompt is ",
+                             "token ids separated by spaces", prompt.size() == 1 && prompt[0] == vocab - 1
+                                                                     ? strcat(" (from token ", vocab - 1, " here)")
+                                                                     : std::string()));
     warned_no_tokenizer_ = true;
   }
-  const std::vector<int32_t> prompt = sample_prompt();
   SampleOptions o;
   o.tokens = size_t(cfg_.sample.tokens);
   o.temperature = cfg_.sample.temperature;

@@ -22,6 +22,7 @@
 #include "train/metrics.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
+#include "train/sample_text.h"
 
 using namespace amp;
 using Catch::Contains;
@@ -295,4 +296,27 @@ TEST_CASE("MLP layout: forward order, 32-element aligned offsets, names, sizes",
   CHECK(L.index_of("fc3.weight") == -1);
   CHECK(L.names() == "fc1.weight, fc1.bias, fc2.weight, fc2.bias");
   CHECK(mlp_layout({10, 1}).total == 64);  // weight 10 -> 32, bias 1 -> 32
+}
+
+TEST_CASE("sample prompts: token ids where the data names no tokenizer, text there an error", "[sample]") {
+  CHECK(encode_prompt("", " 464 2068\n 7 ", 50257, "cfg.yaml:3:11", "sample.prompt") == std::vector<int32_t>{464, 2068, 7});
+  CHECK(encode_prompt("", "\n", 50257, "cfg.yaml", "sample.prompt") == std::vector<int32_t>{50256});  // none: the last id
+  CHECK(decode_sample("", {464, 2068}) == "464 2068");  // what a sample prints, a prompt again
+  const auto error = [](const std::string& prompt) {
+    try {
+      encode_prompt("", prompt, 1000, "--prompt", "sample.prompt");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::Config);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error("hello world") ==
+        "config error: --prompt: sample.prompt: \"hello\" is not a token id: the model's data names no tokenizer "
+        "(data.tokenizer none), so a prompt is token ids separated by spaces, as its samples print them (\"50256 464\")");
+  CHECK_THAT(error("12 3x"), Catch::Contains("\"3x\" is not a token id"));
+  CHECK_THAT(error("99999999999"), Catch::Contains("\"99999999999\" is not a token id"));
+  CHECK_THAT(error("5 1000"), Catch::Contains("token 1 of the prompt (token ids) is 1000, outside the model's vocabulary of 1000"));
+  CHECK_THAT(error("-1"), Catch::Contains("token 0 of the prompt (token ids) is -1"));
+  CHECK(encode_prompt("bytes", "hi", 256, "x", "sample.prompt") == std::vector<int32_t>{'h', 'i'});
 }
