@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -282,7 +283,8 @@ int sample_main(int argc, char** argv) {
                                         "TEXT"));
   auto* o_tokens = app.add_option("--tokens", tokens, "tokens to generate")->check(integer_in(1, int64_t(1) << 20));
   auto* o_temp = app.add_option("--temperature", temperature, "sampling temperature (> 0)")
-                     ->check(number_where([](double x) { return x > 0 && x < 1e30; }, "a number > 0"));
+                     ->check(number_where([](double x) { return x > 0 && x <= double(std::numeric_limits<float>::max()); },
+                                          "a number > 0, at most 3.4e38 (sample.temperature's range)"));
   auto* o_topk = app.add_option("--top-k", top_k, "sample among the k likeliest tokens (0: all)")
                      ->check(integer_in(0, int64_t(1) << 24));
   auto* o_topp = app.add_option("--top-p", top_p,
@@ -330,7 +332,9 @@ int prepare_main(int argc, char** argv) {
   amp::PrepareOptions o;
   bool quiet = false;
   app.add_option("inputs", o.inputs, "text files or glob patterns, in order")->required();
-  app.add_option("-o,--output", o.out_dir, "the folder for the shards (made when missing)")->required();
+  app.add_option("-o,--output", o.out_dir, "the folder for the shards (made when missing)")
+      ->required()
+      ->check(non_empty("expected a folder path, got \"\"", "DIR"));
   app.add_option("--tokenizer", o.tokenizer, "gpt2 (GPT-2's BPE) or bytes")->capture_default_str()->check(CLI::IsMember({"gpt2", "bytes"}));
   app.add_option("--doc-separator", o.doc_separator,
                  "a line that separates documents inside a file (% for fortune files; default: one document per file)");

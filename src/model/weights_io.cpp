@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "core/convert.h"
@@ -99,6 +101,13 @@ void write_new_file(const std::string& path, const std::vector<char>& bytes) {
   };
   const std::string exists_text = "exists; choose another name (nothing is overwritten)";
   if (exists()) fail(exists_text);
+  if (path.back() == '/') fail("names a folder; give a file name");
+  {
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
+      fail(strcat("its folder ", parent.string(), std::filesystem::exists(parent, ec) ? " is not a folder" : " does not exist"));
+  }
   const std::string tmp = strcat(path, ".tmp.", ::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) fail(strcat("cannot create ", tmp, ": ", std::strerror(errno)));
@@ -230,12 +239,28 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   if (n < 2 || n > bytes.size() - 8) bad_file(key, path, strcat("safetensors header of ", n, " bytes in a file of ", bytes.size()));
+  if (const void* nul = std::memchr(bytes.data() + 8, 0, size_t(n)))
+    bad_file(key, path, strcat("the safetensors header holds a NUL byte at byte ", static_cast<const char*>(nul) - bytes.data(),
+                               " of the file (the format pads its header with spaces)"));
   nlohmann::json header;
+  // A key twice in one object: the parser would keep the last silently (one tensor's entry lost).
+  std::vector<std::set<std::string>> keys_seen;  // one set per open object
+  std::string repeated;
+  const nlohmann::json::parser_callback_t on_key = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) keys_seen.emplace_back();
+    if (event == E::object_end) keys_seen.pop_back();
+    if (event == E::key && !keys_seen.back().insert(parsed.get<std::string>()).second && repeated.empty())
+      repeated = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + std::ptrdiff_t(n));
+    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + std::ptrdiff_t(n), on_key);
   } catch (const nlohmann::json::exception& e) {
     bad_file(key, path, strcat("the safetensors header is not valid JSON: ", printable(e.what(), 400)));
   }
+  if (!repeated.empty())
+    bad_file(key, path, strcat("the safetensors header names \"", printable(repeated), "\" twice in one object (a JSON reader would keep one silently)"));
   if (!header.is_object()) bad_file(key, path, "the safetensors header is not a JSON object");
   const size_t data_begin = 8 + size_t(n), data_size = bytes.size() - data_begin;
   check_data_coverage(header, data_size, path, key);
@@ -251,12 +276,13 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
   // against the data's extent.
   const auto values = [&](const std::string& raw_name, const nlohmann::json& info, const std::vector<int64_t>& want,
                           const std::string& note) {
-    const std::string tensor = strcat("tensor \"", raw_name, "\"");
+    const std::string tensor = strcat("tensor \"", printable(raw_name), "\"");
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
       bad_file(key, path, tensor + ": its header entry lacks dtype, shape or data_offsets");
     const std::string dtype = info["dtype"].is_string() ? info["dtype"].get<std::string>() : "?";
     const DType dt = dtype == "F32" ? DType::F32 : dtype == "F16" ? DType::F16 : dtype == "BF16" ? DType::BF16 : DType::U8;
-    if (dt == DType::U8) bad_file(key, path, strcat(tensor, " is ", dtype, "; F32, F16 or BF16 is read"));
+    if (dt == DType::U8) bad_file(key, path, strcat(tensor, " is ", printable(dtype), "; F32, F16 or BF16 is read"));
+    if (!info["shape"].is_array()) bad_file(key, path, strcat(tensor, ": its shape is not a list of sizes: ", printable(info["shape"].dump(), 80)));
     std::vector<int64_t> shape;
     for (const auto& d : info["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
     if (shape != want)
@@ -285,13 +311,13 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
     }
     const auto it = wanted.find(name);
     if (it == wanted.end())
-      bad_file(key, path, strcat("tensor \"", raw_name, "\" is not a tensor of this GPT (a model with more layers ",
+      bad_file(key, path, strcat("tensor \"", printable(raw_name), "\" is not a tensor of this GPT (a model with more layers ",
                                  "than model.n_layer, or another architecture)"));
     const ParamInfo& t = L.tensors[size_t(it->second)];
     const HfName hf = hf_name(t.name);
     if (!seen_as[size_t(it->second)].empty())
-      bad_file(key, path, strcat("tensor \"", hf.name, "\" is in the file twice, as \"", seen_as[size_t(it->second)],
-                                 "\" and as \"", raw_name, "\""));
+      bad_file(key, path, strcat("tensor \"", hf.name, "\" is in the file twice, as \"", printable(seen_as[size_t(it->second)]),
+                                 "\" and as \"", printable(raw_name), "\""));
     const std::vector<float> v =
         values(raw_name, info, hf_shape(t, hf.transpose),
                t.name == "wte.weight"   ? " (vocabulary x n_embd: model.vocab_size)"

@@ -54,7 +54,9 @@ for argv, want in ((["sample", ckpt, "--threads", "abc"], 'expected an integer i
                    (["sample", ckpt, "--tokens", "1.5"], 'expected an integer in [1, 1048576], got "1.5"'),
                    (["prepare", corpus, "-o", os.path.join(base, "s"), "--shard-tokens", "many"], 'got "many"'),
                    (["prepare", corpus, "-o", os.path.join(base, "s"), "--val-fraction", "half"],
-                    'expected a number in [0, 1), got "half"')):
+                    'expected a number in [0, 1), got "half"'),
+                   (["prepare", corpus, "-o", ""], 'expected a folder path, got ""'),
+                   (["sample", ckpt, "--temperature", "1e39"], 'at most 3.4e38 (sample.temperature\'s range), got "1e39"')):
     rc, out, err = command(argv)
     check(rc == 2 and want in err.decode(), f"{' '.join(argv[-2:])}: a usage error saying what was expected ({rc}: {tail(err)})")
 rc, out, err = command(["sample", ckpt, "--tokens", "3", "--threads", "1"])

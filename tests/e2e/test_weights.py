@@ -142,4 +142,25 @@ rc, o, e = run(cfg, [f"run.out_dir={base}/x6", f"model.init_from={junk}"] + comm
 check(rc == 4 and "model.init_from" in e and junk in e, f"a file of no known format ({rc}: {e.strip()[-200:]})")
 rc, o, e = amp("export", ckpt, "--format", "onnx", "-o", os.path.join(base, "w.onnx"))
 check(rc == 2 and "usage error" in e, f"an unknown export format: a usage error ({rc}: {e.strip()[-200:]})")
+for target, want in ((os.path.join(base, "no_dir", "w.bin"), f"its folder {os.path.join(base, 'no_dir')} does not exist"),
+                     (os.path.join(base, "new_dir") + "/", "names a folder; give a file name")):
+    rc, o, e = amp("export", ckpt, "--format", "llmc", "-o", target)
+    check(rc == 8 and want in e and ".tmp" not in e, f"export -o {target!r}: the folder named, no temporary ({rc}: {e.strip()[-200:]})")
+
+# ---- headers a JSON reader would take with a shrug: each refused, naming what is wrong
+bias = next(k for k in names if len(header[k]["shape"]) == 1)
+body = raw[8 + struct.unpack("<Q", raw[:8])[0]:]
+for what, text, want in (
+        ("a key twice", json.dumps(header)[:-1] + ", " + json.dumps(bias) + ": " + json.dumps(header[bias]) + "}",
+         f'names "{bias}" twice in one object'),
+        ("a shape that is no list", json.dumps(dict(header, **{bias: dict(header[bias], shape=header[bias]["shape"][0])})),
+         f'tensor "{bias}": its shape is not a list of sizes'),
+        ("NUL padding", json.dumps(header) + "\0\0", "holds a NUL byte"),
+        ("a name with a terminal escape", json.dumps({("\x1b[2J" if k == bias else k): v for k, v in header.items()}),
+         'tensor "\\x1b[2J" is not a tensor of this GPT')):
+    bad = os.path.join(base, "bad.safetensors")
+    hb = text.encode()
+    open(bad, "wb").write(struct.pack("<Q", len(hb)) + hb + body)
+    rc, o, e = run(cfg, [f"run.out_dir={base}/x7", f"model.init_from={bad}"] + common)
+    check(rc == 4 and want in e and "\x1b" not in e, f"safetensors with {what}: refused ({rc}: {e.strip()[-250:]!r})")
 done()
