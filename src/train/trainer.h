@@ -109,6 +109,7 @@ class Trainer {
   int64_t start_step_ = 1;  // 1, or the step after the checkpoint resumed from
   std::string resumed_from_;
   std::string run_id_;  // rank 0
+  uint64_t init_hash_ = 0;  // model.init_from: the loaded weights' hash (params_hash's; summary.json)
   double run_start_ = 0;
   StepObserver observer_;
   bool warned_no_tokenizer_ = false;

@@ -8,6 +8,7 @@
 #include "comm/comm_factory.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "model/make_model.h"
 #include "train/init_weights.h"
 #include "train/rank_threads.h"
@@ -48,8 +49,14 @@ void Trainer::setup() {
   });
   init.resize(model_->layout().total);
   world_.broadcast(view_of(init.data(), init.size()), 0);
-  if (rank_ == 0 && !cfg_.model.init_from.empty())
-    reporter_.message(strcat("initial weights: ", cfg_.model.init_from, " (model.init_from; a fresh optimizer and loss scale)"));
+  if (!cfg_.model.init_from.empty()) {
+    // The weights' identity, not only their path (a file may be replaced or moved later): the hash
+    // is params_hash's, so a checkpoint's own params_hash names the same weights.
+    init_hash_ = hash64(init.data(), init.size() * sizeof(float));
+    if (rank_ == 0)
+      reporter_.message(strcat("initial weights: ", cfg_.model.init_from, " (model.init_from, params_hash ", hex64(init_hash_),
+                               "; a fresh optimizer and loss scale)"));
+  }
   step_->load_masters(init.data());
 
   run_agreed(world_, [&] { setup_output(); });

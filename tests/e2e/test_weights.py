@@ -24,6 +24,11 @@ def amp(*argv):
     return p.returncode, p.stdout, p.stderr
 
 
+def summary_of(out):
+    path = os.path.join(out, "summary.json")
+    return json.load(open(path)) if os.path.exists(path) else {}
+
+
 def losses(out):
     return [json.loads(line)["loss"] for line in open(os.path.join(out, "metrics.jsonl")) if '"loss"' in line]
 
@@ -87,9 +92,16 @@ for name, path in (("safetensors", st), ("llmc", lc), ("checkpoint", ckpt)):
     out = os.path.join(base, f"from_{name}")
     rc, o, e = run(cfg, [f"run.out_dir={out}", f"model.init_from={path}"] + common)
     result[name] = (rc, losses(out) if rc == 0 else [], json.load(open(os.path.join(out, "summary.json")))["params_hash"] if rc == 0 else "",
-                    "initial weights: " in o)
+                    "initial weights: " in o, summary_of(out).get("init_from"))
 fresh = os.path.join(base, "fresh")
 run(cfg, [f"run.out_dir={fresh}"] + common)
+# The loaded weights' identity beside their path: the source run's own params_hash (its final
+# masters, which the checkpoint and both exports hold bit for bit).
+src_hash = summary_of(src)["params_hash"]
+check(all(r[4] == {"path": p, "params_hash": src_hash} for r, p in ((result["safetensors"], st), (result["llmc"], lc),
+                                                                     (result["checkpoint"], ckpt))) and
+      "init_from" not in summary_of(fresh),
+      f"summary.json's init_from: the path and the source run's params_hash {src_hash} ({[r[4] for r in result.values()]})")
 a, b, c = result["safetensors"], result["llmc"], result["checkpoint"]
 check(a[0] == b[0] == c[0] == 0 and a[1] == b[1] == c[1] and a[2] == b[2] == c[2] and a[3] and
       a[1] and a[1][0] < losses(fresh)[0] - 0.3,
