@@ -273,7 +273,7 @@ std::string error_of(const std::function<void()>& f) {
 
 }  // namespace
 
-TEST_CASE("prepare: all or nothing; a name whose shards another data set's patterns match is refused", "[prepare]") {
+TEST_CASE("prepare: all or nothing, and a name whose shards another data set's patterns match is refused", "[prepare]") {
   namespace fs = std::filesystem;
   const std::string dir = (fs::temp_directory_path() / "amp_prepare_whole_test").string();
   fs::remove_all(dir);
