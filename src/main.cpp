@@ -5,8 +5,9 @@
 // `amp_ddp sample CHECKPOINT [options]` generates text from a checkpoint;
 // `amp_ddp export CHECKPOINT --format F -o FILE` writes its weights for other programs;
 // `amp_ddp prepare FILES... -o DIR` turns text into token shards: each in one process, with MPI
-// only where a launcher started it (to end a job of several ranks with a message). `amp_ddp eval CONFIG` runs as
-// training does (N ranks, the config agreed) but evaluates weights instead of training.
+// only where a launcher started it (to end a job of several ranks with a message).
+// `amp_ddp eval CONFIG` runs as training does (N ranks, the config agreed) but evaluates weights
+// instead of training.
 #include <CLI/CLI.hpp>
 
 #include <charconv>

@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <tuple>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -242,7 +242,8 @@ void check_prepared_shards(const std::vector<std::string>& train, const std::vec
   const auto error = [](const std::string& shard, const std::string& info, const auto&... what) {
     throw Error(ErrorKind::Data, strcat("data error: ", shard, ": ", what..., " (", info, ")"));
   };
-  for (const auto& [files, key, split] : {std::tuple{&train, "data.train_tokens", "train"}, std::tuple{&eval, "data.eval_tokens", "val"}})
+  for (const auto& [files, key, split] :
+       {std::tuple{&train, "data.train_tokens", "train"}, std::tuple{&eval, "data.eval_tokens", "val"}})
     for (const std::string& shard : *files) {
       const fs::path path(shard);
       std::string set, shard_split;
@@ -259,7 +260,8 @@ void check_prepared_shards(const std::vector<std::string>& train, const std::vec
         if (j.is_discarded() || !j.is_object() || !j.contains("tokenizer") || !j["tokenizer"].is_string())
           throw Error(ErrorKind::Data, strcat("data error: ", info_path, ": not the JSON object with a \"tokenizer\" that ",
                                               "amp_ddp prepare writes beside its shards (", shard, " is one of them by its name)"));
-        it = infos.emplace(info_path, Info{j["tokenizer"].get<std::string>(), names(j, "train_shards"), names(j, "val_shards")}).first;
+        it = infos.emplace(info_path, Info{printable(j["tokenizer"].get<std::string>(), 40), names(j, "train_shards"),
+                                           names(j, "val_shards")}).first;
       }
       const Info& info = it->second;
       const std::string file = path.filename().string();
@@ -399,8 +401,6 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
   done = r.bytes;  // with the separator lines after the last document
   val.finish();
   train.finish();
-  val.commit();
-  train.commit();
   bar.update(done, train.total() + val.total(), seconds_since(t0), true);
   r.train_tokens = train.total();
   r.val_tokens = val.total();
@@ -421,8 +421,10 @@ PrepareResult prepare_shards(const PrepareOptions& opt, std::FILE* progress) {
                          {"val_shards", r.val_files}};
   const std::string info_path = (fs::path(opt.out_dir) / (opt.name + "_info.json")).string();
   try {
+    val.commit();
+    train.commit();
     write_file_atomic(info_path, info.dump(2) + "\n");
-  } catch (const Error&) {  // all or nothing: the shards without their info go too
+  } catch (const Error&) {  // all or nothing: shards already in place go too (the rest are temporaries)
     std::error_code ec;
     for (const auto* list : {&r.val_files, &r.train_files})
       for (const std::string& f : *list) fs::remove(f, ec);
