@@ -303,8 +303,13 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
     std::string name = raw_name.rfind("transformer.", 0) == 0 ? raw_name.substr(12) : raw_name;
     // The causal-mask buffers some exports carry, and the LM head tied to wte.
     if (name.size() > 10 && (name.compare(name.size() - 10, 10, ".attn.bias") == 0 ||
-                             (name.size() > 17 && name.compare(name.size() - 17, 17, ".attn.masked_bias") == 0)))
+                             (name.size() > 17 && name.compare(name.size() - 17, 17, ".attn.masked_bias") == 0))) {
+      // Not read, but of a layer this GPT has (h.N's own ln_1): else the file is another model's.
+      if (!wanted.count(name.substr(0, name.rfind(".attn.")) + ".ln_1.weight"))
+        bad_file(key, path, strcat("tensor \"", printable(raw_name), "\" is the causal-mask buffer of a layer this GPT does ",
+                                   "not have (a model with more layers than model.n_layer, or another architecture)"));
       continue;
+    }
     if (name == "lm_head.weight") {  // tied to wte in GPT-2 (checked below against wte)
       lm_head = &info, lm_head_name = raw_name;
       continue;

@@ -168,6 +168,9 @@ for what, text, want in (
         ("a shape that is no list", json.dumps(dict(header, **{bias: dict(header[bias], shape=header[bias]["shape"][0])})),
          f'tensor "{bias}": its shape is not a list of sizes'),
         ("NUL padding", json.dumps(header) + "\0\0", "holds a NUL byte"),
+        ("the mask buffer of a layer the model lacks",
+         json.dumps(dict(header, **{f"h.{L}.attn.bias": dict(header[bias], data_offsets=[0, 0], shape=[0])})),
+         f'tensor "h.{L}.attn.bias" is the causal-mask buffer of a layer this GPT does not have'),
         ("a name with a terminal escape", json.dumps({("\x1b[2J" if k == bias else k): v for k, v in header.items()}),
          'tensor "\\x1b[2J" is not a tensor of this GPT')):
     bad = os.path.join(base, "bad.safetensors")
