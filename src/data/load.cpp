@@ -47,8 +47,9 @@ DataSets load_lm_datasets(const Config& cfg) {
   TokenStream train = text ? read_text_tokens(train_files, *make_tokenizer(tokenizer)) : read_token_shards(train_files);
   std::string train_name = describe_files(train_files), eval_name;
   TokenStream eval;
+  std::vector<std::string> eval_files;
   if (!text && !d.eval_tokens.empty()) {
-    const std::vector<std::string> eval_files = expand_paths(d.eval_tokens, "data.eval_tokens");
+    eval_files = expand_paths(d.eval_tokens, "data.eval_tokens");
     for (const auto& e : eval_files)
       for (const auto& t : train_files) {
         std::error_code ec;
@@ -58,10 +59,8 @@ DataSets load_lm_datasets(const Config& cfg) {
       }
     eval = read_token_shards(eval_files);
     eval_name = describe_files(eval_files);
-    check_prepared_shards(train_files, eval_files, tokenizer);
-  } else if (!text) {
-    check_prepared_shards(train_files, {}, tokenizer);
   }
+  if (!text) check_prepared_shards(train_files, eval_files, tokenizer);
 
   // The vocabulary: model.vocab_size, else the tokenizer's, else the largest token + 1.
   int vocab = int(cfg.model.vocab_size);

@@ -242,8 +242,8 @@ void check_prepared_shards(const std::vector<std::string>& train, const std::vec
   const auto error = [](const std::string& shard, const std::string& info, const auto&... what) {
     throw Error(ErrorKind::Data, strcat("data error: ", shard, ": ", what..., " (", info, ")"));
   };
-  for (const auto& [files, key, split] :
-       {std::tuple{&train, "data.train_tokens", "train"}, std::tuple{&eval, "data.eval_tokens", "val"}})
+  for (const auto& [files, key, training] :
+       {std::tuple{&train, "data.train_tokens", true}, std::tuple{&eval, "data.eval_tokens", false}})
     for (const std::string& shard : *files) {
       const fs::path path(shard);
       std::string set, shard_split;
@@ -268,10 +268,10 @@ void check_prepared_shards(const std::vector<std::string>& train, const std::vec
       const auto listed = [&](const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), file) != v.end(); };
       const bool in_train = listed(info.train), in_val = listed(info.val);
       if (!in_train && !in_val) error(shard, info_path, "not among the shards that prepare wrote for the data set \"", set, "\"");
-      if (std::string(split) == "train" && !in_train)
+      if (training && !in_train)
         error(shard, info_path, "a validation shard of the data set \"", set, "\", but ", key,
               " names it: its text would be trained on (does a pattern match more than it should?)");
-      if (std::string(split) == "val" && !in_val)
+      if (!training && !in_val)
         error(shard, info_path, "a training shard of the data set \"", set, "\", but ", key, " names it for evaluation");
       if (!tokenizer.empty() && info.tokenizer != tokenizer)
         error(shard, info_path, "made with the ", info.tokenizer, " tokenizer, but this run's data.tokenizer is ", tokenizer);

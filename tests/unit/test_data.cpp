@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/dataset.h"
+#include "test_util.h"
 
 using namespace amp;
 namespace fs = std::filesystem;
@@ -104,17 +105,7 @@ Bytes f32_payload(const std::vector<float>& v) {
 }
 
 // The message of the Data error that f throws, or a text that no expected message contains.
-std::string data_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::Data) return e.what();
-    return std::string("<wrong error kind> ") + e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not an amp::Error> ") + e.what();
-  }
-  return "<no exception>";
-}
+std::string data_error_of(const std::function<void()>& f) { return amp_test::error_of(ErrorKind::Data, f); }
 
 std::string idx_error(const std::string& path) {
   return data_error_of([&] { read_idx(path); });

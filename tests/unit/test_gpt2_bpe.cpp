@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "data/dataset.h"
 #include "data/gpt2_bpe.h"
 #include "data/prepare.h"
+#include "test_util.h"
 
 using namespace amp;
 
@@ -262,21 +262,12 @@ std::vector<std::string> listing(const std::string& dir) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 }  // namespace
 
 TEST_CASE("prepare: all or nothing, and a name whose shards another data set's patterns match is refused", "[prepare]") {
   namespace fs = std::filesystem;
-  const std::string dir = (fs::temp_directory_path() / "amp_prepare_whole_test").string();
-  fs::remove_all(dir);
+  const amp_test::TempDir tmp;
+  const std::string dir = tmp.path();
   fs::create_directories(dir + "/in");
   std::string text;
   for (int i = 0; i < 400; ++i) text += "line " + std::to_string(i) + " of the first file\n";
@@ -291,7 +282,7 @@ TEST_CASE("prepare: all or nothing, and a name whose shards another data set's p
     o.inputs = {dir + "/in/a.txt", dir + "/in/b.txt"};
     o.threads = 1;
     o.chunk_bytes = 256;  // the first file is encoded and written before the second is read
-    CHECK_THAT(error_of([&] { prepare_shards(o, nullptr); }), Catch::Contains("b.txt") && Catch::Contains("NUL"));
+    CHECK_THAT(amp_test::error_of(ErrorKind::Data, [&] { prepare_shards(o, nullptr); }), Catch::Contains("b.txt") && Catch::Contains("NUL"));
     CHECK(listing(o.out_dir).empty());
   }
   SECTION("a stopped run's temporaries of this name go; another name's stay") {
@@ -314,27 +305,25 @@ TEST_CASE("prepare: all or nothing, and a name whose shards another data set's p
     o.name = "a";
     prepare_shards(o, nullptr);
     o.name = "a_train";  // a_train_train_000000.bin would be one of a_train_*.bin
-    CHECK_THAT(error_of([&] { prepare_shards(o, nullptr); }),
+    CHECK_THAT(amp_test::error_of(ErrorKind::Output, [&] { prepare_shards(o, nullptr); }),
                Catch::Contains("the data set \"a\" in this folder would take this run's shards") &&
                    Catch::Contains("a_train_*.bin matches a_train_train_000000.bin"));
     o.name = "a_val";
-    CHECK_THAT(error_of([&] { prepare_shards(o, nullptr); }), Catch::Contains("a_val_*.bin matches a_val_train_000000.bin"));
+    CHECK_THAT(amp_test::error_of(ErrorKind::Output, [&] { prepare_shards(o, nullptr); }), Catch::Contains("a_val_*.bin matches a_val_train_000000.bin"));
     o.out_dir = dir + "/out2";
     o.name = "a_train";
     prepare_shards(o, nullptr);
     o.name = "a";
-    CHECK_THAT(error_of([&] { prepare_shards(o, nullptr); }), Catch::Contains("a_train_") && Catch::Contains("already exists"));
+    CHECK_THAT(amp_test::error_of(ErrorKind::Output, [&] { prepare_shards(o, nullptr); }), Catch::Contains("a_train_") && Catch::Contains("already exists"));
     o.name = "ab";  // no overlap
     CHECK_FALSE(prepare_shards(o, nullptr).train_files.empty());
   }
-  fs::remove_all(dir);
 }
 
 TEST_CASE("prepare's info beside its shards: training refuses a split's or a tokenizer's mix-up", "[prepare]") {
   namespace fs = std::filesystem;
-  const std::string dir = (fs::temp_directory_path() / "amp_prepare_info_test").string();
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const amp_test::TempDir tmp;
+  const std::string dir = tmp.path();
   std::string text;
   for (int i = 0; i < 300; ++i) text += "row " + std::to_string(i) + "\n";
   std::ofstream(dir + "/a.txt", std::ios::binary) << text;
@@ -355,30 +344,29 @@ TEST_CASE("prepare's info beside its shards: training refuses a split's or a tok
   CHECK_NOTHROW(check_prepared_shards(x.train_files, y.val_files, ""));
   CHECK_NOTHROW(check_prepared_shards({x.train_files[1]}, {}, "bytes"));  // a subset
   // A validation shard for training, a training shard for evaluation.
-  CHECK_THAT(error_of([&] { check_prepared_shards({x.train_files[0], x.val_files[0]}, {}, "bytes"); }),
+  CHECK_THAT(amp_test::error_of(ErrorKind::Data, [&] { check_prepared_shards({x.train_files[0], x.val_files[0]}, {}, "bytes"); }),
              Catch::Contains(x.val_files[0] + ": a validation shard of the data set \"x\", but data.train_tokens names it") &&
                  Catch::Contains(x_info));
-  CHECK_THAT(error_of([&] { check_prepared_shards(x.train_files, {x.train_files[0]}, "bytes"); }),
+  CHECK_THAT(amp_test::error_of(ErrorKind::Data, [&] { check_prepared_shards(x.train_files, {x.train_files[0]}, "bytes"); }),
              Catch::Contains("a training shard of the data set \"x\", but data.eval_tokens names it"));
   // Another tokenizer than the run's, or than another shard's.
-  CHECK_THAT(error_of([&] { check_prepared_shards(x.train_files, {}, "gpt2"); }),
+  CHECK_THAT(amp_test::error_of(ErrorKind::Data, [&] { check_prepared_shards(x.train_files, {}, "gpt2"); }),
              Catch::Contains(x.train_files[0] + ": made with the bytes tokenizer, but this run's data.tokenizer is gpt2"));
   std::string info = slurp(y_info);
   info.replace(info.find("\"bytes\""), 7, "\"gpt2\"");
   std::ofstream(y_info, std::ios::trunc) << info;
-  CHECK_THAT(error_of([&] { check_prepared_shards(x.train_files, y.val_files, ""); }),
+  CHECK_THAT(amp_test::error_of(ErrorKind::Data, [&] { check_prepared_shards(x.train_files, y.val_files, ""); }),
              Catch::Contains(y.val_files[0] + ": made with the gpt2 tokenizer, but " + x.train_files[0] + " with the bytes"));
   // A shard that the info does not list; an info that is not prepare's.
   fs::copy_file(x.train_files[0], o.out_dir + "/x_train_000099.bin");
-  CHECK_THAT(error_of([&] { check_prepared_shards({o.out_dir + "/x_train_000099.bin"}, {}, ""); }),
+  CHECK_THAT(amp_test::error_of(ErrorKind::Data, [&] { check_prepared_shards({o.out_dir + "/x_train_000099.bin"}, {}, ""); }),
              Catch::Contains("not among the shards that prepare wrote for the data set \"x\""));
   std::ofstream(x_info, std::ios::trunc) << "{\"tok";
-  CHECK_THAT(error_of([&] { check_prepared_shards(x.train_files, {}, ""); }),
+  CHECK_THAT(amp_test::error_of(ErrorKind::Data, [&] { check_prepared_shards(x.train_files, {}, ""); }),
              Catch::Contains(x_info + ": not the JSON object"));
   // Shards without an info (another program's) pass.
   fs::remove(x_info);
   CHECK_NOTHROW(check_prepared_shards({x.train_files[0], x.val_files[0], o.out_dir + "/x_train_000099.bin"}, {}, "gpt2"));
-  fs::remove_all(dir);
 }
 
 TEST_CASE("gpt2 bpe: long pieces merge with a heap to GPT-2's tokens, in n log n", "[gpt2]") {

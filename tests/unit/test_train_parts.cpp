@@ -303,13 +303,7 @@ TEST_CASE("sample prompts: token ids where the data names no tokenizer, text the
   CHECK(encode_prompt("", "\n", 50257, "cfg.yaml", "sample.prompt") == std::vector<int32_t>{50256});  // none: the last id
   CHECK(decode_sample("", {464, 2068}) == "464 2068");  // what a sample prints, a prompt again
   const auto error = [](const std::string& prompt) {
-    try {
-      encode_prompt("", prompt, 1000, "--prompt", "sample.prompt");
-    } catch (const Error& e) {
-      CHECK(e.kind() == ErrorKind::Config);
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return amp_test::error_of(ErrorKind::Config, [&] { encode_prompt("", prompt, 1000, "--prompt", "sample.prompt"); });
   };
   CHECK(error("hello world") ==
         "config error: --prompt: sample.prompt: \"hello\" is not a token id: the model's data names no tokenizer "

@@ -1,4 +1,4 @@
-// Small helpers shared by the unit tests: a temporary folder and file writer.
+// Small helpers shared by the unit tests: a temporary folder and file writer, an error's message.
 #pragma once
 
 #include <atomic>
@@ -6,9 +6,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <unistd.h>
 
+#include "core/error.h"
 #include "core/hash.h"
 
 namespace amp_test {
@@ -40,6 +42,20 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// The message of the amp::Error of `kind` that f throws, or a text that no expected message
+// contains (another kind, another exception, none).
+inline std::string error_of(amp::ErrorKind kind, const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const amp::Error& e) {
+    if (e.kind() == kind) return e.what();
+    return std::string("<wrong error kind> ") + e.what();
+  } catch (const std::exception& e) {
+    return std::string("<not an amp::Error> ") + e.what();
+  }
+  return "<no exception>";
+}
 
 }  // namespace amp_test
 
