@@ -10,9 +10,20 @@
 # Usage: scripts/plan_largest_gpt.sh [budget GiB per rank (default 80)] [ranks (default 8)] [context (default 2048)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+usage() { echo "usage: scripts/plan_largest_gpt.sh [budget GiB per rank (default 80)] [ranks (default 8)] [context (default 2048)]"; }
+case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+if (($# > 3)); then echo "plan_largest_gpt.sh: at most 3 arguments, got $#" >&2; usage >&2; exit 2; fi
 budget=${1:-80}
 ranks=${2:-8}
 ctx=${3:-2048}
+# Each a positive number (the budget may have a fraction), checked here: the planner would take
+# "nan" or -5 and print a table of nothing.
+[[ $budget =~ ^[0-9]+([.][0-9]+)?$ && ! $budget =~ ^0+([.]0+)?$ ]] ||
+  { echo "plan_largest_gpt.sh: budget '$budget': a positive number of GiB per rank was expected" >&2; usage >&2; exit 2; }
+[[ $ranks =~ ^[1-9][0-9]{0,6}$ ]] ||
+  { echo "plan_largest_gpt.sh: ranks '$ranks': a whole number from 1 was expected" >&2; usage >&2; exit 2; }
+[[ $ctx =~ ^[1-9][0-9]{0,6}$ ]] ||
+  { echo "plan_largest_gpt.sh: context '$ctx': a whole number from 1 was expected" >&2; usage >&2; exit 2; }
 bin=${AMP_BUILD:-build}/amp_ddp
 [ -x "$bin" ] || { echo "error: $bin not built (cmake --build build --target amp_ddp)" >&2; exit 1; }
 exec /usr/bin/python3 - "$bin" "$budget" "$ranks" "$ctx" <<'PY'
@@ -33,7 +44,12 @@ def plan(C, L, zero, recompute):
         cmd = [binary, "configs/gpt_fortunes_fp16.yaml", "--dry-run", "--ranks", str(N)]
         for k, v in sets.items():
             cmd += ["--set", f"{k}={v}"]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:  # amp_ddp's own message (a context beyond model.seq_len's range, say)
+            sys.stderr.write(r.stderr)
+            sys.exit(f"plan_largest_gpt.sh: amp_ddp --dry-run refused the plan of n_embd {C}, n_layer {L} "
+                     f"(exit {r.returncode}): {' '.join(cmd)}")
+        out = r.stdout
         p = int(re.search(r"# parameters: \S+ \((\d+);", out).group(1))
         m = re.search(r"# memory per rank in bytes: state (\d+) activations (\d+) total (\d+)", out)
         cache[key] = (p, int(m.group(1)), int(m.group(2)))

@@ -104,7 +104,7 @@ def load_run(folder):
     prev = 0
     for r in run.logs:
         s = r.get("skipped")
-        if isinstance(s, (int, float)) and not isinstance(s, bool):
+        if isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s):
             if s > prev:
                 run.skips.append((num(r.get("step")), num(r.get("scale")), int(s - prev)))
             prev = s
@@ -316,6 +316,12 @@ def main(argv=None):
         p.error("at least one RUN_DIR is required")
     if not a.output:
         p.error("the following arguments are required: -o/--output")
+    out = a.output
+    if os.path.isdir(out):
+        print(f"plot_runs: error: -o {out}: names a folder; give the image's file name (FILE.png)", file=sys.stderr)
+        return 2
+    if not os.path.splitext(out)[1]:
+        out += ".png"  # what matplotlib would write: the path printed is the file written
     try:
         runs = [load_run(d) for d in a.runs]
     except UsageError as e:
@@ -328,9 +334,9 @@ def main(argv=None):
         last = r.logs[-1] if r.logs else {}
         print(f"{r.folder}: {r.label()}: {len(r.logs)} log records (last step {last.get('step', '-')}), "
               f"{len(r.evals)} evaluations, {r.skipped} skipped steps")
-    rc = plot(runs, a.output, a.title)
+    rc = plot(runs, out, a.title)
     if rc == 0:
-        print(a.output)
+        print(out)
     return rc
 
 

@@ -34,6 +34,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export AMP_ROOT=${AMP_ROOT:-$(cd "$here/../.." && pwd)}
 
+case "${1:-}" in
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  --gather|--set) ;;
+  -*) echo "scaling_study.sh: unknown option '$1' (--help says what it takes)" >&2; exit 2 ;;
+  ?*) [[ -f $1 ]] || { echo "scaling_study.sh: config '$1': no such file" >&2; exit 2; } ;;
+esac
 if [[ "${1:-}" == --gather ]]; then
   [[ $# -eq 2 ]] || { echo "usage: $0 --gather STUDY_DIR" >&2; exit 2; }
   exec python3 "$here/scaling_table.py" "$2"

@@ -14,12 +14,19 @@ import sys
 
 
 def rows_from(args):
+    for d in args:
+        if not os.path.isdir(d):
+            sys.exit(f"scaling_table.py: {d}: no such folder (a study folder with jobs.tsv, or run folders)")
     if len(args) == 1 and os.path.isfile(os.path.join(args[0], "jobs.tsv")):
-        with open(os.path.join(args[0], "jobs.tsv")) as f:
-            for line in f:
+        path = os.path.join(args[0], "jobs.tsv")
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
                 if line.strip():
-                    n, g, job, d = line.rstrip("\n").split("\t")
-                    yield n, g, job, d
+                    cells = line.rstrip("\n").split("\t")
+                    if len(cells) != 4:
+                        sys.exit(f"scaling_table.py: {path}:{number}: {len(cells)} tab-separated cells; "
+                                 "4 expected (nodes, tasks per node, job, run folder)")
+                    yield tuple(cells)
     else:
         for d in args:
             yield "?", "?", "?", d
@@ -42,15 +49,16 @@ def main(argv):
         except (OSError, ValueError) as e:
             rows.append(dict(n=n, g=g, job=job, missing=f"no summary ({e.__class__.__name__})"))
             continue
-        ranks = s.get("world_size", 1)
+        # A value the run did not measure (stopped in set-up, say) is absent, shown as "-", never 0.
+        ranks = s.get("world_size")
         gb = s.get("global_batch")
-        sps = s.get("samples_per_second") or 0.0
+        sps = s.get("samples_per_second")
         step = (gb / sps) if gb and sps else None
         rows.append(dict(n=n, g=g, job=job, ranks=ranks, gb=gb, sps=sps, step=step,
                          comm=s.get("comm_seconds_per_step"), exposed=s.get("comm_exposed_seconds_per_step"),
                          hidden=s.get("comm_hidden_share"), stopped=s.get("stopped_early", False),
                          steps=s.get("steps"), model=s.get("model"), precision=s.get("precision")))
-    good = [r for r in rows if "missing" not in r and r["sps"] > 0]
+    good = [r for r in rows if "missing" not in r and r["sps"] and r["ranks"]]
     base = min(good, key=lambda r: r["ranks"]) if good else None
     models = sorted({f"{r['model']}, {r['precision']}" for r in good if r.get("model")})
     if models:
@@ -63,12 +71,14 @@ def main(argv):
             print(f"| {r['n']} | {r['g']} | - | - | - | - | - | - | - | - | - | {r['job']}: {r['missing']} |")
             continue
         eff = "-"
-        if base and r["sps"] > 0:
+        if base and r in good:
             eff = f"{(r['sps'] / r['ranks']) / (base['sps'] / base['ranks']):.2f}"
         hidden = "-" if r["hidden"] is None else f"{r['hidden']:.2f}"
         note = " (stopped early)" if r["stopped"] else ""
-        print(f"| {r['n']} | {r['g']} | {r['ranks']} | {r['gb']} | {r['steps']} | {fmt_ms(r['step'])} | "
-              f"{r['sps']:.0f} | {eff} | {fmt_ms(r['comm'])} | {fmt_ms(r['exposed'])} | {hidden} | "
+        cell = lambda v: "-" if v is None else v
+        sps = "-" if r["sps"] is None else f"{r['sps']:.0f}"
+        print(f"| {r['n']} | {r['g']} | {cell(r['ranks'])} | {cell(r['gb'])} | {cell(r['steps'])} | {fmt_ms(r['step'])} | "
+              f"{sps} | {eff} | {fmt_ms(r['comm'])} | {fmt_ms(r['exposed'])} | {hidden} | "
               f"{r['job']}{note} |")
     return 0 if len(good) == len(rows) else 1
 

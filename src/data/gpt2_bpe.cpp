@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/format.h"
+#include "core/hash.h"
 #include "data/dataset.h"
 
 #ifndef AMP_GPT2_VOCAB_DIR
@@ -31,6 +32,10 @@ namespace {
 constexpr const char* kPattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\p{White_Space}\\p{L}\\p{N}]+"
     "|\\p{White_Space}+(?!\\P{White_Space})|\\p{White_Space}+";
+
+// hash64 of GPT-2's 50000 merge lines ("left right\n" each, in rank order, without the #version
+// line): the released vocab.bpe's.
+constexpr uint64_t kMergesDigest = 0xa9b2f4a5deedc582ull;
 
 // GPT-2's files write each byte as one printable code point: the bytes '!'..'~', 0xA1..0xAC and
 // 0xAE..0xFF as themselves, the other 68 bytes as U+0100 onwards in byte order. This is the
@@ -99,10 +104,10 @@ Gpt2Bpe::Gpt2Bpe(const std::string& dir) {
   for (const auto& [key, value] : enc.items()) {
     const int64_t id = value.is_number_integer() ? value.get<int64_t>() : -1;
     if (id < 0 || id >= kVocab || seen[size_t(id)])
-      throw Error(ErrorKind::Data, strcat("data error: ", enc_path, ": token \"", key, "\": expected a distinct id in [0, ",
-                                          kVocab, "), found ", value.dump()));
+      throw Error(ErrorKind::Data, strcat("data error: ", enc_path, ": token \"", printable(key), "\": expected a distinct id in [0, ",
+                                          kVocab, "), found ", printable(value.dump(), 80)));
     if (key == "<|endoftext|>" ? id != kEndOfText : !file_token_to_bytes(key, inv, b))
-      throw Error(ErrorKind::Data, strcat("data error: ", enc_path, ": token \"", key, "\" (id ", id,
+      throw Error(ErrorKind::Data, strcat("data error: ", enc_path, ": token \"", printable(key), "\" (id ", id,
                                           "): not a GPT-2 token (<|endoftext|> must be ", kEndOfText,
                                           "; others are bytes written as GPT-2's byte code points)"));
     if (key == "<|endoftext|>") b = key;
@@ -110,10 +115,20 @@ Gpt2Bpe::Gpt2Bpe(const std::string& dir) {
     bytes_[size_t(id)] = b;
     id_of[b] = int32_t(id);
   }
+  // GPT-2's ids are pinned by its construction: the bytes first, in the order of their code points
+  // in the files (the printable bytes, then the others), then merge rank r's token as 256 + r
+  // (checked with the merges below), <|endoftext|> last. Checked, so that a file with ids swapped
+  // is refused rather than read as another tokenizer under GPT-2's name.
+  int32_t byte_rank[256];
+  for (size_t cp = 0, next = 0; cp < inv.size(); ++cp)
+    if (inv[cp] >= 0) byte_rank[inv[cp]] = int32_t(next++);
   for (int c = 0; c < 256; ++c) {
     const auto it = id_of.find(std::string(1, char(c)));
     if (it == id_of.end())
       throw Error(ErrorKind::Data, strcat("data error: ", enc_path, ": byte ", c, " has no token of its own"));
+    if (it->second != byte_rank[c])
+      throw Error(ErrorKind::Data, strcat("data error: ", enc_path, ": byte ", c, "'s token has id ", it->second, "; GPT-2's is ",
+                                          byte_rank[c], " (not GPT-2's encoder: its ids differ)"));
     byte_token_[c] = it->second;
   }
 
@@ -123,14 +138,17 @@ Gpt2Bpe::Gpt2Bpe(const std::string& dir) {
   int64_t line_no = 0;
   int32_t rank = 0;
   merges_.reserve(size_t(kVocab) * 2);
+  Hasher merges_digest;
   while (std::getline(lines, line)) {
     ++line_no;
+    const auto bad = [&](const std::string& why) {
+      return Error(ErrorKind::Data, strcat("data error: ", bpe_path, ":", line_no, ": \"", printable(line, 120), "\": ", why));
+    };
+    if (!line.empty() && line.back() == '\r')
+      throw bad("the line ends in a carriage return (CRLF line endings); GPT-2's vocab.bpe ends its lines with LF alone");
     if (line_no == 1 && line.rfind("#version", 0) == 0) continue;
     if (line.empty()) continue;
     const size_t sp = line.find(' ');
-    const auto bad = [&](const std::string& why) {
-      return Error(ErrorKind::Data, strcat("data error: ", bpe_path, ":", line_no, ": \"", line, "\": ", why));
-    };
     if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos)
       throw bad("expected a merge, two tokens separated by one space");
     if (!file_token_to_bytes(line.substr(0, sp), inv, lb) || !file_token_to_bytes(line.substr(sp + 1), inv, rb))
@@ -139,11 +157,25 @@ Gpt2Bpe::Gpt2Bpe(const std::string& dir) {
     if (l == id_of.end() || r == id_of.end() || m == id_of.end())
       throw bad(strcat("the ", l == id_of.end() ? "left token" : r == id_of.end() ? "right token" : "merged token",
                        " is not in ", enc_path));
-    merges_.emplace((uint64_t(uint32_t(l->second)) << 32) | uint32_t(r->second), Merge{rank++, m->second});
+    const auto [at, added] =
+        merges_.emplace((uint64_t(uint32_t(l->second)) << 32) | uint32_t(r->second), Merge{rank, m->second});
+    if (!added) throw bad(strcat("the merge of rank ", at->second.rank, " again (each pair merges once)"));
+    if (m->second != 256 + rank)
+      throw bad(strcat("merge rank ", rank, " makes the token of id ", m->second, " in ", enc_path, "; GPT-2's merge rank r makes ",
+                       "id 256 + r (a merge missing or out of order, or an encoder of other ids)"));
+    merges_digest.update(line.data(), line.size());
+    merges_digest.update("\n", 1);
+    ++rank;
   }
   if (rank != kVocab - 257)
     throw Error(ErrorKind::Data, strcat("data error: ", bpe_path, ": expected GPT-2's ", kVocab - 257,
                                         " merges, found ", rank));
+  // The ids above follow from the merges; the merges themselves are GPT-2's only if they are the
+  // released list (another BPE of the same size would tokenize under GPT-2's name).
+  if (merges_digest.digest() != kMergesDigest)
+    throw Error(ErrorKind::Data, strcat("data error: ", bpe_path, ": not GPT-2's merges (their digest is ",
+                                        hex64(merges_digest.digest()), ", GPT-2's ", hex64(kMergesDigest),
+                                        "); data.tokenizer gpt2 reads GPT-2's released encoder.json and vocab.bpe"));
 
   int err = 0;
   PCRE2_SIZE at = 0;

@@ -134,6 +134,81 @@ TEST_CASE("gpt2 bpe: broken vocabulary files are refused naming the file and the
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("gpt2 bpe: files that are not GPT-2's are refused: a merge repeated or moved, ids swapped, CRLF, other merges", "[gpt2]") {
+  const std::string src = gpt2_vocab_dir();
+  gpt2();  // the real files are there
+  const amp_test::TempDir tmp;
+  const std::string dir = tmp.path();
+  const std::string encoder = slurp(src + "/encoder.json"), merges = slurp(src + "/vocab.bpe");
+  std::vector<std::string> lines;  // vocab.bpe's lines, "#version" first
+  for (size_t a = 0, b; a < merges.size(); a = b + 1) {
+    b = merges.find('\n', a);
+    if (b == std::string::npos) b = merges.size();
+    lines.push_back(merges.substr(a, b - a));
+  }
+  REQUIRE(lines.size() == 50001);  // "#version", then 50000 merges
+  auto write = [&](const std::string& enc, const std::vector<std::string>& bpe) {
+    std::ofstream(dir + "/encoder.json", std::ios::binary) << enc;
+    std::ofstream out(dir + "/vocab.bpe", std::ios::binary);
+    for (const std::string& l : bpe) out << l << '\n';
+  };
+  auto message = [&] {
+    try {
+      Gpt2Bpe b(dir);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::Data);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  write(encoder, lines);
+  CHECK(message() == "no error");  // the copies themselves are read
+  // Line 3 written over by line 2: still 50000 merges; the pair merges twice.
+  std::vector<std::string> bpe = lines;
+  bpe[2] = bpe[1];
+  write(encoder, bpe);
+  CHECK_THAT(message(), Catch::Contains("vocab.bpe:3: \"" + lines[1] + "\": the merge of rank 0 again"));
+  // Two merges in the other order: rank 1 would make GPT-2's token 256.
+  bpe = lines;
+  std::swap(bpe[1], bpe[2]);
+  write(encoder, bpe);
+  CHECK_THAT(message(), Catch::Contains("vocab.bpe:2:") && Catch::Contains("merge rank 0 makes the token of id 257"));
+  // The ids of the bytes "a" and "b" swapped in encoder.json.
+  std::string swapped = encoder;
+  const size_t ia = swapped.find("\"a\": "), ib = swapped.find("\"b\": ");
+  REQUIRE((ia != std::string::npos && ib != std::string::npos));
+  const size_t ea = swapped.find_first_of(",}", ia), eb = swapped.find_first_of(",}", ib);
+  const std::string ida = swapped.substr(ia + 5, ea - ia - 5), idb = swapped.substr(ib + 5, eb - ib - 5);
+  swapped.replace(ib + 5, eb - ib - 5, ida);  // b first: it lies after a
+  swapped.replace(ia + 5, ea - ia - 5, idb);
+  write(swapped, lines);
+  CHECK_THAT(message(), Catch::Contains("encoder.json: byte 97's token has id " + idb + "; GPT-2's is " + ida));
+  // CRLF line endings: named as such, the carriage return shown escaped.
+  std::ofstream(dir + "/encoder.json", std::ios::binary) << encoder;
+  {
+    std::ofstream out(dir + "/vocab.bpe", std::ios::binary);
+    for (const std::string& l : lines) out << l << "\r\n";
+  }
+  const std::string crlf = message();
+  CHECK_THAT(crlf, Catch::Contains("vocab.bpe:1:") && Catch::Contains("\\x0d") && Catch::Contains("CRLF line endings"));
+  CHECK(crlf.find('\r') == std::string::npos);
+  // Another merge list that the encoder agrees with (two merges and their tokens' ids swapped
+  // together): only the digest tells it from GPT-2's.
+  bpe = lines;
+  const size_t r1 = 40000, r2 = 40001;  // ranks; lines r + 1
+  std::swap(bpe[r1 + 1], bpe[r2 + 1]);
+  std::string other = encoder;
+  for (const auto& [from, to] : {std::pair{256 + r1, 99999999ul}, std::pair{256 + r2, 256 + r1}, std::pair{99999999ul, 256 + r2}}) {
+    const std::string f = ": " + std::to_string(from), t = ": " + std::to_string(to);
+    size_t at = other.find(f + ",");
+    if (at == std::string::npos) at = other.find(f + "}");
+    REQUIRE(at != std::string::npos);
+    other.replace(at, f.size(), t);
+  }
+  write(other, bpe);
+  CHECK_THAT(message(), Catch::Contains("vocab.bpe: not GPT-2's merges (their digest is"));
+}
+
 TEST_CASE("gpt2 bpe: text files read with data.tokenizer gpt2 are GPT-2 tokens, each file after <|endoftext|>", "[gpt2]") {
   const Gpt2Bpe& bpe = gpt2();
   const std::string dir = (std::filesystem::temp_directory_path() / "amp_gpt2_text_test").string();
