@@ -1,9 +1,11 @@
 """scripts/plot_runs.py: two short real runs (FP16 with dynamic scaling that skips steps at the
 start, FP32) plotted into one valid PNG; the skipped steps are counted; torn last lines, null
 values, a single record and a run without summary or evaluation still plot; a missing folder, a
-folder without metrics.jsonl and an empty metrics.jsonl are exit 2 naming the folder.
+folder without metrics.jsonl and an empty metrics.jsonl are exit 2 naming the folder, and so is an
+-o that names a folder; an -o without a suffix prints the FILE.png written.
 Skipped (exit 0) only when matplotlib cannot be imported."""
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -102,5 +104,19 @@ check(rc == 2 and empty in err, f"empty metrics.jsonl: exit 2 naming the folder 
 rc, out, err = plot(fp32)
 check(rc == 2 and "-o" in err, f"-o is required (rc {rc}: {err.strip()[-200:]})")
 check(not os.path.exists(bad_png), "no image written on errors")
+rc, out, err = plot(fp32, "-o", fp16)
+check(rc == 2 and "names a folder" in err, f"-o naming a folder: exit 2 (rc {rc}: {err.strip()[-200:]})")
+# No suffix: matplotlib writes FILE.png, and that is the path printed. A "skipped" counter that is
+# not a finite number (an edited file) is not a skip count.
+noext = os.path.join(base, "nosuffix")
+inf = os.path.join(base, "inf")
+os.makedirs(inf)
+with open(os.path.join(fp16, "metrics.jsonl")) as f, open(os.path.join(inf, "metrics.jsonl"), "w") as g:
+    text = re.sub(r'"skipped": *[0-9]+', '"skipped": Infinity', f.read())
+    g.write(text)
+check("Infinity" in text, "the copied run's skipped counters made infinite")
+rc, out, err = plot(inf, "-o", noext)
+check(rc == 0 and out.strip().splitlines()[-1] == noext + ".png" and png_info(noext + ".png")[0] and "Traceback" not in err,
+      f"-o without a suffix prints the file written; an infinite skipped counter plots (rc {rc}: {out.strip()[-200:]} {err.strip()[-300:]})")
 
 done()
