@@ -37,15 +37,21 @@ std::string describe_files(const std::vector<std::string>& files) {
 
 // Language modelling (data.format text or tokens): one token stream for training and one for
 // evaluation (eval shards, or the end of the training stream), windows of model.seq_len + 1 tokens.
-DataSets load_lm_datasets(const Config& cfg) {
+DataSets load_lm_datasets(const Config& cfg, DataUse use) {
   const auto& d = cfg.data;
   const bool text = d.format == "text";
-  const char* train_key = text ? "data.text_files" : "data.train_tokens";
-  const std::vector<std::string> train_files = expand_paths(text ? d.text_files : d.train_tokens, train_key);
+  const bool eval_only = use == DataUse::EvaluationOnly;
   // Token shards name their tokenizer for prompts and samples only: its files are not read here.
   const std::string tokenizer = data_tokenizer_name(d.tokenizer, d.format);
-  TokenStream train = text ? read_text_tokens(train_files, *make_tokenizer(tokenizer)) : read_token_shards(train_files);
-  std::string train_name = describe_files(train_files), eval_name;
+  // Evaluation shards with a vocabulary known without the training tokens: those are not read.
+  const bool skip_train = eval_only && !text && !d.eval_tokens.empty() && (cfg.model.vocab_size > 0 || !tokenizer.empty());
+  const char* train_key = text ? "data.text_files" : "data.train_tokens";
+  const std::vector<std::string> train_files =
+      skip_train ? std::vector<std::string>() : expand_paths(text ? d.text_files : d.train_tokens, train_key);
+  TokenStream train = skip_train ? TokenStream()
+                      : text     ? read_text_tokens(train_files, *make_tokenizer(tokenizer))
+                                 : read_token_shards(train_files);
+  std::string train_name = skip_train ? std::string("data.train_tokens (not read)") : describe_files(train_files), eval_name;
   TokenStream eval;
   std::vector<std::string> eval_files;
   if (!text && !d.eval_tokens.empty()) {
@@ -86,7 +92,14 @@ DataSets load_lm_datasets(const Config& cfg) {
   }
   const size_t seq_len = size_t(cfg.model.seq_len);
   DataSets out;
-  out.train = make_lm_dataset(std::move(train), seq_len, vocab, train_name, true);
+  if (eval_only) {  // the model's shape alone: no windows to draw
+    out.train.source = train_name;
+    out.train.task = Task::LanguageModel;
+    out.train.n_features = out.train.seq_len = seq_len;
+    out.train.vocab = vocab;
+  } else {
+    out.train = make_lm_dataset(std::move(train), seq_len, vocab, train_name, true);
+  }
   if (!eval_name.empty()) out.eval = make_lm_dataset(std::move(eval), seq_len, vocab, eval_name, true);
   out.train.tokenizer = out.eval.tokenizer = tokenizer;
   return out;
@@ -94,9 +107,9 @@ DataSets load_lm_datasets(const Config& cfg) {
 
 }  // namespace
 
-DataSets load_datasets(const Config& cfg) {
+DataSets load_datasets(const Config& cfg, DataUse use) {
   const auto& d = cfg.data;
-  if (d.format == "text" || d.format == "tokens") return load_lm_datasets(cfg);
+  if (d.format == "text" || d.format == "tokens") return load_lm_datasets(cfg, use);
   DataSets out;
   const int n_classes = int(d.n_classes);
   if (d.format == "idx") {

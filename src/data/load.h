@@ -13,7 +13,13 @@ struct DataSets {
   Dataset eval;  // n == 0: no evaluation
 };
 
-DataSets load_datasets(const Config& cfg);
+// What the sets are for. Evaluation alone (amp_ddp eval) needs the training set only for its shape
+// (the vocabulary, the context) and, for features, its normalization: token shards with
+// data.eval_tokens and a known vocabulary (model.vocab_size or data.tokenizer) do not read the
+// training shards at all, and no language-model training set needs windows of its own.
+enum class DataUse { Training, EvaluationOnly };
+
+DataSets load_datasets(const Config& cfg, DataUse use = DataUse::Training);
 
 // Digest of a data set's contents (features, labels or targets, tokens, shape), chained from `seed`:
 // ranks compare it to catch nodes whose copies of the data files differ.

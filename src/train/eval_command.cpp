@@ -29,13 +29,19 @@ int run_eval(const Config& cfg, Communicator& world) {
       throw Error(ErrorKind::Config, "config error: model.init_from: eval needs the weights to evaluate: --set "
                                      "model.init_from=PATH (an amp_ddp checkpoint, a safetensors or an llm.c model file)");
     be = make_backend(cfg.run.device, world.local_rank(), pick_threads(cfg.run.threads, world.local_size()));
-    data = load_datasets(cfg);
+    data = load_datasets(cfg, DataUse::EvaluationOnly);
     if (data.eval.n == 0) {
-      // Where it was said: data.eval_fraction where given (a --set of 0, say), else the data section.
+      // Where it was said: data.eval_fraction where given (a --set of 0, say), else the data
+      // section; and what gives this data format an evaluation set.
+      const std::string& f = cfg.data.format;
       const char* key = cfg.given("data.eval_fraction") ? "data.eval_fraction" : "data.format";
       const std::string where = cfg.given(key) ? strcat(cfg.origin.at(key), ": ", key, ": ") : std::string();
-      throw Error(ErrorKind::Config, strcat("config error: ", where, "the config has no evaluation set: give ",
-                                            "data.eval_tokens (token shards) or data.eval_fraction"));
+      const char* give = f == "tokens"      ? "data.eval_tokens (token shards) or data.eval_fraction"
+                         : f == "idx"       ? "data.eval_images and data.eval_labels"
+                         : f == "csv"       ? "data.eval_csv or data.eval_fraction"
+                         : f == "synthetic" ? "data.synthetic.eval_samples"
+                                            : "data.eval_fraction";
+      throw Error(ErrorKind::Config, strcat("config error: ", where, "the config has no evaluation set: give ", give));
     }
     size_t begin = 0, end = 0;
     eval_shard(data.eval.n, rank, nranks, begin, end);

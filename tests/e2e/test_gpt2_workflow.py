@@ -3,7 +3,8 @@ into GPT-2 BPE token shards (documents between "%" lines, each after <|endoftext
 overwriting), 2 ranks train a small GPT on them in FP16 with data.tokenizer gpt2 (its samples are
 text), `amp_ddp sample` continues a prompt from the checkpoint, `amp_ddp export` writes safetensors,
 and `amp_ddp eval` gives the validation loss of the checkpoint (the run's own final evaluation, to
-the printed digits) and of the exported file (on 1 and 2 ranks alike). Needs GPT-2's vocabulary
+the printed digits) and of the exported file (on 1 and 2 ranks alike, and without the training
+shards). Needs GPT-2's vocabulary
 files (scripts/setup.sh --gpt2)."""
 import glob
 import json
@@ -88,4 +89,8 @@ check(st1 is not None and st2 is not None and abs(st1 - st2) < 1e-5 and abs(st1 
       f"eval of the exported safetensors in FP32: 1 and 2 ranks agree, near the FP16 loss ({st1}, {st2}, {ck_loss}: {t1.strip()[-200:]})")
 rc, out, err = amp("eval", cfg)
 check(rc == 2 and "model.init_from" in err, f"eval without weights names model.init_from ({rc}: {err.strip()})")
+# Evaluation reads the evaluation shards alone: training shards that are gone (another machine,
+# say) are not needed, and the loss is the same.
+gone, rc, text = eval_loss(st, None, "precision.compute=fp32", f'data.train_tokens=["{base}/gone/fortunes_train_*.bin"]')
+check(gone == st1, f"eval without the training shards: the same loss ({gone} vs {st1}: {text.strip()[-300:]})")
 done()

@@ -15,7 +15,7 @@
   "unknown key"), and `export -o ""` is a usage error (it was an output error)."""
 import json
 import os
-from e2e_util import args, check, done, run, tiny_gpt_config, tmpdir
+from e2e_util import args, check, done, run, source, tiny_gpt_config, tmpdir
 import subprocess
 
 base = tmpdir()
@@ -125,6 +125,9 @@ check(p.returncode == 0, f"sample --prompt the still samples ({p.returncode}: {p
 rc, o, e = run(cfg, [f"model.init_from={ck}", "data.eval_fraction=0"], command="eval")
 check(rc == 2 and "--set data.eval_fraction=0: data.eval_fraction: the config has no evaluation set" in e,
       f"eval without an evaluation set names the --set that removed it ({rc}: {e.strip()[-200:]})")
+rc, o, e = run(source("configs", "seed_dynamic.yaml"), [f"model.init_from={ck}", "data.synthetic.eval_samples=0"], command="eval")
+check(rc == 2 and "the config has no evaluation set: give data.synthetic.eval_samples" in e,
+      f"eval of synthetic data without an evaluation set: the key of this data format named ({rc}: {e.strip()[-200:]})")
 
 # ---- smaller: a YAML merge key, export -o "" -------------------------------------------------------
 with open(cfg) as f:
