@@ -114,16 +114,8 @@ std::unique_ptr<Model> make_model(const Config& cfg, const Dataset& train, Devic
   opt.task = train.task;
   opt.fp8 = cfg.precision.fp8;
 
-  // An upper bound of the layout's elements (weights, biases, 32-element alignment of each),
-  // checked for overflow before the layout is made.
-  size_t bound = 0, activations = 0;
-  bool fits = true;
-  for (size_t i = 0; i + 1 < opt.dims.size(); ++i) {
-    size_t w = 0;
-    fits = fits && !__builtin_mul_overflow(opt.dims[i] + 1, opt.dims[i + 1], &w) &&
-           !__builtin_add_overflow(bound, w + 64, &bound);  // + up to 31 padding twice
-  }
-  fits = fits && Mlp::activation_bytes(opt.dims, max_rows, compute, &activations, opt.fp8);
+  size_t activations = 0;
+  bool fits = mlp_layout_fits(opt.dims) && Mlp::activation_bytes(opt.dims, max_rows, compute, &activations, opt.fp8);
   const ParamLayout L = fits ? mlp_layout(opt.dims) : ParamLayout{};
   Need n;
   fits = fits && need(cfg, L, compute, world, activations, &n);

@@ -42,6 +42,16 @@ void ParamLayout::add(const std::string& name, size_t rows, size_t cols, bool de
   total += (rows * cols + 31) / 32 * 32;
 }
 
+bool mlp_layout_fits(const std::vector<size_t>& dims) {
+  size_t bound = 0;
+  for (size_t i = 0; i + 1 < dims.size(); ++i) {
+    size_t w = 0;
+    if (__builtin_mul_overflow(dims[i] + 1, dims[i + 1], &w) || __builtin_add_overflow(bound, w + 64, &bound))
+      return false;  // + up to 31 padding twice
+  }
+  return true;
+}
+
 ParamLayout mlp_layout(const std::vector<size_t>& dims) {
   ParamLayout l;
   for (size_t i = 0; i + 1 < dims.size(); ++i) {

@@ -43,5 +43,8 @@ struct ParamLayout {
 
 // dims = {inputs, hidden..., outputs}.
 ParamLayout mlp_layout(const std::vector<size_t>& dims);
+// Whether mlp_layout(dims)'s element count fits size_t (an upper bound with every tensor's
+// alignment padding, checked without overflowing): ask before making the layout.
+bool mlp_layout_fits(const std::vector<size_t>& dims);
 
 }  // namespace amp

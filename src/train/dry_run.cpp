@@ -42,6 +42,9 @@ std::string synthetic_mlp_plan(const Config& cfg, int world) {
   eval_shard(size_t(cfg.data.synthetic.eval_samples), 0, world, begin, end);
   const size_t rows = std::max(size_t(cfg.data.batch_size), std::min(size_t(cfg.data.eval_batch_size), end - begin));
   size_t act = 0;
+  if (!mlp_layout_fits(dims))
+    return strcat("# parameters: more than 2^64 (", dims.size() - 1, " layers of widths ", dims.front(), "-...-", dims.back(), ")\n",
+                  "# memory per rank: more than 16 EiB (the config is refused when it runs)\n");
   const bool fits = Mlp::activation_bytes(dims, rows, cfg.precision.compute, &act, cfg.precision.fp8);
   const ParamLayout L = mlp_layout(dims);
   return strcat("# parameters: ", format_count(double(L.n_params())), " (", L.n_params(), "; layer widths ",

@@ -78,6 +78,14 @@ for np in (1, 2):
           f"--dry-run of an MLP on synthetic data, {np} rank(s): parameters, training state, samples per forward pass "
           f"as the run reports them, activations at most the bound ({plan.groups() if plan else o[-300:]} vs "
           f"{started.groups() if started else o2[:400]})")
+# Widths whose parameter count passes 2^64 (70000 layers of 2^24 x 2^24): said so, never a wrapped count.
+huge = os.path.join(base, "huge.yaml")
+with open(huge, "w") as f:
+    f.write("model: {hidden: [%s]}\ndata: {format: synthetic, batch_size: 16, synthetic: {train_samples: 64, "
+            "eval_samples: 8, features: 16777216, outputs: 16777216}}\n" % ",".join(["16777216"] * 70000))
+rc, o, e = run(huge, [], extra=["--dry-run"])
+check(rc == 0 and "# parameters: more than 2^64 (70001 layers of widths 16777216-...-16777216)" in o and
+      "# memory per rank: more than 16 EiB" in o, f"--dry-run of an MLP past 2^64 parameters says so ({rc}: {o[-300:]})")
 rc, o, e = run(source("configs", "fmnist_mlp_fp16.yaml"), [], extra=["--dry-run"])
 check(rc == 0 and "# parameters and memory: known once the data is read" in o,
       f"an MLP on data files: its sizes are known once the data is read ({rc})")
