@@ -283,7 +283,7 @@ int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
 // replaces: they go to abandoned/<time>-step<N>/ (kept, not deleted; each roll-back its own folder,
 // so a second never overwrites the first's), so that resume=auto and checkpoint.keep see only
 // the new line. (Other runs' checkpoints were moved aside before: run_identity.h.)
-void CheckpointIO::set_aside_newer(int64_t step, const std::string& resumed_from) {
+std::string CheckpointIO::set_aside_newer(int64_t step, const std::string& resumed_from) {
   const std::string dir = cfg_.resolved_checkpoint_dir();
   std::error_code ec;
   const std::filesystem::path from = std::filesystem::weakly_canonical(resumed_from, ec);
@@ -295,7 +295,7 @@ void CheckpointIO::set_aside_newer(int64_t step, const std::string& resumed_from
     if (s > step || other_at_step) newer.push_back(p);
     same_step = same_step || other_at_step;
   }
-  if (newer.empty()) return;
+  if (newer.empty()) return "";
   char stamp[32];
   const std::time_t t = std::time(nullptr);
   std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", std::gmtime(&t));
@@ -320,6 +320,7 @@ void CheckpointIO::set_aside_newer(int64_t step, const std::string& resumed_from
     reporter_.message(strcat("moved ", moved.size(), " checkpoint(s) ", same_step ? "at or after" : "newer than", " step ", step,
                              " (from the line this run replaces) to ", folder.string(), "/: ", list));
   }
+  return moved.empty() ? std::string() : folder.string();
 }
 
 }  // namespace amp

@@ -54,7 +54,8 @@ class CheckpointIO {
   // (kept, never overwritten by a later roll-back), so resume=auto and checkpoint.keep follow the
   // new line. So does one at the resumed step itself that is not the file resumed from (the run
   // continued a copy from elsewhere).
-  void set_aside_newer(int64_t step, const std::string& resumed_from);
+  // Returns that folder ("" when nothing moved).
+  std::string set_aside_newer(int64_t step, const std::string& resumed_from);
 
  private:
   // The run's whole state on the host (gathered on every rank when sharded, else on rank 0).

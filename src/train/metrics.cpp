@@ -15,7 +15,7 @@
 
 namespace amp {
 
-void truncate_metrics(const std::string& path, int64_t last_step) {
+void truncate_metrics(const std::string& path, int64_t last_step, const std::string& cut_to) {
   std::error_code ec;
   if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return;
   // Read only a regular file: a FIFO would block, a device (/dev/zero) never end.
@@ -24,16 +24,20 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
                                           "; the run appends its records to this file: move that away"));
   std::ifstream in(path);
   if (!in) return;
-  std::string kept, line;
+  std::string kept, cut, line;
   while (std::getline(in, line)) {
     try {
       const auto j = nlohmann::json::parse(line);
-      if (j.contains("step") && j["step"].get<int64_t>() > last_step) continue;
+      if (j.contains("step") && j["step"].get<int64_t>() > last_step) {
+        cut += line + "\n";
+        continue;
+      }
     } catch (const std::exception&) {
       continue;  // a line cut short by a crash
     }
     kept += line + "\n";
   }
+  if (!cut_to.empty() && !cut.empty()) write_file_atomic(cut_to, cut);  // before the records leave metrics.jsonl
   write_file_atomic(path, kept);
 }
 

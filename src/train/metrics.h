@@ -33,8 +33,9 @@ class MetricsWriter {
 };
 
 // Keeps the records of metrics.jsonl whose step is at most last_step (a resumed run appends after
-// its checkpoint; records written after that checkpoint by the stopped run are dropped).
-void truncate_metrics(const std::string& path, int64_t last_step);
+// its checkpoint; records written after that checkpoint by the stopped run are dropped). With
+// cut_to, the dropped records go to that file (a roll-back keeps the replaced line's records).
+void truncate_metrics(const std::string& path, int64_t last_step, const std::string& cut_to = "");
 
 
 }  // namespace amp

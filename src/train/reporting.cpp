@@ -17,9 +17,10 @@ nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::js
 Reporter::Reporter(const Config& cfg, bool lead)
     : cfg_(cfg), lead_(lead), progress_(std::make_unique<Progress>(cfg.run.progress, lead)) {}
 
-void Reporter::open_metrics(int64_t resumed_step) {
+void Reporter::open_metrics(int64_t resumed_step, const std::string& replaced_line) {
   const std::string out = cfg_.resolved_out_dir();
-  if (lead_ && resumed_step > 0) truncate_metrics(out + "/metrics.jsonl", resumed_step);
+  if (lead_ && resumed_step > 0)
+    truncate_metrics(out + "/metrics.jsonl", resumed_step, replaced_line.empty() ? "" : replaced_line + "/metrics.jsonl");
   metrics_ = std::make_unique<MetricsWriter>(out, lead_, resumed_step > 0);
   metrics_->write_text("config.yaml", config_to_yaml(cfg_));
 }

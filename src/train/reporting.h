@@ -45,8 +45,10 @@ class Reporter {
  public:
   Reporter(const Config& cfg, bool lead);
   Progress& progress() { return *progress_; }
-  // Opens metrics.jsonl (appending after the checkpoint's step when resumed) and writes out_dir/config.yaml.
-  void open_metrics(int64_t resumed_step);
+  // Opens metrics.jsonl (appending after the checkpoint's step when resumed) and writes
+  // out_dir/config.yaml. replaced_line: a roll-back's folder (CheckpointIO::set_aside_newer), which
+  // receives the records after resumed_step.
+  void open_metrics(int64_t resumed_step, const std::string& replaced_line = "");
   MetricsWriter& metrics() { return *metrics_; }
   const std::string& output_failure() const;  // "" while the run output is writable
 

@@ -108,6 +108,7 @@ class Trainer {
   AmpScalars seen_;  // the last mixed-precision scalars read from the backend
   int64_t start_step_ = 1;  // 1, or the step after the checkpoint resumed from
   std::string resumed_from_;
+  std::string replaced_line_;  // rank 0, a roll-back: the folder of the line it replaces (set_aside_newer)
   std::string run_id_;  // rank 0
   uint64_t init_hash_ = 0;  // model.init_from: the loaded weights' hash (params_hash's; summary.json)
   double run_start_ = 0;

@@ -57,13 +57,28 @@ check(rc == 0 and "nothing left to train" in out, f"resume at the last step: exi
 lin = os.path.join(base, "lineage")
 rc, _, err = run(cfg, [f"run.out_dir={lin}", "checkpoint.interval=20", "checkpoint.keep=5"])
 lck = os.path.join(lin, "checkpoints")
+first_line = {f: open(os.path.join(lin, f)).read() for f in ("summary.json", "config.yaml", "metrics.jsonl")}
 rc, out, err = run(cfg, [f"run.out_dir={lin}", "checkpoint.interval=20", "checkpoint.keep=5",
                          f"checkpoint.resume={os.path.join(lck, 'ckpt_step0000000020.bin')}",
                          "faults.raise_signal=[{step: 30, rank: 0}]"])
-check(rc == 0 and "moved 2 checkpoint(s) newer than step 20" in out
-      and [sorted(os.listdir(d)) for d in glob.glob(os.path.join(lck, "abandoned", "*-step20"))] ==
-      [["ckpt_step0000000040.bin", "ckpt_step0000000060.bin"]],
-      f"roll-back to step 20 moves 40 and 60 to abandoned/<time>-step20/ ({out[-400:]} {err[-200:]})")
+aband = glob.glob(os.path.join(lck, "abandoned", "*-step20"))
+check(rc == 0 and "moved 2 checkpoint(s) newer than step 20" in out and "summary.json and config.yaml kept in" in out
+      and [sorted(os.listdir(d)) for d in aband] ==
+      [["ckpt_step0000000040.bin", "ckpt_step0000000060.bin", "config.yaml", "metrics.jsonl", "summary.json"]],
+      f"roll-back to step 20 moves 40 and 60 to abandoned/<time>-step20/ with the line's summary, config and "
+      f"later records ({out[-400:]} {err[-200:]})")
+# Nothing of the replaced line is lost: its summary and config as they were, and its records after
+# step 20 beside its checkpoints, those up to step 20 still in the run's metrics.jsonl.
+if aband:
+    cut_records = [json.loads(l) for l in open(os.path.join(aband[0], "metrics.jsonl"))]
+    old_records = [json.loads(l) for l in first_line["metrics.jsonl"].splitlines()]
+    live = [json.loads(l) for l in open(os.path.join(lin, "metrics.jsonl"))]
+    upto20 = lambda rs: [r for r in rs if "loss" in r and r["step"] <= 20]
+    check(all(open(os.path.join(aband[0], f)).read() == first_line[f] for f in ("summary.json", "config.yaml")) and
+          cut_records == [r for r in old_records if r.get("step", 0) > 20] and cut_records and
+          upto20(live) == upto20(old_records) and upto20(live),
+          f"the replaced line's summary.json and config.yaml kept as they were, its records after step 20 moved beside "
+          f"its checkpoints ({len(cut_records)} records)")
 rc, out, err = run(cfg, [f"run.out_dir={lin}", "checkpoint.interval=20", "checkpoint.keep=5", "checkpoint.resume=auto"])
 check(rc == 0 and "ckpt_step0000000030.bin at step 30" in out, f"resume=auto continues the new line at step 30 ({out[-300:]})")
 
