@@ -108,10 +108,10 @@ RunDirLock::RunDirLock(const std::string& dir, const std::string& key) : dir_(di
 
 RunDirLock::~RunDirLock() {
   if (fd_ < 0) return;
-  // Nothing written beside the lock file: the run was refused before it started. The lock file
+  // The run was refused before it started, or wrote nothing beside the lock file. The lock file
   // goes while it is still held (see the constructor), then the folders this lock made, innermost
   // first, each only while empty.
-  if (made_file_ && holds_only(dir_, kLockName) && ::unlink(path_.c_str()) == 0)
+  if (made_file_ && (!started_ || holds_only(dir_, kLockName)) && ::unlink(path_.c_str()) == 0)
     for (const std::string& d : made_dirs_)
       if (::rmdir(d.c_str()) != 0) break;
   ::close(fd_);  // releases the lock

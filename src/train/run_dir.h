@@ -13,19 +13,22 @@ namespace amp {
 
 // flock() on DIR/.amp_ddp.lock, held until destruction. Throws Error(Config) naming `key` when
 // another process holds it (its pid and host, as written in the lock file), Error(Output) when the
-// folder cannot be created or locked. A run refused before it wrote anything leaves no trace: when
-// the folder then holds nothing but the lock file, destruction removes the lock file if this lock
-// made it, and the folders this lock made.
+// folder cannot be created or locked. A run refused before it wrote anything leaves no trace:
+// destruction removes the lock file if this lock made it and the run never wrote (started(): its
+// run.json), or the folder holds nothing but the lock file; then the folders this lock made, while
+// empty. (A refused run's lock file in a folder of another run's files was left behind.)
 class RunDirLock {
  public:
   RunDirLock(const std::string& dir, const std::string& key);
   ~RunDirLock();
   RunDirLock(const RunDirLock&) = delete;
   RunDirLock& operator=(const RunDirLock&) = delete;
+  void started() { started_ = true; }  // the run has written its files: the lock file stays
 
  private:
   std::string dir_, path_;
   int fd_ = -1;
+  bool started_ = false;
   bool made_file_ = false;             // the lock file did not exist before
   std::vector<std::string> made_dirs_;  // the folders that did not exist before, innermost first
 };

@@ -231,6 +231,8 @@ void Trainer::establish_identity() {
   if (id.empty()) id = legacy && !recorded_run_id(out).empty() ? recorded_run_id(out) : new_run_id();
   for (const std::string& line : keep_runs_apart(out, ck, id, legacy, resumed_from_.empty())) reporter_.message(line);
   write_run_json(out, id);
+  out_lock_->started();
+  if (ckpt_lock_) ckpt_lock_->started();
   run_id_ = id;
   checkpoints_->set_run_id(id);
   if (start_step_ > 1) replaced_line_ = checkpoints_->set_aside_newer(start_step_ - 1, resumed_from_);

@@ -1,6 +1,7 @@
 """Hostile round six, what round five reported and left (each check of a fix failed before it):
 - a run or `prepare` refused after it locked its folder leaves the folders it made, and the lock
-  file it made, as it found them (the folder stayed behind holding .amp_ddp.lock);
+  file it made, as it found them (the folder stayed behind holding .amp_ddp.lock), also a folder
+  of another run's files (its lock file stayed there);
 - an option that takes an integer says so when given text (`--threads abc` said "not in range");
 - `prepare --doc-separator` with a line break in it is refused (it could never match a line, so
   every file was one document);
@@ -44,6 +45,14 @@ os.makedirs(empty)
 rc, out, err = run(cfg, [f"run.out_dir={empty}", f"checkpoint.dir={empty}/ck", f"checkpoint.resume={base}/no_such_checkpoint.bin"])
 check(rc != 0 and os.path.isdir(empty) and os.listdir(empty) == [],
       f"a folder that existed stays, as empty as it was ({rc}: {os.listdir(empty)})")
+# A folder that holds another run's files: refused, and the lock file the refused run made goes too.
+foreign = os.path.join(base, "foreign_ck")
+os.makedirs(foreign)
+os.link(ckpt, os.path.join(foreign, os.path.basename(ckpt)))
+rc, out, err = run(cfg, [f"run.out_dir={base}/refused_out", f"checkpoint.dir={foreign}"])
+check(rc == 2 and "holds 1 checkpoint(s) of run" in err and sorted(os.listdir(foreign)) == [os.path.basename(ckpt)],
+      f"a checkpoint.dir holding another run's checkpoint: refused, no lock file left in it ({rc}: {os.listdir(foreign)} "
+      f"{err.strip()[-160:]})")
 rc, out, err = run(cfg, ["run.steps=1", f"run.out_dir={empty}"])
 check(rc == 0 and ".amp_ddp.lock" in os.listdir(empty), f"a run that trains keeps its folder and lock file ({rc}: {err.strip()[-160:]})")
 rc, out, err = command(["prepare", os.path.join(base, "no_such_*.txt"), "-o", os.path.join(base, "p", "shards")])
