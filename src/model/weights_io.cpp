@@ -308,6 +308,32 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
       if (!wanted.count(name.substr(0, name.rfind(".attn.")) + ".ln_1.weight"))
         bad_file(key, path, strcat("tensor \"", printable(raw_name), "\" is the causal-mask buffer of a layer this GPT does ",
                                    "not have (a model with more layers than model.n_layer, or another architecture)"));
+      // And shaped as GPT-2's: attn.bias the [1, 1, T, T] mask of the context (wpe's rows),
+      // attn.masked_bias a scalar; a number type the format has. check_data_coverage has checked
+      // its data_offsets.
+      const bool mask = name.compare(name.size() - 10, 10, ".attn.bias") == 0;
+      const std::vector<int64_t> want = mask ? std::vector<int64_t>{1, 1, int64_t(L.tensors[size_t(L.index_of("wpe.weight"))].rows),
+                                                                  int64_t(L.tensors[size_t(L.index_of("wpe.weight"))].rows)}
+                                             : std::vector<int64_t>{};
+      const std::string tensor = strcat("tensor \"", printable(raw_name), "\" (a causal-mask buffer)");
+      if (!info.is_object() || !info.contains("dtype") || !info["dtype"].is_string() || !info.contains("shape") ||
+          !info["shape"].is_array())
+        bad_file(key, path, tensor + ": its header entry lacks a dtype or a shape list");
+      static const std::map<std::string, size_t> kTypeBytes = {{"BOOL", 1}, {"U8", 1}, {"I8", 1},  {"F16", 2}, {"BF16", 2},
+                                                               {"F32", 4},  {"I32", 4}, {"F64", 8}, {"I64", 8}};
+      const auto type = kTypeBytes.find(info["dtype"].get<std::string>());
+      if (type == kTypeBytes.end())
+        bad_file(key, path, strcat(tensor, " is ", printable(info["dtype"].get<std::string>()), "; a mask is BOOL or a number type"));
+      std::vector<int64_t> shape;
+      for (const auto& d : info["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+      if (shape != want)
+        bad_file(key, path, strcat(tensor, " has shape ", shape_text(shape), "; this model's is ", shape_text(want),
+                                   mask ? " (1 x 1 x context x context: model.seq_len)" : " (a scalar)"));
+      size_t count = 1;
+      for (const int64_t d : want) count *= size_t(d);
+      const auto& off = info["data_offsets"];
+      if (off[1].get<size_t>() - off[0].get<size_t>() != count * type->second)
+        bad_file(key, path, strcat(tensor, ": data_offsets ", off.dump(), " do not hold ", count, " ", type->first, " values"));
       continue;
     }
     if (name == "lm_head.weight") {  // tied to wte in GPT-2 (checked below against wte)

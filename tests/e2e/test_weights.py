@@ -116,10 +116,14 @@ for k in sorted(names):
     enc = struct.pack(f"<{len(vals)}e", *vals)
     hf["transformer." + k] = {"dtype": "F16", "shape": header[k]["shape"], "data_offsets": [len(blob), len(blob) + len(enc)]}
     blob += enc
+T = header["wpe.weight"]["shape"][0]
 for l in range(L):
-    mask = struct.pack("<4e", 1, 0, 1, 1)
-    hf[f"transformer.h.{l}.attn.bias"] = {"dtype": "F16", "shape": [1, 1, 2, 2], "data_offsets": [len(blob), len(blob) + 8]}
+    # GPT-2's buffers: the causal mask of the context (BOOL) and a scalar (F32).
+    mask = bytes(1 if c <= r else 0 for r in range(T) for c in range(T))
+    hf[f"transformer.h.{l}.attn.bias"] = {"dtype": "BOOL", "shape": [1, 1, T, T], "data_offsets": [len(blob), len(blob) + T * T]}
     blob += mask
+    hf[f"transformer.h.{l}.attn.masked_bias"] = {"dtype": "F32", "shape": [], "data_offsets": [len(blob), len(blob) + 4]}
+    blob += struct.pack("<f", -1e4)
 # The tied head as its own copy of wte's bytes: the format gives each tensor bytes of its own.
 lo, hi = hf["transformer.wte.weight"]["data_offsets"]
 hf["lm_head.weight"] = dict(hf["transformer.wte.weight"], data_offsets=[len(blob), len(blob) + (hi - lo)])
@@ -171,6 +175,12 @@ for what, text, want in (
         ("the mask buffer of a layer the model lacks",
          json.dumps(dict(header, **{f"h.{L}.attn.bias": dict(header[bias], data_offsets=[0, 0], shape=[0])})),
          f'tensor "h.{L}.attn.bias" is the causal-mask buffer of a layer this GPT does not have'),
+        ("a mask buffer of another context", json.dumps(dict(header, **{"h.0.attn.bias": dict(header[bias], data_offsets=[0, 0],
+                                                                                         shape=[1, 1, 2, 2])})),
+         f'tensor "h.0.attn.bias" (a causal-mask buffer) has shape [1, 1, 2, 2]; this model\'s is [1, 1, {T}, {T}]'),
+        ("a mask buffer of no number type", json.dumps(dict(header, **{"h.0.attn.masked_bias": dict(header[bias], dtype="STR",
+                                                                                                data_offsets=[0, 0], shape=[])})),
+         'tensor "h.0.attn.masked_bias" (a causal-mask buffer) is STR'),
         ("a name with a terminal escape", json.dumps({("\x1b[2J" if k == bias else k): v for k, v in header.items()}),
          'tensor "\\x1b[2J" is not a tensor of this GPT')):
     bad = os.path.join(base, "bad.safetensors")
