@@ -312,9 +312,8 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
       // attn.masked_bias a scalar; a number type the format has. check_data_coverage has checked
       // its data_offsets.
       const bool mask = name.compare(name.size() - 10, 10, ".attn.bias") == 0;
-      const std::vector<int64_t> want = mask ? std::vector<int64_t>{1, 1, int64_t(L.tensors[size_t(L.index_of("wpe.weight"))].rows),
-                                                                  int64_t(L.tensors[size_t(L.index_of("wpe.weight"))].rows)}
-                                             : std::vector<int64_t>{};
+      const int64_t T = int64_t(L.tensors[size_t(L.index_of("wpe.weight"))].rows);
+      const std::vector<int64_t> want = mask ? std::vector<int64_t>{1, 1, T, T} : std::vector<int64_t>{};
       const std::string tensor = strcat("tensor \"", printable(raw_name), "\" (a causal-mask buffer)");
       if (!info.is_object() || !info.contains("dtype") || !info["dtype"].is_string() || !info.contains("shape") ||
           !info["shape"].is_array())
