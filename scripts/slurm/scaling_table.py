@@ -36,6 +36,10 @@ def fmt_ms(s):
     return "-" if s is None else f"{s * 1e3:.3f}"
 
 
+def cell(v):
+    return "-" if v is None else v
+
+
 def main(argv):
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -75,7 +79,6 @@ def main(argv):
             eff = f"{(r['sps'] / r['ranks']) / (base['sps'] / base['ranks']):.2f}"
         hidden = "-" if r["hidden"] is None else f"{r['hidden']:.2f}"
         note = " (stopped early)" if r["stopped"] else ""
-        cell = lambda v: "-" if v is None else v
         sps = "-" if r["sps"] is None else f"{r['sps']:.0f}"
         print(f"| {r['n']} | {r['g']} | {cell(r['ranks'])} | {cell(r['gb'])} | {cell(r['steps'])} | {fmt_ms(r['step'])} | "
               f"{sps} | {eff} | {fmt_ms(r['comm'])} | {fmt_ms(r['exposed'])} | {hidden} | "

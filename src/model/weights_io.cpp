@@ -271,6 +271,12 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
   std::vector<std::string> seen_as(L.tensors.size());  // the file's name of each tensor read
   const nlohmann::json* lm_head = nullptr;
   std::string lm_head_name;
+  // A header entry's shape (-1 for a size that is not an integer).
+  const auto shape_of = [](const nlohmann::json& info) {
+    std::vector<int64_t> shape;
+    for (const auto& d : info["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+    return shape;
+  };
   // A tensor's values as FP32, in the file's layout, after its header entry is checked: its
   // dtype, its shape against want (note: what to change when they differ), its data_offsets
   // against the data's extent.
@@ -283,8 +289,7 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
     const DType dt = dtype == "F32" ? DType::F32 : dtype == "F16" ? DType::F16 : dtype == "BF16" ? DType::BF16 : DType::U8;
     if (dt == DType::U8) bad_file(key, path, strcat(tensor, " is ", printable(dtype), "; F32, F16 or BF16 is read"));
     if (!info["shape"].is_array()) bad_file(key, path, strcat(tensor, ": its shape is not a list of sizes: ", printable(info["shape"].dump(), 80)));
-    std::vector<int64_t> shape;
-    for (const auto& d : info["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+    const std::vector<int64_t> shape = shape_of(info);
     if (shape != want)
       bad_file(key, path, strcat(tensor, " has shape ", shape_text(shape), ", this model's is ", shape_text(want), note));
     // check_data_coverage has checked data_offsets: [begin, end] inside the data bytes.
@@ -323,8 +328,7 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
       const auto type = kTypeBytes.find(info["dtype"].get<std::string>());
       if (type == kTypeBytes.end())
         bad_file(key, path, strcat(tensor, " is ", printable(info["dtype"].get<std::string>()), "; a mask is BOOL or a number type"));
-      std::vector<int64_t> shape;
-      for (const auto& d : info["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+      const std::vector<int64_t> shape = shape_of(info);
       if (shape != want)
         bad_file(key, path, strcat(tensor, " has shape ", shape_text(shape), "; this model's is ", shape_text(want),
                                    mask ? " (1 x 1 x context x context: model.seq_len)" : " (a scalar)"));

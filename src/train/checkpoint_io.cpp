@@ -282,7 +282,8 @@ int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
 // After a roll-back to an older checkpoint, this run's newer ones belong to the line this one
 // replaces: they go to abandoned/<time>-step<N>/ (kept, not deleted; each roll-back its own folder,
 // so a second never overwrites the first's), so that resume=auto and checkpoint.keep see only
-// the new line. (Other runs' checkpoints were moved aside before: run_identity.h.)
+// the new line. Copies of its summary.json and config go there too. (Other runs' checkpoints
+// were moved aside before: run_identity.h.)
 std::string CheckpointIO::set_aside_newer(int64_t step, const std::string& resumed_from) {
   const std::string dir = cfg_.resolved_checkpoint_dir();
   std::error_code ec;
@@ -314,13 +315,23 @@ std::string CheckpointIO::set_aside_newer(int64_t step, const std::string& resum
     else
       moved.push_back(std::filesystem::path(p).filename().string());
   }
-  if (!moved.empty()) {
-    std::string list;
-    for (const auto& m : moved) list += (list.empty() ? "" : ", ") + m;
-    reporter_.message(strcat("moved ", moved.size(), " checkpoint(s) ", same_step ? "at or after" : "newer than", " step ", step,
-                             " (from the line this run replaces) to ", folder.string(), "/: ", list));
+  if (moved.empty()) return "";
+  std::string list;
+  for (const auto& m : moved) list += (list.empty() ? "" : ", ") + m;
+  // The line's summary and config go with its checkpoints (this run writes its own); its records
+  // after `step` follow when metrics.jsonl is cut (Reporter::open_metrics).
+  std::string kept = strcat("its records after step ", step);
+  for (const char* f : {"summary.json", "config.yaml"}) {
+    const std::filesystem::path file = std::filesystem::path(cfg_.resolved_out_dir()) / f;
+    if (!std::filesystem::is_regular_file(file, ec)) continue;
+    std::filesystem::copy_file(file, folder / f, ec);
+    if (ec) warn(strcat("could not keep ", file.string(), " of the line replaced at step ", step, ": ", ec.message()));
+    else kept += strcat(f[0] == 's' ? ", " : " and ", f);
   }
-  return moved.empty() ? std::string() : folder.string();
+  reporter_.message(strcat("moved ", moved.size(), " checkpoint(s) ", same_step ? "at or after" : "newer than", " step ", step,
+                           " (from the line this run replaces) to ", folder.string(), "/: ", list, "; ", kept,
+                           " kept in that folder"));
+  return folder.string();
 }
 
 }  // namespace amp

@@ -53,8 +53,8 @@ class CheckpointIO {
   // run's newer checkpoints belong to the line it replaces and go to abandoned/<time>-step<N>/
   // (kept, never overwritten by a later roll-back), so resume=auto and checkpoint.keep follow the
   // new line. So does one at the resumed step itself that is not the file resumed from (the run
-  // continued a copy from elsewhere).
-  // Returns that folder ("" when nothing moved).
+  // continued a copy from elsewhere). The line's summary.json and config copy go there too.
+  // Returns that folder ("" when nothing moved), which receives its records after `step`.
   std::string set_aside_newer(int64_t step, const std::string& resumed_from);
 
  private:

@@ -236,23 +236,6 @@ void Trainer::establish_identity() {
   run_id_ = id;
   checkpoints_->set_run_id(id);
   if (start_step_ > 1) replaced_line_ = checkpoints_->set_aside_newer(start_step_ - 1, resumed_from_);
-  // The replaced line's summary and config go with its checkpoints (this run writes its own); its
-  // records after the resumed step follow when metrics.jsonl is cut (Reporter::open_metrics).
-  if (!replaced_line_.empty()) {
-    namespace fs = std::filesystem;
-    std::vector<std::string> kept;
-    for (const char* f : {"summary.json", "config.yaml"}) {
-      std::error_code ec;
-      const fs::path from = fs::path(out) / f;
-      if (!fs::is_regular_file(from, ec)) continue;
-      fs::copy_file(from, fs::path(replaced_line_) / f, ec);
-      if (ec) warn(strcat("could not keep ", from.string(), " of the replaced line in ", replaced_line_, ": ", ec.message()));
-      else kept.push_back(f);
-    }
-    reporter_.message(strcat("the replaced line's records after step ", start_step_ - 1, kept.empty() ? "" : ", ",
-                             kept.size() == 2 ? "summary.json and config.yaml" : kept.empty() ? "" : kept[0], " kept in ",
-                             replaced_line_, "/"));
-  }
 }
 
 }  // namespace amp
