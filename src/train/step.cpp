@@ -174,15 +174,37 @@ std::vector<float> TrainStep::state(int which) const {
   return s;
 }
 
+namespace {
+
+// hash64 of backend memory: read where it is when that is host memory (a model's state is hundreds
+// of MB: no copy), else from a host copy.
+uint64_t hash_in_place(DeviceMemory& mem, const void* p, size_t bytes) {
+  if (mem.host_accessible()) return hash64(p, bytes);
+  const std::unique_ptr<char[]> host(new char[bytes]);
+  mem.download(host.get(), p, bytes);
+  return hash64(host.get(), bytes);
+}
+
+uint64_t hash_of(const std::vector<float>& v) { return hash64(v.data(), v.size() * sizeof(float)); }
+
+}  // namespace
+
+uint64_t TrainStep::masters_hash() const {
+  settle_gathers();
+  if (shards_ && compute_ != DType::F32) return hash_of(gather(master_));
+  return hash_in_place(mem_, master_.data(), model_.layout().total * sizeof(float));
+}
+
+uint64_t TrainStep::state_hash(int which) const {
+  const Buffer& b = which == 1 ? state1_ : state2_;
+  AMP_CHECK(b.data(), "state_hash of an optimizer state not held");
+  if (shards_) return hash_of(gather(b));
+  return hash_in_place(mem_, b.data(), model_.layout().total * sizeof(float));
+}
+
 uint64_t TrainStep::replica_hash() const {
-  if (!shards_) {
-    const std::vector<float> w = masters();
-    return hash64(w.data(), w.size() * sizeof(float));
-  }
-  const size_t bytes = model_.layout().total * dtype_size(compute_);
-  std::vector<char> w(bytes);
-  mem_.download(w.data(), working_params(), bytes);
-  return hash64(w.data(), bytes);
+  if (!shards_) return masters_hash();
+  return hash_in_place(mem_, working_params(), model_.layout().total * dtype_size(compute_));
 }
 
 uint64_t TrainStep::fp8_hash() const {

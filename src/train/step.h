@@ -74,6 +74,10 @@ class TrainStep {
   std::vector<float> masters() const;
   std::vector<float> state(int which) const;  // 1 or 2; empty when not held
   bool has_state(int which) const { return (which == 1 ? state1_ : state2_).data() != nullptr; }
+  // hash64 of those host copies (params_hash, optimizer_state_hash), without the copy where the
+  // backend's memory is the host's and holds whole tensors. Collective when sharded.
+  uint64_t masters_hash() const;
+  uint64_t state_hash(int which) const;  // a state that is held
   // The FP32 masters this rank holds (sharded 16-bit compute: its shard) and the tensors' ranges in them.
   float* master_data() {
     if (compute_ == DType::F32) settle_gathers();  // FP32 sharded: the masters are the gathered working weights

@@ -45,18 +45,13 @@ void Trainer::record_first_loss() {
   record_.first_loss = double(sums[0]) / double(sums[1]);
 }
 
-uint64_t Trainer::params_hash() {
-  const std::vector<float> w = step_->masters();
-  return hash64(w.data(), w.size() * sizeof(float));
-}
+uint64_t Trainer::params_hash() { return step_->masters_hash(); }
 
 // The optimizer moments as whole tensors (gathered when sharded; 0 when the optimizer has none).
 uint64_t Trainer::optimizer_state_hash() {
   uint64_t h = 0;
-  for (int which : {1, 2}) {
-    const std::vector<float> s = step_->state(which);
-    if (!s.empty()) h = h * 1099511628211ull ^ hash64(s.data(), s.size() * sizeof(float));
-  }
+  for (int which : {1, 2})
+    if (step_->has_state(which)) h = h * 1099511628211ull ^ step_->state_hash(which);
   return h;
 }
 

@@ -44,8 +44,9 @@ void Trainer::setup() {
   // everyone's.
   std::vector<float> init;
   run_agreed(world_, [&] {
-    if (cfg_.model.init_from.empty()) init = model_->init_params(uint64_t(cfg_.run.seed));
-    else if (rank_ == 0) init = read_initial_weights(cfg_, model_->layout(), size_t(data_.train.vocab));
+    if (rank_ != 0) return;  // the broadcast below brings them
+    init = cfg_.model.init_from.empty() ? model_->init_params(uint64_t(cfg_.run.seed))
+                                        : read_initial_weights(cfg_, model_->layout(), size_t(data_.train.vocab));
   });
   init.resize(model_->layout().total);
   world_.broadcast(view_of(init.data(), init.size()), 0);

@@ -27,6 +27,10 @@ Buffer CpuBackend::alloc(size_t bytes) {
     void* m = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
       throw Error(ErrorKind::Internal, strcat("out of host memory mapping ", bytes, " bytes: ", std::strerror(errno)));
+    // In transparent huge pages where the kernel has them (a hint): a first touch costs one fault
+    // per 2 MiB instead of 512, and a read before the first write (AdamW's moments, accumulated
+    // gradients) no second fault to replace the shared zero page.
+    (void)madvise(m, rounded, MADV_HUGEPAGE);
     return Buffer(m, bytes, [rounded](void* q) { munmap(q, rounded); });
   }
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);

@@ -32,7 +32,8 @@ class CpuBackend final : public Backend,
   // Zero-filled, 64-byte aligned. From kMappedAllocBytes up, a mapping of its own: the kernel's
   // zero pages, made resident as they are first touched, so a large buffer costs no pass over it
   // at allocation (a model's activations for its largest batch, the LM head's logits) and the part
-  // a run never touches (a shorter last batch, evaluation-sized buffers) no resident memory.
+  // a run never touches (a shorter last batch, evaluation-sized buffers) no resident memory. In
+  // transparent huge pages where the kernel has them (cpu_backend.cpp).
   static constexpr size_t kMappedAllocBytes = size_t(1) << 20;
   Buffer alloc(size_t bytes) override;
   void upload(void* dst, const void* host_src, size_t bytes) override;
