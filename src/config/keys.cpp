@@ -54,7 +54,7 @@ const std::vector<Key>& keys() {
       {"data.format", "\"idx\"", "data source (text, tokens: token streams for model.type gpt)", F(data.format), {}, {"idx", "csv", "synthetic", "text", "tokens"}},
       {"data.train_images", "\"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\"", "IDX training inputs (raw or .gz)", F(data.train_images)},
       {"data.train_labels", "\"/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz\"", "IDX training labels", F(data.train_labels)},
-      {"data.eval_images", "\"/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz\"", "IDX evaluation inputs (\"\": no evaluation)", F(data.eval_images)},
+      {"data.eval_images", "\"/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz\"", "IDX evaluation inputs (\"\", with data.eval_labels \"\": no evaluation)", F(data.eval_images)},
       {"data.eval_labels", "\"/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz\"", "IDX evaluation labels", F(data.eval_labels)},
       {"data.train_csv", "\"\"", "CSV training file", F(data.train_csv)},
       {"data.eval_csv", "\"\"", "CSV evaluation file (\"\": split off data.eval_fraction)", F(data.eval_csv)},

@@ -1,6 +1,6 @@
-// Shared by the device test cases (tests/gpu/): the MPI world (created in main), the device under
-// test next to its CPU twin, mirrored buffers holding the same bits on both, per-dtype comparisons,
-// and the seam that picks the device.
+// Shared by the device test cases (tests/gpu/): the MPI world and the job's folder (mpi_env.h), the
+// device under test next to its CPU twin, mirrored buffers holding the same bits on both, per-dtype
+// comparisons, and the seam that picks the device.
 //
 // The same test sources build twice: amp_gpu_tests, where the device is the CUDA backend (run on a
 // GPU machine by scripts/gpu_check.sh), and amp_device_logic_tests, where it is a second CPU backend
@@ -29,12 +29,9 @@
 #include "core/convert.h"
 #include "core/half.h"
 #include "core/rng.h"
-
-extern amp::MpiCommunicator* g_world;
+#include "tests/mpi/mpi_env.h"
 
 namespace gpu_test {
-
-inline amp::MpiCommunicator& world() { return *g_world; }
 
 // ---- the seam (device_cuda.cpp / device_cpu.cpp) ---------------------------------------------
 

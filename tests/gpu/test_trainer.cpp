@@ -5,7 +5,6 @@
 // continues bit for bit. On 2 ranks, distributed.zero 2 on the device equals zero 0 bit for bit.
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -17,18 +16,6 @@ using namespace amp;
 using namespace gpu_test;
 
 namespace {
-
-std::string tmp_path(const std::string& name) {
-  return "/tmp/amp_gpu_test_" + std::to_string(::getpid()) + "_" + name;
-}
-
-Config config_from(const std::string& yaml, const std::vector<std::string>& sets) {
-  const std::string path = tmp_path("cfg.yaml");
-  std::ofstream(path) << yaml;
-  Config c = load_config(path, sets);
-  std::remove(path.c_str());
-  return c;
-}
 
 struct Curve {
   std::vector<double> loss_sum;
@@ -89,7 +76,7 @@ void compare_runs(const Curve& g, const Curve& c, double tol) {
 
 TEST_CASE("trainer: CPU and CUDA runs agree, with identical forced skips (fp16, MSE)", "[.cuda][trainer]") {
   const std::string yaml =
-      "run: {name: gpu_e2e, steps: 40, log_interval: 1000, progress: off, threads: 2, out_dir: " + tmp_path("out") +
+      "run: {name: gpu_e2e, steps: 40, log_interval: 1000, progress: off, threads: 2, out_dir: " + rank_path("out") +
       "}\n"
       "model: {hidden: [64, 32]}\n"
       "data: {format: synthetic, batch_size: 32, synthetic: {train_samples: 1024, eval_samples: 64, features: 24, "
@@ -107,7 +94,7 @@ TEST_CASE("trainer: CPU and CUDA runs agree, with identical forced skips (fp16, 
 }
 
 TEST_CASE("trainer: a graph-captured CUDA run agrees with the CPU (bf16, softmax, CSV data)", "[.cuda][trainer]") {
-  const std::string csv = tmp_path("train.csv");
+  const std::string csv = rank_path("train.csv");
   {
     std::ofstream f(csv);
     const size_t features = 20, classes = 4, rows = 600;
@@ -131,7 +118,7 @@ TEST_CASE("trainer: a graph-captured CUDA run agrees with the CPU (bf16, softmax
   }
   const std::string yaml =
       "run: {name: gpu_e2e_graph, steps: 36, log_interval: 1000, progress: off, threads: 2, cuda_graph: true, "
-      "out_dir: " + tmp_path("out2") + "}\n"
+      "out_dir: " + rank_path("out2") + "}\n"
       "model: {hidden: [48], activation: gelu}\n"
       "data: {format: csv, train_csv: " + csv + ", task: classification, batch_size: 50}\n"
       "precision: {compute: bf16}\n"
@@ -159,7 +146,7 @@ TEST_CASE("trainer: a resumed CUDA run captures its graph too and continues bit 
       "precision: {compute: fp16, loss_scale: {mode: dynamic, init_scale: 1024, growth_interval: 4}}\n"
       "optimizer: {type: adamw, lr: 0.001, weight_decay: 0.01}\n"
       "checkpoint: {final: false}\n";
-  const std::string whole = tmp_path("resume_whole"), split = tmp_path("resume_split");
+  const std::string whole = rank_path("resume_whole"), split = rank_path("resume_split");
   const Curve full = train(config_from(yaml, {"run.out_dir=" + whole}));
   // The same run stopped after step 10 (its checkpoint), then resumed to step 24.
   const Curve first = train(config_from(yaml, {"run.out_dir=" + split, "run.steps=10", "checkpoint.final=true"}));
@@ -184,7 +171,7 @@ TEST_CASE("trainer: weight decay reaches the matrices and embeddings only, or ev
   // decay, and a decayed one ends lower by lr * weight_decay * w0: twice as much with twice the
   // weight decay, 0.01 for the layer norms' gains (w0 = 1) under decay all with lr 0.01, 0 for
   // the biases (w0 = 0).
-  const std::string text = tmp_path("decay.txt");
+  const std::string text = rank_path("decay.txt");
   write_words(text, 21, 20000);
   const std::string yaml =
       "run: {name: gpu_decay, device: " + std::string(device_name()) +
@@ -194,7 +181,7 @@ TEST_CASE("trainer: weight decay reaches the matrices and embeddings only, or ev
       "precision: {compute: fp32}\n"
       "optimizer: {type: adamw, lr: 0.01}\n"
       "checkpoint: {final: false}\n";
-  const std::string out = tmp_path("decay_out");
+  const std::string out = rank_path("decay_out");
   ParamLayout layout;
   auto run = [&](const std::vector<std::string>& sets) {
     std::vector<std::string> all = sets;
@@ -242,9 +229,7 @@ TEST_CASE("trainer: distributed.zero 2 on the device returns gradient pages and 
   }
   // A GPT whose 16-bit gradients (25 MB) are larger than stage 2's window, buckets of 2 MiB; random text,
   // the same on every rank, in a folder named by rank 0.
-  int32_t id = int32_t(::getpid());
-  world().broadcast(view_of(&id, 1), 0);
-  const std::string base = "/tmp/amp_gpu_test_zero2_" + std::to_string(id);
+  const std::string base = job_out_dir("zero2");
   if (world().rank() == 0) {
     std::filesystem::create_directories(base);
     write_words(base + "/text.txt", 7, 1 << 16);
@@ -289,6 +274,4 @@ TEST_CASE("trainer: distributed.zero 2 on the device returns gradient pages and 
       CHECK(peak <= counted);
     }
   }
-  world().barrier();
-  if (world().rank() == 0) std::filesystem::remove_all(base);
 }

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <cstring>
 #include <set>
-#include <unistd.h>
 #include <string>
 
 #include "config/config.h"
@@ -19,15 +18,6 @@
 using namespace amp;
 
 namespace {
-
-// Writes the YAML to a file of this rank and loads it (ranks resolve identical configs).
-Config config_from(const std::string& yaml, const std::vector<std::string>& sets = {}) {
-  const std::string path = "/tmp/amp_mpi_test_" + std::to_string(::getpid()) + ".yaml";
-  std::ofstream(path) << yaml;
-  Config c = load_config(path, sets);
-  std::remove(path.c_str());
-  return c;
-}
 
 std::string small_run(int steps) {
   return "run: {name: ddp_test, steps: " + std::to_string(steps) +

@@ -136,6 +136,16 @@ TEST_CASE("cross-key rules", "[config]") {
   expect_error(t.write("h.yaml", "run: {name: a/b}\n"), {}, {"run.name: \"a/b\" is not a folder name"});
   expect_error(t.write("i.yaml", "checkpoint: {resume: \"\"}\n"), {},
                {"checkpoint.resume: is empty: use none, auto or the path of a checkpoint"});
+  // IDX evaluation files go in pairs: the one the user set is named, the other's value is shown.
+  expect_error(t.write("j.yaml", "run: {steps: 1}\n"), {"data.eval_images="},
+               {"--set data.eval_images=: data.eval_images: is empty (no evaluation), but data.eval_labels is "
+                "\"/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz\" (the default): set both empty, or both "
+                "to files"});
+  expect_error(t.write("k.yaml", "data:\n  eval_labels: \"\"\n"), {},
+               {"k.yaml:2:16: data.eval_labels: is empty (no evaluation), but data.eval_images is "
+                "\"/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz\" (the default)"});
+  expect_error(t.write("l.yaml", "data: {eval_images: \"\", eval_labels: b.gz}\n"), {},
+               {"l.yaml:1:38: data.eval_labels: is \"b.gz\", but data.eval_images is empty (no evaluation): set both empty"});
 }
 
 TEST_CASE("--help lists the keys with their defaults", "[config]") {
