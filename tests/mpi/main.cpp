@@ -1,8 +1,5 @@
 // Catch2 entry point for the MPI tests (and the GPU tests): every rank runs every test case in the
 // same order (the cases call collectives), and the job fails if any rank saw a failure.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,6 +7,7 @@
 #include <fstream>
 
 #include "mpi_env.h"
+#include "tests/catch_runner.h"
 
 amp::MpiCommunicator* g_world = nullptr;
 std::string g_job_dir;
@@ -31,10 +29,7 @@ int main(int argc, char** argv) {
   if (world.rank() == 0) std::filesystem::create_directories(g_job_dir);
   world.barrier();
 
-  Catch::Session session;
-  int failed = session.applyCommandLine(argc, argv);
-  if (failed == 0) failed = session.run();
-  int any = failed ? 1 : 0;
+  int any = amp_test::run_catch(argc, argv) ? 1 : 0;
   world.allreduce(amp::view_of(&any, 1), amp::ReduceOp::Max);  // every rank is past its last case
   std::error_code ignored;
   if (world.rank() == 0) std::filesystem::remove_all(g_job_dir, ignored);

@@ -1,3 +1,4 @@
-// Catch2 v2 entry point for the unit tests (no MPI: these run without a launcher).
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// Entry point of the unit tests (no MPI: these run without a launcher).
+#include "tests/catch_runner.h"
+
+int main(int argc, char** argv) { return amp_test::run_catch(argc, argv); }
