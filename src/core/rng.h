@@ -74,14 +74,17 @@ class Rng {
       has_spare_ = false;
       return spare_;
     }
-    double u1;
-    do u1 = uniform(); while (u1 <= 0.0);
-    const double u2 = uniform();
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    spare_ = r * std::sin(2.0 * M_PI * u2);
+    const double u1 = box_muller_u1(), u2 = uniform();
+    double c;
+    box_muller(u1, u2, &c, &spare_);
     has_spare_ = true;
-    return r * std::cos(2.0 * M_PI * u2);
+    return c;
   }
+
+  // out[i] = float(scale * normal()) for i < n: the same values, and the same state after, with the
+  // Box-Muller transforms (16 ns a value here, the draws 1 ns) spread over the OpenMP threads. A
+  // GPT-2 124M's initial weights take 2 s on one thread.
+  void fill_normal(float* out, size_t n, double scale);
 
   template <typename T>
   void shuffle(std::vector<T>& v) {
@@ -103,6 +106,18 @@ class Rng {
 
  private:
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  // Box-Muller's first uniform, in (0, 1): log(0) has no normal.
+  double box_muller_u1() {
+    double u1;
+    do u1 = uniform(); while (u1 <= 0.0);
+    return u1;
+  }
+  // The two standard normals of the uniforms u1 (in (0, 1)) and u2.
+  static void box_muller(double u1, double u2, double* cos_part, double* sin_part) {
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    *sin_part = r * std::sin(2.0 * M_PI * u2);
+    *cos_part = r * std::cos(2.0 * M_PI * u2);
+  }
   uint64_t s_[4];
   double spare_ = 0.0;
   bool has_spare_ = false;

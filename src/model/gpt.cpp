@@ -191,7 +191,7 @@ std::vector<float> Gpt::init_params(uint64_t seed) const {
                           p.name.find("mlp.proj.weight") != std::string::npos;
     const double std = residual ? proj_std : kInitStd;
     Rng rng(mix_seed(seed, 0x6E7ull, i));
-    for (size_t j = 0; j < p.span.count; ++j) out[j] = float(std * rng.normal());
+    rng.fill_normal(out, p.span.count, std);  // out[j] = float(std * rng.normal()), on the threads
   }
   return w;
 }
