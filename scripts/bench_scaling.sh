@@ -14,6 +14,7 @@ batch=${3:-128}
 shift $(( $# < 3 ? $# : 3 ))
 bin=${AMP_BUILD:-build}
 out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
 common=(--set run.steps="$steps" --set run.log_interval="$steps" --set run.threads=1 --set data.batch_size="$batch"
         --set checkpoint.final=false --set run.progress=off)
 if [ "${AMP_BENCH_MODEL:-mlp}" = gpt ]; then
@@ -39,4 +40,3 @@ print("|---|---|---|---|---|---|---|---|---|---|---|")
 print(f"| {config} | {prec} | {batch} | {t1*1e3:.2f} | {t2*1e3:.2f} | {t1/t2:.3f} | {moved} | "
       f"{comm*1e3:.3f} | {comm/t2:.3f} | {s2['comm_exposed_seconds_per_step']*1e3:.3f} | {s2['comm_hidden_share']:.2f} |")
 PY
-rm -rf "$out"

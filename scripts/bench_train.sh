@@ -27,6 +27,7 @@ case "$blas" in
 esac
 echo
 out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
 echo "| precision | threads | amp_ddp samples/s | PyTorch samples/s | ratio | loss amp_ddp / PyTorch |"
 echo "|---|---|---|---|---|---|"
 for threads in 1 2; do
@@ -55,7 +56,6 @@ for threads in 1 2; do
     echo "| $prec | $threads | $ours | $peer | $ratio | $(printf %.4f "$ours_loss") / $(printf %.4f "$peer_loss") |"
   done
 done
-rm -rf "$out"
 echo
 for threads in 1 2; do
   for prec in fp32 fp16 bf16; do

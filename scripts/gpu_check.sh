@@ -80,6 +80,13 @@ JOBS=$(nproc 2>/dev/null || echo 16)
 LOGS=$(mktemp -d)  # archived
 DATA=$(mktemp -d)  # inputs written here (not archived)
 if [ -n "${OUT:-}" ] && mkdir -p "$OUT"; then REPORT=$OUT/gpu_check.txt; else REPORT=$LOGS/gpu_check.txt; fi
+# Nothing stays in the temporary directory: the inputs go, and the logs once archived in $OUT
+# (without $OUT the report and the logs stay in $LOGS, which the last line names).
+cleanup() {
+  rm -rf "$DATA"
+  if [ "$REPORT" = "$LOGS/gpu_check.txt" ]; then echo "gpu_check: report and logs in $LOGS"; else rm -rf "$LOGS"; fi
+}
+trap cleanup EXIT
 : > "$REPORT"
 failures=0
 SUMMARY=()  # one line per stage

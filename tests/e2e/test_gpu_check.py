@@ -24,8 +24,10 @@ GROUPS = ["cast", "gemm", "ops", "tops", "loss", "amp", "optim", "graph", "model
 
 
 def dry_run(budget, fake=None, until=None):
-    out = tmpdir()
-    env = dict(os.environ, OUT=out, AMP_GPU_CHECK_BUDGET=str(budget), AMP_GPU_CHECK_DRY_BUILD=BUILD)
+    """Returns the exit code, the report, $OUT, the seconds taken and what the run left in its
+    TMPDIR (Open MPI's session folders aside)."""
+    out, tmp = tmpdir(), tmpdir()
+    env = dict(os.environ, OUT=out, TMPDIR=tmp, AMP_GPU_CHECK_BUDGET=str(budget), AMP_GPU_CHECK_DRY_BUILD=BUILD)
     for k in ("AMP_GPU_CHECK_FAKE", "AMP_GPU_CHECK_UNTIL"):
         env.pop(k, None)
     if fake:
@@ -36,11 +38,12 @@ def dry_run(budget, fake=None, until=None):
     p = subprocess.run(["bash", SCRIPT, "--dry-run"], capture_output=True, text=True, env=env, timeout=budget + 60)
     wall = time.time() - t0
     report = open(os.path.join(out, "gpu_check.txt")).read() if os.path.exists(os.path.join(out, "gpu_check.txt")) else ""
-    return p.returncode, report, out, wall
+    left = sorted(n for n in os.listdir(tmp) if not n.startswith("ompi."))
+    return p.returncode, report, out, wall, left
 
 
 # 1. Clean.
-rc, report, out, wall = dry_run(560)
+rc, report, out, wall, left = dry_run(560)
 check(rc == 0, f"clean dry run exits 0 (got {rc}); report tail: {report[-1500:]}")
 check("DRY RUN" in report.splitlines()[0], "the report's first line says it is a dry run")
 plan = re.search(r"plan \(seconds after the start\): build until (\d+), tests until (\d+), GPT-2 headline until "
@@ -81,10 +84,11 @@ check(all(f"./test_{g}.log" in names for g in GROUPS) and "./amp_ddp_gpt2.log" i
       f"the logs archive holds every command's log ({len(names)} entries)")
 check(not any(n.endswith(".bin") for n in names), "the logs archive holds no input data")
 check(wall < 560, f"clean dry run within its budget ({wall:.0f} s)")
+check(left == [], f"the dry run leaves nothing in its TMPDIR (left: {left})")
 
 # 2. A hanging test group: the deadlines keep the later phases.
 budget = 240  # the smallest: build until 10 s, tests until 40 s, headline until 140 s, all until 220 s
-rc, report, out, wall = dry_run(budget, "hang:gemm", until="e2e")  # the benchmarks are run 1's
+rc, report, out, wall, _ = dry_run(budget, "hang:gemm", until="e2e")  # the benchmarks are run 1's
 check(rc == 1, f"a hanging group makes the check fail (exit {rc})")
 check(re.search(r"^FAIL: tests \[gemm\] \(timed out\)", report, re.M) is not None, "the hanging group times out")
 check(re.search(r"^FAIL: tests \[trainer\] \(not run: its deadline passed\)", report, re.M) is not None,
@@ -99,11 +103,12 @@ check(re.findall(r"^== phase (\w+) done", report, re.M) == ["build", "tests", "h
       "AMP_GPU_CHECK_UNTIL=e2e: the run stops after the end-to-end phase, and says so")
 
 # 3. A test binary that cannot start: FAIL, not SKIP.
-rc, report, out, wall = dry_run(300, "nolist", until="tests")
+rc, report, out, wall, left = dry_run(300, "nolist", until="tests")
 check(rc == 1, f"a test binary that lists nothing fails the check (exit {rc})")
 check(re.search(r"^FAIL: device tests: .* lists no \[\.cuda\] cases", report, re.M) is not None,
       "it is a FAIL naming the binary")
 check("SKIP" not in report, "nothing is reported as skipped")
+check(left == [], f"a failed dry run leaves nothing in its TMPDIR either (left: {left})")
 check("gpt-2 124m" not in report and re.search(r"^gpu_check: 1 failure\(s\)", report, re.M) is not None,
       "AMP_GPU_CHECK_UNTIL=tests: no headline, and the summary counts the one failure")
 
