@@ -14,6 +14,7 @@
 
 #include "amp/scaler_resume.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "core/hash.h"
 #include "train/checkpoint_fields.h"
 #include "train/checkpoint_io.h"
@@ -99,6 +100,12 @@ RunRecord validated_record(const Checkpoint& ck, const Bad& bad, int64_t step) {
   if (!in_range(rec.wall_seconds, 0.0, 1e12)) bad(strcat("header field \"wall_seconds\" is ", rec.wall_seconds));
   if (!std::isnan(rec.interval_seconds) && !in_range(rec.interval_seconds, 0.0, rec.train_seconds))
     bad(strcat("header field \"interval_seconds\" is ", rec.interval_seconds, " (train_seconds ", rec.train_seconds, ")"));
+  // The initial weights' params_hash (model.init_from runs; absent otherwise and in older files).
+  if (const auto it = ck.header.find("init_params_hash"); it != ck.header.end()) {
+    if (!it->is_string() || !valid_run_id(it->get<std::string>()))
+      bad(strcat("header field \"init_params_hash\" is ", printable(it->dump(), 40), ", not 16 hex digits"));
+    rec.init_params_hash = it->get<std::string>();
+  }
   return rec;
 }
 
@@ -287,6 +294,7 @@ void CheckpointIO::load(const Resumed& r, RunRecord& record) {
   record.train_seconds = r.record.train_seconds;
   record.interval_seconds = r.record.interval_seconds;
   record.wall_seconds = r.record.wall_seconds;
+  record.init_params_hash = r.record.init_params_hash;
 }
 
 }  // namespace amp

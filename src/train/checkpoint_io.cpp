@@ -134,6 +134,7 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
                {"wall_seconds", record.wall_seconds},
                {"sizeof_scaler", sizeof(ScalerState)}};
   if (!fp8.is_null()) ck.header["fp8"] = fp8;
+  if (!record.init_params_hash.empty()) ck.header["init_params_hash"] = record.init_params_hash;
   return save_checkpoint(cfg_.resolved_checkpoint_dir(), ck, int(cfg_.checkpoint.keep));
 }
 
@@ -236,10 +237,11 @@ void CheckpointIO::refuse_set_aside(const std::string& path) const {
   }
 }
 
-int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
+bool CheckpointIO::locate() {
   // Rank 0 finds, reads and checks the checkpoint (agreed: a failure there ends every rank); then
   // every rank receives its size (0: nothing to resume) and its bytes.
-  std::string data, path;
+  std::string& data = located_;
+  std::string& path = located_path_;
   run_agreed(world_, [&] {
     if (world_.rank() != 0) return;
     const std::string dir = cfg_.resolved_checkpoint_dir();
@@ -262,13 +264,20 @@ int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
   });
   int64_t size = int64_t(data.size());
   world_.broadcast(BufView{&size, sizeof size, DType::U8}, 0);
-  if (size == 0) return 0;
+  if (size == 0) return false;
   data.resize(size_t(size));
   world_.broadcast(BufView{data.data(), data.size(), DType::U8}, 0);
+  return true;
+}
+
+int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
+  if (located_.empty()) return 0;
+  const std::string path = std::move(located_path_);
   int64_t step = 0;
   run_agreed(world_, [&] {
     drills_.fail_setup("resume");
-    const Checkpoint ck = parse_checkpoint(data, path.empty() ? "checkpoint from rank 0" : path);
+    const Checkpoint ck = parse_checkpoint(located_, path.empty() ? "checkpoint from rank 0" : path);
+    std::string().swap(located_);  // its bytes are parsed: freed before the state is loaded
     apply(ck, path, record);
     step = ck.step();
   });

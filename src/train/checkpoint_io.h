@@ -41,8 +41,11 @@ class CheckpointIO {
   // the position the run started or resumed at (so a resume with another global batch trains the
   // epochs asked for, not the steps of the old batch).
   int64_t end_step() const;
-  // checkpoint.resume (auto or a path): loads and applies on every rank. Returns the step resumed
-  // from (0: starting from scratch) and fills record and *from.
+  // checkpoint.resume (auto or a path): rank 0 finds, reads and checks the checkpoint to continue
+  // and every rank receives it. Returns whether there is one (the same on every rank).
+  bool locate();
+  // Applies what locate() found on every rank. Returns the step resumed from (0: starting from
+  // scratch, nothing found) and fills record and *from.
   int64_t resume(RunRecord& record, std::string* from);
   // Rank 0: the run id written into every checkpoint (run_identity.h).
   void set_run_id(std::string id) { run_id_ = std::move(id); }
@@ -88,6 +91,7 @@ class CheckpointIO {
   const Drills& drills_;
   std::string run_id_;
   uint64_t data_digest_ = 0;
+  std::string located_, located_path_;  // locate()'s checkpoint bytes (every rank) and path (rank 0)
 };
 
 }  // namespace amp

@@ -28,6 +28,9 @@ struct RunRecord {
   double train_seconds = 0;    // training time over every segment of the run, evaluations and checkpoints excluded
   double interval_seconds = 0;  // the part of it spent on the interval_steps (NaN: not known, an older checkpoint)
   double wall_seconds = 0;     // wall time of the run's earlier segments (processes before the last resume)
+  // model.init_from: the params_hash of the weights the run started from (16 hex digits; "" when
+  // not known: no model.init_from, or resumed from a checkpoint older than this record).
+  std::string init_params_hash;
 };
 
 // What a log line reports beside the loss.

@@ -250,7 +250,10 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
     j["zero2_gradient_buffer_rank0"] = {{"counted", step_->gradient_window_bytes()}};
     if (step_->gradient_resident_peak() > 0) j["zero2_gradient_buffer_rank0"]["measured_peak"] = step_->gradient_resident_peak();
   }
-  if (!cfg_.model.init_from.empty()) j["init_from"] = {{"path", cfg_.model.init_from}, {"params_hash", hex64(init_hash_)}};
+  if (!cfg_.model.init_from.empty()) {
+    j["init_from"] = {{"path", cfg_.model.init_from}};
+    if (!record_.init_params_hash.empty()) j["init_from"]["params_hash"] = record_.init_params_hash;  // else not known
+  }
   if (const Fp8State* f = step_->amp().fp8()) j["fp8"] = fp8_report(*f);
   // What was not measured is absent (never 0): no loss logged (stopped before the first log line,
   // or resumed at the last step), no evaluation, no training time.

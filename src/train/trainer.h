@@ -110,7 +110,6 @@ class Trainer {
   std::string resumed_from_;
   std::string replaced_line_;  // rank 0, a roll-back: the folder of the line it replaces (set_aside_newer)
   std::string run_id_;  // rank 0
-  uint64_t init_hash_ = 0;  // model.init_from: the loaded weights' hash (params_hash's; summary.json)
   double run_start_ = 0;
   StepObserver observer_;
   bool warned_no_tokenizer_ = false;

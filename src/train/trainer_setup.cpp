@@ -40,25 +40,32 @@ void Trainer::setup() {
     step_->connect(world_, std::move(device_comm), overlap_buckets());
   }
 
-  // Parameters: rank 0's initialization (or the weights of model.init_from, read by rank 0) is
-  // everyone's.
-  std::vector<float> init;
-  run_agreed(world_, [&] {
-    if (rank_ != 0) return;  // the broadcast below brings them
-    init = cfg_.model.init_from.empty() ? model_->init_params(uint64_t(cfg_.run.seed))
-                                        : read_initial_weights(cfg_, model_->layout(), size_t(data_.train.vocab));
-  });
-  init.resize(model_->layout().total);
-  world_.broadcast(view_of(init.data(), init.size()), 0);
-  if (!cfg_.model.init_from.empty()) {
-    // The weights' identity, not only their path (a file may be replaced or moved later): the hash
-    // is params_hash's, so a checkpoint's own params_hash names the same weights.
-    init_hash_ = hash64(init.data(), init.size() * sizeof(float));
-    if (rank_ == 0)
-      reporter_.message(strcat("initial weights: ", cfg_.model.init_from, " (model.init_from, params_hash ", hex64(init_hash_),
-                               "; a fresh optimizer and loss scale)"));
+  // A checkpoint to continue holds the weights (and says which ones the run started from):
+  // model.init_from is then not read, and may be gone by the time a fine-tune resumes.
+  const bool resuming = cfg_.checkpoint.resume != "none" && checkpoints_->locate();
+  if (resuming && rank_ == 0 && !cfg_.model.init_from.empty())
+    reporter_.message(strcat("model.init_from (", cfg_.model.init_from, ") is not read: the run continues from a checkpoint"));
+  if (!resuming) {
+    // Parameters: rank 0's initialization (or the weights of model.init_from, read by rank 0) is
+    // everyone's.
+    std::vector<float> init;
+    run_agreed(world_, [&] {
+      if (rank_ != 0) return;  // the broadcast below brings them
+      init = cfg_.model.init_from.empty() ? model_->init_params(uint64_t(cfg_.run.seed))
+                                          : read_initial_weights(cfg_, model_->layout(), size_t(data_.train.vocab));
+    });
+    init.resize(model_->layout().total);
+    world_.broadcast(view_of(init.data(), init.size()), 0);
+    if (!cfg_.model.init_from.empty()) {
+      // The weights' identity, not only their path (a file may be replaced or moved later): the
+      // hash is params_hash's, so a checkpoint's own params_hash names the same weights.
+      record_.init_params_hash = hex64(hash64(init.data(), init.size() * sizeof(float)));
+      if (rank_ == 0)
+        reporter_.message(strcat("initial weights: ", cfg_.model.init_from, " (model.init_from, params_hash ",
+                                 record_.init_params_hash, "; a fresh optimizer and loss scale)"));
+    }
+    step_->load_masters(init.data());
   }
-  step_->load_masters(init.data());
 
   run_agreed(world_, [&] { setup_output(); });
   if (cfg_.checkpoint.resume != "none") {

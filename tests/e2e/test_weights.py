@@ -108,6 +108,26 @@ check(a[0] == b[0] == c[0] == 0 and a[1] == b[1] == c[1] and a[2] == b[2] == c[2
       f"init_from safetensors, llm.c and the checkpoint: the same losses and params_hash, below a fresh start's "
       f"({a[:3]}, {b[:3]}, {c[:3]}, fresh {losses(fresh)})")
 
+# ---- a fine-tune resumes without its model.init_from file (moved, deleted): the checkpoint holds
+# the weights, and which weights the run started from
+moved = os.path.join(base, "moved.safetensors")
+open(moved, "wb").write(open(st, "rb").read())
+ft_out = os.path.join(base, "ft")
+ft = [f"run.out_dir={ft_out}", f"model.init_from={moved}", "run.steps=6", "sample.tokens=0", "run.eval_interval=0"]
+rc1, o1, e1 = run(cfg, ft + ["checkpoint.interval=3"])
+whole = summary_of(ft_out)
+for p in glob.glob(os.path.join(ft_out, "checkpoints", "ckpt_step*.bin")):
+    if not p.endswith("ckpt_step0000000003.bin"):
+        os.remove(p)
+os.remove(moved)
+rc2, o2, e2 = run(cfg, ft + ["checkpoint.resume=auto"])
+again = summary_of(ft_out)
+check(rc1 == 0 and rc2 == 0 and "is not read: the run continues from a checkpoint" in o2 and
+      again.get("params_hash") == whole.get("params_hash") and
+      again.get("init_from") == whole.get("init_from") == {"path": moved, "params_hash": src_hash},
+      f"a fine-tune resumed from step 3 after its init_from file was deleted ends as the whole run did, with "
+      f"the same init_from record ({rc1}, {rc2}: {e2.strip()[-300:]}; {again.get('init_from')} vs {whole.get('init_from')})")
+
 # ---- a Hugging Face style file: transformer. prefix, mask buffers, tied lm_head, F16 values
 hf = {"__metadata__": {"format": "pt"}}
 blob = b""

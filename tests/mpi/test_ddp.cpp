@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "mpi_env.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 using namespace amp;
@@ -120,6 +121,27 @@ TEST_CASE("ranks that resolve different configs stop with the differing rank nam
     CHECK(e.kind() == ErrorKind::Comm);
     CHECK(e.agreed());
     CHECK_THAT(e.what(), Catch::Contains("rank(s) 1 resolved a different config"));
+  }
+}
+
+TEST_CASE("a checkpoint whose init_params_hash is not 16 hex digits is refused on every rank", "[mpi][ddp]") {
+  const std::string out = job_out_dir("init_hash");
+  Trainer(config_from(small_run(3), {"run.out_dir=" + out}), world()).run();  // checkpoint.final: step 3
+  const std::string bad = out + "/bad/ckpt_step0000000003.bin";
+  if (world().rank() == 0) {
+    Checkpoint ck = load_checkpoint(out + "/checkpoints/ckpt_step0000000003.bin");
+    CHECK(ck.header.count("init_params_hash") == 0);  // no model.init_from: nothing recorded
+    ck.header["init_params_hash"] = "0123456789abcdeg";
+    save_checkpoint(out + "/bad", ck, 1);
+  }
+  world().barrier();
+  try {
+    Trainer t(config_from(small_run(5), {"run.out_dir=" + out, "checkpoint.resume=" + bad}), world());
+    FAIL("expected a checkpoint error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Checkpoint);
+    CHECK(e.agreed());
+    CHECK_THAT(e.what(), Catch::Contains("header field \"init_params_hash\" is \"0123456789abcdeg\", not 16 hex digits"));
   }
 }
 
