@@ -36,7 +36,7 @@ TEST_CASE("rng: fill_normal gives normal()'s values and state, on any thread cou
         std::vector<float> want(n), got(n, -1.0f);
         for (auto& v : want) v = float(scale * spec.normal());
         fast.fill_normal(got.data(), n, scale);
-        CHECK(std::memcmp(want.data(), got.data(), n * sizeof(float)) == 0);
+        CHECK((n == 0 || std::memcmp(want.data(), got.data(), n * sizeof(float)) == 0));  // data() may be null at 0
         CHECK(same_state(spec, fast));
         CHECK(spec.normal() == fast.normal());  // and the streams go on alike
       }
