@@ -58,13 +58,12 @@ void validate(const Config& c) {
       // Name the one the user set (emptying one of the two default files, say), else the file.
       const bool images = c.given("data.eval_images") != c.given("data.eval_labels") ? c.given("data.eval_images")
                                                                                       : !c.data.eval_images.empty();
-      const std::string& other = images ? c.data.eval_labels : c.data.eval_images;
+      const char* key = images ? "data.eval_images" : "data.eval_labels";
+      const char* other = images ? "data.eval_labels" : "data.eval_images";
       auto value = [](const std::string& v) { return v.empty() ? std::string("empty (no evaluation)") : "\"" + v + "\""; };
-      fail(images ? "data.eval_images" : "data.eval_labels",
-           strcat("is ", value(images ? c.data.eval_images : c.data.eval_labels), ", but ",
-                  images ? "data.eval_labels" : "data.eval_images", " is ", value(other),
-                  c.given(images ? "data.eval_labels" : "data.eval_images") ? "" : " (the default)",
-                  ": set both empty, or both to files"));
+      fail(key, strcat("is ", value(images ? c.data.eval_images : c.data.eval_labels), ", but ", other, " is ",
+                       value(images ? c.data.eval_labels : c.data.eval_images), c.given(other) ? "" : " (the default)",
+                       ": set both empty, or both to files"));
     }
   } else if (c.data.format == "csv") {
     if (c.data.train_csv.empty()) fail("data.train_csv", "required when data.format is csv");

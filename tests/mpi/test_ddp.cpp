@@ -3,8 +3,6 @@
 // config-mismatch errors.
 #include <catch2/catch.hpp>
 
-#include <cstdio>
-#include <fstream>
 #include <cstring>
 #include <set>
 #include <string>
