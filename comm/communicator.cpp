@@ -30,6 +30,9 @@ std::unique_ptr<Request> Communicator::ireduce_scatter(const void*, BufView, Red
 void Communicator::allgather_in_place(BufView) {
   throw Error(ErrorKind::Internal, strcat("the ", name(), " communicator has no in-place all-gather"));
 }
+void Communicator::gather(const void*, void*, size_t, int) {
+  throw Error(ErrorKind::Internal, strcat("the ", name(), " communicator has no gather"));
+}
 
 namespace {
 class DoneRequest final : public Request {

@@ -66,6 +66,9 @@ class Communicator {
   virtual void broadcast(BufView buf, int root) = 0;
   // Gathers `bytes` from every rank into recv (size() * bytes), in rank order.
   virtual void allgather(const void* send, void* recv, size_t bytes) = 0;
+  // Gathers `bytes` (at most 2 GiB: callers chunk) from every rank into root's recv (size() *
+  // bytes, in rank order); recv is not touched elsewhere (it may be null there).
+  virtual void gather(const void* send, void* recv, size_t bytes, int root);
   virtual void barrier() = 0;
   // Ends every rank of the job at once (the error path: no rank is left waiting).
   [[noreturn]] virtual void abort(int exit_code) = 0;

@@ -269,6 +269,13 @@ void MpiCommunicator::allgather(const void* send, void* recv, size_t bytes) {
                           as_comm(world_)));
 }
 
+void MpiCommunicator::gather(const void* send, void* recv, size_t bytes, int root) {
+  AMP_CHECK(bytes <= size_t(INT_MAX), "gather blocks of more than 2 GiB (callers chunk)");
+  Watchdog::Wait wait(watchdog_.get(), "gather", detail_of(BufView{nullptr, bytes, DType::U8}, nullptr, root));
+  MPI_CHECK(MPI_Gather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, root,
+                       as_comm(world_)));
+}
+
 void MpiCommunicator::barrier() {
   Watchdog::Wait wait(watchdog_.get(), "barrier");
   MPI_CHECK(MPI_Barrier(as_comm(world_)));

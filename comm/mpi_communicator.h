@@ -36,6 +36,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Request> iallgather_in_place(BufView all) override;
   void broadcast(BufView buf, int root) override;
   void allgather(const void* send, void* recv, size_t bytes) override;
+  void gather(const void* send, void* recv, size_t bytes, int root) override;
   void barrier() override;
   [[noreturn]] void abort(int exit_code) override;
   void set_step(int64_t step) override;

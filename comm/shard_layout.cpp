@@ -77,6 +77,15 @@ std::vector<TensorSpan> ShardLayout::shard_spans(const std::vector<TensorSpan>& 
   return out;
 }
 
+void ShardLayout::flat_runs(size_t f0, size_t f1,
+                            const std::function<void(size_t flat, size_t shard, size_t count)>& fn) const {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const ShardPiece p = piece(b, rank_);
+    const size_t lo = std::max(f0, p.flat_begin), hi = std::min(f1, p.flat_begin + p.count);
+    if (lo < hi) fn(lo, p.shard_begin + (lo - p.flat_begin), hi - lo);
+  }
+}
+
 void ShardLayout::shards_to_flat(const float* gathered, float* flat) const {
   const size_t shard = shard_size();
   for (size_t b = 0; b < buckets_.size(); ++b)

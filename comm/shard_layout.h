@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "comm/grad_reducer.h"
@@ -42,6 +43,10 @@ class ShardLayout {
   ShardPiece piece(size_t b, int r) const;
   // This rank's shard: tensor t's range in it (count 0 when it holds none of tensor t).
   std::vector<TensorSpan> shard_spans(const std::vector<TensorSpan>& spans) const;
+
+  // The elements of flat range [f0, f1) (padding included when asked for) that this rank's shard
+  // holds, as runs fn(flat_begin, shard_begin, count), bucket by bucket.
+  void flat_runs(size_t f0, size_t f1, const std::function<void(size_t flat, size_t shard, size_t count)>& fn) const;
 
   // Host arrays of FP32 values. gathered: every rank's shard, in rank order (world x shard_size);
   // flat: the model's elements (total).

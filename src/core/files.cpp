@@ -42,20 +42,30 @@ std::string regular_file_problem(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& data) {
+  write_file_atomic(path, [&](const ByteSink& sink) { sink(data.data(), data.size()); });
+}
+
+void write_file_atomic(const std::string& path, const std::function<void(const ByteSink&)>& produce) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw Error(ErrorKind::Output, strcat("output error: ", tmp, ": cannot create: ", std::strerror(errno)));
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(ErrorKind::Output, strcat("output error: ", tmp, ": write failed: ", std::strerror(err)));
+  const auto write_all = [&](const void* data, size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    for (size_t done = 0; done < bytes;) {
+      const ssize_t n = ::write(fd, p + done, bytes - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw Error(ErrorKind::Output, strcat("output error: ", tmp, ": write failed: ", std::strerror(errno)));
+      }
+      done += size_t(n);
     }
-    done += size_t(n);
+  };
+  try {
+    produce(write_all);
+  } catch (...) {  // the producer's error or the write's: no temporary left behind
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     const int err = errno;

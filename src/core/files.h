@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 namespace amp {
@@ -22,5 +23,9 @@ std::string regular_file_problem(const std::string& path);
 // Writes a file atomically: temporary file (path.tmp.PID), fsync, rename, directory fsync. A
 // failure is an Output error naming the file, and leaves no temporary behind.
 void write_file_atomic(const std::string& path, const std::string& data);
+// The same for a file produced piece by piece: `produce` hands its bytes, in order, to the sink it
+// is given (a large file is never held whole in memory).
+using ByteSink = std::function<void(const void* data, size_t bytes)>;
+void write_file_atomic(const std::string& path, const std::function<void(const ByteSink&)>& produce);
 
 }  // namespace amp

@@ -117,30 +117,63 @@ int64_t name_step(const std::string& path) {
 
 int64_t Checkpoint::step() const { return header_step(header, path.empty() ? std::string("checkpoint header") : path); }
 
+namespace {
+
+// The file's bytes in order, handed to `sink` piece by piece (the sections where they are: never
+// copied into one buffer).
+void write_checkpoint(json header, const SectionViews& sections, const ByteSink& sink) {
+  header["format"] = kCheckpointFormat;
+  json table = json::array();
+  uint64_t offset = 0;
+  for (const auto& [name, view] : sections) {
+    table.push_back({{"name", name}, {"offset", offset}, {"bytes", view.bytes}});
+    offset += view.bytes;
+  }
+  header["sections"] = table;
+  const std::string h = header.dump();
+  std::string prefix;
+  prefix.append(kMagic, sizeof kMagic);
+  put<uint32_t>(prefix, kCheckpointFormat);
+  put<uint32_t>(prefix, 0);
+  put<uint64_t>(prefix, h.size());
+  Hasher hasher;
+  const auto emit = [&](const void* p, size_t n) {
+    if (n == 0) return;
+    hasher.update(p, n);
+    sink(p, n);
+  };
+  emit(prefix.data(), prefix.size());
+  emit(h.data(), h.size());
+  for (const auto& [name, view] : sections) emit(view.data, view.bytes);
+  std::string trailer;
+  put<uint64_t>(trailer, hasher.digest());
+  sink(trailer.data(), trailer.size());
+}
+
+SectionViews views_of(const Checkpoint& ck) {
+  SectionViews v;
+  for (const auto& [name, bytes] : ck.sections) v[name] = SectionView{bytes.data(), bytes.size()};
+  return v;
+}
+
+}  // namespace
+
+std::string serialize_checkpoint(const Checkpoint& ck) {
+  std::string out;
+  write_checkpoint(ck.header, views_of(ck), [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); });
+  return out;
+}
+
 std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int keep) {
-  const int64_t step = header_step(ck.header, dir);  // before anything is written: it names the file
+  return save_checkpoint(dir, ck.header, views_of(ck), keep);
+}
+
+std::string save_checkpoint(const std::string& dir, const nlohmann::json& header, const SectionViews& sections,
+                            int keep) {
+  const int64_t step = header_step(header, dir);  // before anything is written: it names the file
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(ErrorKind::Output, "output error: " + dir + ": cannot create the checkpoint folder: " + ec.message());
-  json header = ck.header;
-  header["format"] = kCheckpointFormat;
-  json sections = json::array();
-  uint64_t offset = 0;
-  for (const auto& [name, bytes] : ck.sections) {
-    sections.push_back({{"name", name}, {"offset", offset}, {"bytes", bytes.size()}});
-    offset += bytes.size();
-  }
-  header["sections"] = sections;
-  const std::string h = header.dump();
-  std::string out;
-  out.reserve(kPrefix + h.size() + offset + kTrailer);
-  out.append(kMagic, sizeof kMagic);
-  put<uint32_t>(out, kCheckpointFormat);
-  put<uint32_t>(out, 0);
-  put<uint64_t>(out, h.size());
-  out += h;
-  for (const auto& [name, bytes] : ck.sections) out.append(bytes.data(), bytes.size());
-  put<uint64_t>(out, hash64(out.data(), out.size()));
   const std::string path = (std::filesystem::path(dir) / file_name(step)).string();
   const std::string id = header.value("run_id", std::string());
   // Never over a file this run did not write: set-up moved other runs' and unreadable ones aside,
@@ -154,7 +187,7 @@ std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int ke
                                      : c.run_id.empty() ? std::string("it has no run id") : "run " + c.run_id,
                          "); not overwritten: move it away and resume"));
   }
-  write_file_atomic(path, out);
+  write_file_atomic(path, [&](const ByteSink& sink) { write_checkpoint(header, sections, sink); });
   // Keep this run's newest `keep`; the one just written is among them. Only regular files are
   // listed, so a FIFO or folder that happens to carry a checkpoint's name is never removed, and only
   // this run's checkpoints count and go: another run's never (its run_id differs), nor a copy
@@ -230,26 +263,35 @@ std::string read_file_bytes(const std::string& path) {
   return out;
 }
 
-Checkpoint load_checkpoint(const std::string& path) { return parse_checkpoint(read_file_bytes(path), path); }
+namespace {
 
-Checkpoint parse_checkpoint(const std::string& data, const std::string& path) {
+// The reader's one body for bytes in memory and for a file: read(offset, dst, n) copies n bytes
+// of the input at offset (a file that ends early is a "truncated" error). Sections are copied
+// straight from the input into the checkpoint, the checksum computed as they pass: reading a file
+// holds its sections once, never the whole file beside them.
+template <typename Read>
+Checkpoint parse_from(uint64_t size, const Read& read, const std::string& path) {
   // Fixed prefix. Every size below is checked against what is left, never summed first, so no
   // arithmetic on file-supplied numbers can wrap.
-  if (data.size() < kPrefix + kTrailer)
-    bad(path, strcat("truncated: ", data.size(), " bytes is shorter than any checkpoint (", kPrefix + kTrailer, ")"));
-  if (std::memcmp(data.data(), kMagic, sizeof kMagic) != 0) bad(path, "not an amp_ddp checkpoint (bad magic)");
-  const uint32_t format = get<uint32_t>(data, 8);
+  if (size < kPrefix + kTrailer)
+    bad(path, strcat("truncated: ", size, " bytes is shorter than any checkpoint (", kPrefix + kTrailer, ")"));
+  std::string prefix(kPrefix, '\0');
+  read(0, &prefix[0], kPrefix);
+  if (std::memcmp(prefix.data(), kMagic, sizeof kMagic) != 0) bad(path, "not an amp_ddp checkpoint (bad magic)");
+  const uint32_t format = get<uint32_t>(prefix, 8);
   if (format != kCheckpointFormat)
     bad(path, strcat("checkpoint format ", format, " is not supported by this program (format ", kCheckpointFormat, ")"));
-  const uint32_t flags = get<uint32_t>(data, 12);
+  const uint32_t flags = get<uint32_t>(prefix, 12);
   if (flags != 0)
     bad(path, strcat("flags ", flags, " are not supported by this program (format ", format, " has none)"));
-  const uint64_t header_len = get<uint64_t>(data, 16);
-  const uint64_t room = data.size() - kPrefix - kTrailer;  // header and sections
+  const uint64_t header_len = get<uint64_t>(prefix, 16);
+  const uint64_t room = size - kPrefix - kTrailer;  // header and sections
   if (header_len > room)
     bad(path, strcat("truncated: the header length (", header_len, " bytes) runs past the end of the file (",
-                     data.size(), " bytes)"));
+                     size, " bytes)"));
   const uint64_t payload = room - header_len;  // the sections' bytes
+  std::string text(size_t(header_len), '\0');
+  read(kPrefix, &text[0], text.size());
 
   // Header.
   Checkpoint ck;
@@ -261,7 +303,7 @@ Checkpoint parse_checkpoint(const std::string& data, const std::string& path) {
     return true;
   };
   try {
-    ck.header = json::parse(data.begin() + long(kPrefix), data.begin() + long(kPrefix + header_len), depth_limit);
+    ck.header = json::parse(text, depth_limit);
   } catch (const json::exception& e) {
     bad(path, "header is not valid JSON: " + printable(e.what(), 400));
   }
@@ -310,17 +352,57 @@ Checkpoint parse_checkpoint(const std::string& data, const std::string& path) {
   }
   if (end < payload) bad(path, strcat("corrupted: ", payload - end, " unexpected bytes after the last section"));
 
-  const uint64_t stored = get<uint64_t>(data, data.size() - kTrailer);
-  const uint64_t actual = hash64(data.data(), data.size() - kTrailer);
-  if (stored != actual)
-    bad(path, strcat("checksum mismatch (stored ", hex64(stored), ", computed ", hex64(actual), "): the file is corrupted"));
-
-  const size_t base = kPrefix + size_t(header_len);
+  // The sections fill the bytes between the header and the trailer: hashed in file order as read.
+  Hasher hasher;
+  hasher.update(prefix.data(), prefix.size());
+  hasher.update(text.data(), text.size());
+  const uint64_t base = kPrefix + header_len;
   for (const Span& sp : spans) {
-    const char* p = data.data() + base + sp.offset;
-    ck.sections[*sp.name] = std::vector<char>(p, p + sp.bytes);
+    std::vector<char>& bytes = ck.sections[*sp.name];
+    bytes.resize(size_t(sp.bytes));
+    read(base + sp.offset, bytes.data(), bytes.size());
+    hasher.update(bytes.data(), bytes.size());
   }
+  std::string trailer(kTrailer, '\0');
+  read(size - kTrailer, &trailer[0], kTrailer);
+  const uint64_t stored = get<uint64_t>(trailer, 0);
+  if (const uint64_t actual = hasher.digest(); stored != actual)
+    bad(path, strcat("checksum mismatch (stored ", hex64(stored), ", computed ", hex64(actual), "): the file is corrupted"));
   return ck;
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const std::string& path) {
+  // stat before open: opening a FIFO for reading blocks until a writer comes, possibly forever.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) bad(path, "not a regular file (" + file_kind(st.st_mode) + ")");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
+  const FdCloser closer{fd};
+  if (::fstat(fd, &st) != 0) bad(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) bad(path, "not a regular file (" + file_kind(st.st_mode) + ")");
+  const uint64_t size = uint64_t(st.st_size);
+  const auto read = [&](uint64_t offset, char* dst, size_t n) {
+    for (size_t done = 0; done < n;) {
+      const ssize_t got = ::pread(fd, dst + done, n - done, off_t(offset + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) bad(path, std::string("read failed: ") + std::strerror(errno));
+      if (got == 0)
+        bad(path, strcat("truncated: the file ended at byte ", offset + done, " while being read (", size,
+                         " bytes when opened)"));
+      done += size_t(got);
+    }
+  };
+  return parse_from(size, read, path);
+}
+
+Checkpoint parse_checkpoint(const std::string& data, const std::string& path) {
+  const auto read = [&](uint64_t offset, char* dst, size_t n) {
+    if (n > 0) std::memcpy(dst, data.data() + offset, n);  // an empty section's dst may be null
+  };
+  return parse_from(data.size(), read, path);
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<std::string>* skipped) {
@@ -355,10 +437,11 @@ std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<st
   return out;
 }
 
-std::string find_latest_intact(const std::string& dir, std::vector<std::string>* skipped, const std::string& run_id) {
+std::string find_latest_intact(const std::string& dir, std::vector<std::string>* skipped, const std::string& run_id,
+                               Checkpoint* found) {
   for (const std::string& p : list_checkpoints(dir, skipped)) {
     try {
-      const Checkpoint ck = load_checkpoint(p);
+      Checkpoint ck = load_checkpoint(p);
       const int64_t named = name_step(p);
       if (ck.step() != named) {
         if (skipped)
@@ -375,6 +458,7 @@ std::string find_latest_intact(const std::string& dir, std::vector<std::string>*
                                     ", not by this folder's run ", run_id, " (run.json)"));
         continue;
       }
+      if (found) *found = std::move(ck);
       return p;
     } catch (const Error& e) {
       if (skipped) skipped->push_back(e.what());

@@ -38,10 +38,21 @@ struct Checkpoint {
   int64_t step() const;
 };
 
-// Serializes and writes `ck` to dir/ckpt_step<step>.bin atomically; removes the oldest
-// checkpoints of the same run (header "run_id") beyond `keep`, never another run's. Returns the
-// path written.
+// A section to write, where its bytes already are (a run's state is not copied to be written).
+struct SectionView {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+using SectionViews = std::map<std::string, SectionView>;
+
+// Serializes and writes a checkpoint to dir/ckpt_step<step>.bin atomically, streaming its sections
+// to the file; removes the oldest checkpoints of the same run (header "run_id") beyond `keep`,
+// never another run's. Returns the path written.
+std::string save_checkpoint(const std::string& dir, const nlohmann::json& header, const SectionViews& sections,
+                            int keep);
 std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int keep);
+// The file's bytes of `ck` (what save_checkpoint writes).
+std::string serialize_checkpoint(const Checkpoint& ck);
 // Who wrote a checkpoint, from its prefix and JSON header only (the sections are not read).
 struct CheckpointIdentity {
   bool readable = false;  // a regular file whose prefix and header parse (the checksum is not checked)
@@ -56,7 +67,8 @@ bool valid_run_id(const std::string& id);
 
 // Reads and verifies a checkpoint. Throws Error(Checkpoint) "checkpoint error: PATH: what is wrong"
 // (missing, not a regular file, unreadable, truncated, bad magic, unknown format, malformed header
-// naming the field, sections out of bounds, checksum mismatch) and no other exception.
+// naming the field, sections out of bounds, checksum mismatch) and no other exception. The file
+// is read section by section into the result (its bytes are held once).
 Checkpoint load_checkpoint(const std::string& path);
 // The same from the file's bytes (path only names it in messages).
 Checkpoint parse_checkpoint(const std::string& data, const std::string& path);
@@ -73,7 +85,8 @@ std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<st
 // The newest checkpoint in dir that loads and verifies, whose file name's step is its header's and,
 // when run_id is not empty, that run_id wrote; "" if none. Each one skipped is described in
 // *skipped ("checkpoint error: PATH: reason").
+// The checkpoint found is left in *found when given (read once, not again by the caller).
 std::string find_latest_intact(const std::string& dir, std::vector<std::string>* skipped,
-                               const std::string& run_id = "");
+                               const std::string& run_id = "", Checkpoint* found = nullptr);
 
 }  // namespace amp

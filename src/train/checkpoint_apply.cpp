@@ -1,11 +1,12 @@
 // How a run continues from a verified checkpoint (CheckpointIO::apply), in three steps:
 //   validate  every section and header field the resume reads, each against what this program can
-//             have written (a checkpoint error names the field and the file)
+//             have written (a checkpoint error names the field and the file): the weights by rank
+//             0, which read the file (validate_weights), the rest by every rank
 //   derive    what this run takes from it: the scaler adapted to this run's settings
 //             (amp/scaler_resume.h), the half-finished log interval's sums gathered from another
 //             world size and rescaled to another global batch, the data position
-//   load      into the step, the sampler and the run record; nothing is loaded before every field
-//             has passed.
+//   load      into the step (the weights streamed from rank 0 a piece at a time), the sampler and
+//             the run record; nothing is loaded before every field has passed.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -13,12 +14,14 @@
 #include <cstring>
 
 #include "amp/scaler_resume.h"
+#include "comm/agree.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "core/hash.h"
 #include "train/checkpoint_fields.h"
 #include "train/checkpoint_io.h"
 #include "train/checkpoint_model.h"
+#include "train/state_stream.h"
 
 namespace amp {
 
@@ -28,7 +31,6 @@ using checkpoint_fields::header_field;
 // What a checkpoint resumes, validated, then adapted to this run.
 struct CheckpointIO::Resumed {
   int64_t step = 0;
-  std::vector<float> master, states[2];  // states: empty when the optimizer has none
   ScalerResume scaler;
   int64_t world_then = 0, batch_then = 0, zero_then = 0;
   std::string precision_then;  // the writer's compute precision
@@ -111,17 +113,22 @@ RunRecord validated_record(const Checkpoint& ck, const Bad& bad, int64_t step) {
 
 }  // namespace
 
-void CheckpointIO::apply(const Checkpoint& ck, const std::string& path, RunRecord& record) {
-  Resumed r = validate(ck, path);
-  derive(r);
+void CheckpointIO::apply(const std::string& bytes, const std::string& path, RunRecord& record) {
+  Resumed r;
+  run_agreed(world_, [&] {
+    drills_.fail_setup("resume");
+    r = validate(parse_checkpoint(bytes, path.empty() ? "checkpoint from rank 0" : path), path);
+    derive(r);
+  });
+  load_weights();
   load(r, record);
 }
 
+// Every field but the weights, which rank 0 validated before sending the rest (validate_weights).
 CheckpointIO::Resumed CheckpointIO::validate(const Checkpoint& ck, const std::string& path) const {
   const Bad bad{path};
   Resumed r;
   r.step = ck.step();
-  validate_weights(ck, path, r);
 
   // The scaler's state, validated and adapted to this run's settings by its own policy.
   r.world_then = header_field<int64_t>(ck, "world_size", -1);
@@ -206,7 +213,7 @@ void CheckpointIO::validate_fp8(const Checkpoint& ck, const std::string& path, R
 // pass), every value finite; the optimizer moments finite, and AdamW's second moment (a running
 // mean of squares) >= 0: a value the optimizer cannot have written is the file's fault, named here,
 // not a later NaN's.
-void CheckpointIO::validate_weights(const Checkpoint& ck, const std::string& path, Resumed& r) const {
+void CheckpointIO::validate_weights(const Checkpoint& ck, const std::string& path) const {
   const Bad bad{path};
   const size_t n = layout_.total;
   auto where = [&](size_t i) {  // element i of the flat buffers: its tensor and index, or padding
@@ -214,20 +221,22 @@ void CheckpointIO::validate_weights(const Checkpoint& ck, const std::string& pat
       if (i >= t.span.offset && i < t.span.offset + t.span.count) return strcat(t.name, "[", i - t.span.offset, "]");
     return strcat("padding element ", i);
   };
-  r.master = floats(section(ck, bad, "master", n * sizeof(float)));
+  // The sections' bytes (operator new's alignment) read as the FP32 values they hold, in place.
+  const auto values = [&](const char* name) {
+    return reinterpret_cast<const float*>(section(ck, bad, name, n * sizeof(float)).data());
+  };
+  const float* master = values("master");
   const std::string hash_then = header_field<std::string>(ck, "params_hash", "");
-  if (const std::string hash_now = hex64(hash64(r.master.data(), r.master.size() * sizeof(float)));
-      !hash_then.empty() && hash_then != hash_now)
+  if (const std::string hash_now = hex64(hash64(master, n * sizeof(float))); !hash_then.empty() && hash_then != hash_now)
     bad(strcat("its master weights hash to ", hash_now, ", not to the header's params_hash ", hash_then,
                ": the sections were replaced or corrupted"));
   for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(r.master[i]))
-      bad(strcat("master weight ", where(i), " is not finite (", r.master[i], "): the run it comes from had diverged"));
+    if (!std::isfinite(master[i]))
+      bad(strcat("master weight ", where(i), " is not finite (", master[i], "): the run it comes from had diverged"));
   const bool adam = cfg_.optimizer.params.kind == OptimizerKind::AdamW;
   for (int which : {1, 2}) {
     if (!step_.has_state(which)) continue;
-    std::vector<float>& state = r.states[which - 1];
-    state = floats(section(ck, bad, which == 1 ? "state1" : "state2", n * sizeof(float)));
+    const float* state = values(which == 1 ? "state1" : "state2");
     const char* what = adam ? (which == 1 ? "AdamW first moment" : "AdamW second moment") : "SGD momentum";
     const bool signed_ok = !(adam && which == 2);
     for (size_t i = 0; i < n; ++i)
@@ -276,10 +285,22 @@ void CheckpointIO::derive(Resumed& r) const {
   if (!r.fp8_note.empty()) reporter_.message("note: " + r.fp8_note);
 }
 
+// Rank 0's validated weight sections to every rank, a piece at a time, each section freed once
+// sent (collective).
+void CheckpointIO::load_weights() {
+  using Slot = TrainStep::Slot;
+  const std::pair<Slot, const char*> slots[] = {{Slot::Masters, "master"}, {Slot::State1, "state1"}, {Slot::State2, "state2"}};
+  for (const auto& [slot, name] : slots) {
+    if (slot != Slot::Masters && !step_.has_state(slot == Slot::State1 ? 1 : 2)) continue;
+    const float* src = world_.rank() == 0 ? reinterpret_cast<const float*>(located_.sections.at(name).data()) : nullptr;
+    broadcast_pieces(world_, src, layout_.total,
+                     [&](size_t begin, const float* v, size_t count) { step_.load(slot, begin, v, count); });
+    located_.sections.erase(name);
+  }
+  located_ = Checkpoint{};
+}
+
 void CheckpointIO::load(const Resumed& r, RunRecord& record) {
-  step_.load_masters(r.master.data());
-  step_.load_states(r.states[0].empty() ? nullptr : r.states[0].data(),
-                    r.states[1].empty() ? nullptr : r.states[1].data());
   step_.amp().load(r.scaler.state);
   if (r.fp8_loaded) step_.amp().fp8()->load(r.fp8);
   step_.load_sums(r.sums.loss_sum, r.sums.correct);

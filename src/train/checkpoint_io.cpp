@@ -30,9 +30,8 @@ nlohmann::json layout_json(const ParamLayout& L) {
 }
 
 template <typename T>
-std::vector<char> bytes_of(const T* p, size_t n) {
-  const char* c = reinterpret_cast<const char*>(p);
-  return std::vector<char>(c, c + n * sizeof(T));
+SectionView view_of_values(const T* p, size_t n) {
+  return SectionView{p, n * sizeof(T)};
 }
 
 // Model keys that decide the function the weights compute beyond the parameter shapes (which the
@@ -59,13 +58,13 @@ uint64_t CheckpointIO::samples_consumed(int64_t step) const {
 }
 
 std::string CheckpointIO::save(int64_t step, const RunRecord& record) {
-  // Sharded state is gathered by every rank (a collective); replicated state only rank 0 reads.
+  // Rank 0 gets the whole state; sharded, the other ranks send it their shards bucket by bucket
+  // (a collective), and hold nothing more.
+  using Slot = TrainStep::Slot;
   HostState st;
-  if (world_.rank() == 0 || step_.sharded()) {
-    st.master = step_.masters();
-    st.state1 = step_.state(1);
-    st.state2 = step_.state(2);
-  }
+  st.master = step_.read_whole(Slot::Masters);
+  if (step_.has_state(1)) st.state1 = step_.read_whole(Slot::State1);
+  if (step_.has_state(2)) st.state2 = step_.read_whole(Slot::State2);
   const StepSums sums = step_.read_sums();
   const ScalerState scaler = step_.amp().read().scaler;
   // Each rank's half-finished interval sums differ: every rank gets its own back on resume, so the
@@ -82,25 +81,28 @@ std::string CheckpointIO::save(int64_t step, const RunRecord& record) {
 
 std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const std::vector<RankIntervalSums>& sums,
                                 const RunRecord& record, const HostState& st) {
-  Checkpoint ck;
-  const std::vector<float>& master = st.master;
-  ck.sections["master"] = bytes_of(master.data(), master.size());
-  if (!st.state1.empty()) ck.sections["state1"] = bytes_of(st.state1.data(), st.state1.size());
-  if (!st.state2.empty()) ck.sections["state2"] = bytes_of(st.state2.data(), st.state2.size());
+  // The sections are written from where they are (save_checkpoint streams them to the file).
+  SectionViews sections;
+  sections["master"] = view_of_values(st.master.data(), st.master.size());
+  if (!st.state1.empty()) sections["state1"] = view_of_values(st.state1.data(), st.state1.size());
+  if (!st.state2.empty()) sections["state2"] = view_of_values(st.state2.data(), st.state2.size());
   const DataPosition pos = sampler_.position(step);
-  ck.sections["scaler"] = bytes_of(&scaler, 1);
-  ck.sections["rank_sums"] = bytes_of(sums.data(), sums.size());
+  sections["scaler"] = view_of_values(&scaler, 1);
+  sections["rank_sums"] = view_of_values(sums.data(), sums.size());
   nlohmann::json fp8 = nullptr;
+  Fp8State::Host h;
   if (const Fp8State* f = step_.amp().fp8()) {  // the FP8 scales and amax histories (every rank's alike)
-    const Fp8State::Host h = f->read();
-    ck.sections["fp8_scales"] = bytes_of(h.scales.data(), h.scales.size());
-    ck.sections["fp8_history"] = bytes_of(h.history.data(), h.history.size());
-    ck.sections["fp8_meta"] = bytes_of(&h.meta, 1);
+    h = f->read();
+    sections["fp8_scales"] = view_of_values(h.scales.data(), h.scales.size());
+    sections["fp8_history"] = view_of_values(h.history.data(), h.history.size());
+    sections["fp8_meta"] = view_of_values(&h.meta, 1);
     std::vector<std::string> names;
     for (const Fp8Tensor& t : f->tensors()) names.push_back(t.name);
     fp8 = {{"tensors", names}, {"amax_history", f->params().history}};
   }
-  ck.header = {{"program", "amp_ddp"},
+  const std::vector<float>& master = st.master;
+  nlohmann::json header;
+  header = {{"program", "amp_ddp"},
                {"version", AMP_VERSION},
                {"run_id", run_id_},
                {"step", step},
@@ -133,9 +135,9 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
                {"interval_seconds", finite_or_null(record.interval_seconds)},
                {"wall_seconds", record.wall_seconds},
                {"sizeof_scaler", sizeof(ScalerState)}};
-  if (!fp8.is_null()) ck.header["fp8"] = fp8;
-  if (!record.init_params_hash.empty()) ck.header["init_params_hash"] = record.init_params_hash;
-  return save_checkpoint(cfg_.resolved_checkpoint_dir(), ck, int(cfg_.checkpoint.keep));
+  if (!fp8.is_null()) header["fp8"] = fp8;
+  if (!record.init_params_hash.empty()) header["init_params_hash"] = record.init_params_hash;
+  return save_checkpoint(cfg_.resolved_checkpoint_dir(), header, sections, int(cfg_.checkpoint.keep));
 }
 
 // Rank 0: does this checkpoint belong to this run? Refused when it cannot continue it.
@@ -238,9 +240,10 @@ void CheckpointIO::refuse_set_aside(const std::string& path) const {
 }
 
 bool CheckpointIO::locate() {
-  // Rank 0 finds, reads and checks the checkpoint (agreed: a failure there ends every rank); then
-  // every rank receives its size (0: nothing to resume) and its bytes.
-  std::string& data = located_;
+  // Rank 0 finds, reads and checks the checkpoint, its weights included (agreed: a failure there
+  // ends every rank); every rank then receives the rest of it (header and small sections; none:
+  // nothing to resume). The weights follow a piece at a time when the run resumes (apply).
+  std::string& rest = located_rest_;
   std::string& path = located_path_;
   run_agreed(world_, [&] {
     if (world_.rank() != 0) return;
@@ -249,7 +252,7 @@ bool CheckpointIO::locate() {
       // The run this folder holds (run.json) is the one continued; another run's checkpoints
       // (copied in, or left by an older program) are skipped, and moved aside once this run starts.
       std::vector<std::string> skipped;
-      path = find_latest_intact(dir, &skipped, recorded_run_id(cfg_.resolved_out_dir()));
+      path = find_latest_intact(dir, &skipped, recorded_run_id(cfg_.resolved_out_dir()), &located_);
       for (const auto& s : skipped) reporter_.message("skipping " + s);
       if (path.empty()) {
         reporter_.message("checkpoint.resume is auto but " + dir + " holds no intact checkpoint: starting from step 1");
@@ -258,29 +261,30 @@ bool CheckpointIO::locate() {
     } else {
       path = cfg_.checkpoint.resume;
       refuse_set_aside(path);
+      located_ = load_checkpoint(path);
     }
-    data = read_file_bytes(path);
-    check_header(parse_checkpoint(data, path), path);
+    check_header(located_, path);
+    validate_weights(located_, path);
+    Checkpoint small;  // everything but the weights (a few KB)
+    small.header = located_.header;
+    for (const auto& [name, bytes] : located_.sections)
+      if (name != "master" && name != "state1" && name != "state2") small.sections[name] = bytes;
+    rest = serialize_checkpoint(small);
   });
-  int64_t size = int64_t(data.size());
+  int64_t size = int64_t(rest.size());
   world_.broadcast(BufView{&size, sizeof size, DType::U8}, 0);
   if (size == 0) return false;
-  data.resize(size_t(size));
-  world_.broadcast(BufView{data.data(), data.size(), DType::U8}, 0);
+  rest.resize(size_t(size));
+  world_.broadcast(BufView{rest.data(), rest.size(), DType::U8}, 0);
   return true;
 }
 
 int64_t CheckpointIO::resume(RunRecord& record, std::string* from) {
-  if (located_.empty()) return 0;
+  if (located_rest_.empty()) return 0;
   const std::string path = std::move(located_path_);
-  int64_t step = 0;
-  run_agreed(world_, [&] {
-    drills_.fail_setup("resume");
-    const Checkpoint ck = parse_checkpoint(located_, path.empty() ? "checkpoint from rank 0" : path);
-    std::string().swap(located_);  // its bytes are parsed: freed before the state is loaded
-    apply(ck, path, record);
-    step = ck.step();
-  });
+  const std::string rest = std::move(located_rest_);
+  apply(rest, path, record);
+  const int64_t step = resumed_step_;
   if (world_.rank() == 0 && step == end_step())
     reporter_.message(strcat("the checkpoint is at step ", step, ", the last of this run (",
                              cfg_.run.steps > 0 ? "run.steps" : "run.epochs", "): nothing left to train"));

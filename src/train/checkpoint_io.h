@@ -1,7 +1,8 @@
 // Checkpoint I/O of a run: what goes into a checkpoint (train/checkpoint.h is the file format) and
-// how a run continues from one, bit for bit. Rank 0 writes and reads files; every rank receives the
-// bytes (no shared file system needed). Every field is validated before it is used.
-// The state is written as whole tensors (sharded optimizer state is gathered first), so a
+// how a run continues from one, bit for bit. Rank 0 writes and reads files; the other ranks send
+// and receive the state over the communicator (no shared file system needed), a piece at a time:
+// only rank 0 holds the whole state on the host. Every field is validated before it is used.
+// The state is written as whole tensors (sharded state is sent to rank 0 first), so a
 // checkpoint does not depend on the world size or on distributed.zero: a run may resume on
 // another number of ranks, its data continuing from the position the checkpoint recorded.
 #pragma once
@@ -61,7 +62,7 @@ class CheckpointIO {
   std::string set_aside_newer(int64_t step, const std::string& resumed_from);
 
  private:
-  // The run's whole state on the host (gathered on every rank when sharded, else on rank 0).
+  // The run's whole state on the host: rank 0's (empty elsewhere).
   struct HostState {
     std::vector<float> master, state1, state2;
   };
@@ -72,9 +73,11 @@ class CheckpointIO {
   // Continuing from a verified checkpoint (checkpoint_apply.cpp): validate every field, derive
   // what this run takes from it, then load.
   struct Resumed;
-  void apply(const Checkpoint& ck, const std::string& path, RunRecord& record);
+  // bytes: the checkpoint without its weights (every rank); then the weights from rank 0.
+  void apply(const std::string& bytes, const std::string& path, RunRecord& record);
   Resumed validate(const Checkpoint& ck, const std::string& path) const;
-  void validate_weights(const Checkpoint& ck, const std::string& path, Resumed& r) const;
+  void validate_weights(const Checkpoint& ck, const std::string& path) const;  // rank 0, in locate()
+  void load_weights();  // collective
   void validate_fp8(const Checkpoint& ck, const std::string& path, Resumed& r) const;
   void derive(Resumed& r) const;
   void load(const Resumed& r, RunRecord& record);
@@ -91,7 +94,10 @@ class CheckpointIO {
   const Drills& drills_;
   std::string run_id_;
   uint64_t data_digest_ = 0;
-  std::string located_, located_path_;  // locate()'s checkpoint bytes (every rank) and path (rank 0)
+  // What locate() found: the checkpoint without its weights (its bytes, every rank), the whole
+  // checkpoint and its path (rank 0).
+  std::string located_rest_, located_path_;
+  Checkpoint located_;
 };
 
 }  // namespace amp

@@ -115,91 +115,129 @@ void TrainStep::connect(Communicator& world_comm, std::unique_ptr<Communicator> 
     reducer_->release_reduced([this](void* p, size_t bytes) { mem_.release(p, bytes); }, mem_.release_granularity());
 }
 
-void TrainStep::load_masters(const float* host) {
+const Buffer& TrainStep::buffer(Slot slot) const {
+  return slot == Slot::Masters ? master_ : slot == Slot::State1 ? state1_ : state2_;
+}
+
+void TrainStep::load(Slot slot, size_t begin, const float* host, size_t count) {
   settle_gathers();  // nothing may still write the working copy
   const size_t n = model_.layout().total;
-  if (compute_ == DType::F32 || !shards_) {
-    mem_.upload(master_.data(), host, n * sizeof(float));
-    if (compute_ != DType::F32) ops_.cast(master_.data(), DType::F32, lp_.data(), compute_, n);
+  AMP_CHECK(begin <= n && count <= n - begin, "TrainStep::load: elements [", begin, ", ", begin + count, ") of ", n);
+  char* dst = static_cast<char*>(buffer(slot).data());
+  AMP_CHECK(dst, "TrainStep::load: an optimizer state not held");
+  if (!slot_sharded(slot)) {
+    mem_.upload(dst + begin * sizeof(float), host, count * sizeof(float));
+  } else {
+    shards_->flat_runs(begin, begin + count, [&](size_t f, size_t sh, size_t c) {
+      mem_.upload(dst + sh * sizeof(float), host + (f - begin), c * sizeof(float));
+    });
+    if (begin + count == n)
+      shards_->flat_runs(n, shards_->padded(), [&](size_t, size_t sh, size_t c) { mem_.zero(dst + sh * sizeof(float), c * sizeof(float)); });
+  }
+  if (slot != Slot::Masters || compute_ == DType::F32) return;
+  char* lp = static_cast<char*>(lp_.data()) + begin * dtype_size(compute_);
+  if (!shards_) {  // the working copy cast from the masters just loaded
+    ops_.cast(dst + begin * sizeof(float), DType::F32, lp, compute_, count);
     return;
   }
-  // Sharded: this rank's masters; the whole working copy converted on the host (round to nearest
-  // even, as the backends' casts).
-  std::vector<float> mine(master_count_);
-  shards_->flat_to_shard(host, mine.data());
-  mem_.upload(master_.data(), mine.data(), mine.size() * sizeof(float));
-  std::vector<uint16_t> lp(n);
-  convert(host, DType::F32, lp.data(), compute_, n);
-  mem_.upload(lp_.data(), lp.data(), n * sizeof(uint16_t));
+  // Sharded: this rank holds only its masters, so the piece is converted on the host (round to
+  // nearest even, as the backends' casts).
+  std::vector<uint16_t> half(count);
+  convert(host, DType::F32, half.data(), compute_, count);
+  mem_.upload(lp, half.data(), count * sizeof(uint16_t));
 }
 
-void TrainStep::load_states(const float* state1, const float* state2) {
+void TrainStep::read(Slot slot, const PieceFn& fn) const {
+  if (slot == Slot::Masters) settle_gathers();  // FP32 compute, sharded: master_ is the working copy the all-gather writes
+  const Buffer& buf = buffer(slot);
+  AMP_CHECK(buf.data(), "TrainStep::read: an optimizer state not held");
   const size_t n = model_.layout().total;
-  std::vector<float> mine(shards_ ? shards_->shard_size() : 0);
-  for (auto [buf, host] : {std::pair<Buffer*, const float*>{&state1_, state1}, {&state2_, state2}}) {
-    if (!buf->data() || !host) continue;
-    if (!shards_) {
-      mem_.upload(buf->data(), host, n * sizeof(float));
-      continue;
+  if (!slot_sharded(slot)) {  // every element here: rank 0 reads its own
+    if (rank_ != 0) return;
+    if (mem_.host_accessible()) return fn(0, buf.as<float>(), n);
+    std::vector<float> piece(std::min(n, kStreamElements));
+    for (size_t b = 0; b < n; b += piece.size()) {
+      const size_t c = std::min(piece.size(), n - b);
+      mem_.download(piece.data(), buf.as<float>() + b, c * sizeof(float));
+      fn(b, piece.data(), c);
     }
-    shards_->flat_to_shard(host, mine.data());
-    mem_.upload(buf->data(), mine.data(), mine.size() * sizeof(float));
+    return;
+  }
+  // Bucket by bucket in flat order: the ranks' blocks of a bucket, in rank order, are its elements
+  // in order; gathered to rank 0 a sub-block of at most kStreamElements per rank at a time.
+  std::vector<size_t> order(shards_->buckets().size());
+  for (size_t b = 0; b < order.size(); ++b) order[b] = b;
+  std::sort(order.begin(), order.end(),
+            [&](size_t x, size_t y) { return shards_->buckets()[x].begin < shards_->buckets()[y].begin; });
+  const size_t world = size_t(world_);
+  std::vector<float> mine, all, bucket;
+  for (size_t b : order) {
+    const Bucket& bk = shards_->buckets()[b];
+    const ShardPiece p = shards_->piece(b, rank_);
+    if (bk.begin >= n) continue;  // padding only
+    if (rank_ == 0) bucket.resize(bk.end - bk.begin);
+    for (size_t at = 0; at < p.count; at += kStreamElements) {
+      const size_t c = std::min(kStreamElements, p.count - at);
+      mine.resize(c);
+      mem_.download(mine.data(), buf.as<float>() + p.shard_begin + at, c * sizeof(float));
+      if (rank_ == 0) all.resize(c * world);
+      world_comm_->gather(mine.data(), rank_ == 0 ? all.data() : nullptr, c * sizeof(float), 0);
+      if (rank_ != 0) continue;
+      for (size_t r = 0; r < world; ++r)
+        std::copy(all.begin() + long(r * c), all.begin() + long((r + 1) * c), bucket.begin() + long(r * p.count + at));
+    }
+    if (rank_ == 0) fn(bk.begin, bucket.data(), std::min(bk.end, n) - bk.begin);
   }
 }
 
-// Every rank's shard of an FP32 buffer, gathered over the host communicator into whole tensors.
-std::vector<float> TrainStep::gather(const Buffer& shard) const {
-  const size_t per = shards_->shard_size();
-  std::vector<float> mine(per), all(per * size_t(world_)), flat(model_.layout().total);
-  mem_.download(mine.data(), shard.data(), per * sizeof(float));
-  world_comm_->allgather(mine.data(), all.data(), per * sizeof(float));
-  shards_->shards_to_flat(all.data(), flat.data());
-  return flat;
+std::vector<float> TrainStep::read_whole(Slot slot) const {
+  std::vector<float> out(rank_ == 0 ? model_.layout().total : 0);
+  read(slot, [&](size_t b, const float* v, size_t c) { std::copy(v, v + c, out.begin() + long(b)); });
+  return out;
 }
 
-std::vector<float> TrainStep::masters() const {
-  settle_gathers();  // FP32 compute, sharded: master_ is the flat working copy the all-gather writes
-  if (shards_ && compute_ != DType::F32) return gather(master_);
-  std::vector<float> w(model_.layout().total);
-  mem_.download(w.data(), master_.data(), w.size() * sizeof(float));
+std::vector<float> TrainStep::masters_everywhere() const {
+  const size_t n = model_.layout().total;
+  std::vector<float> w(n);
+  if (!slot_sharded(Slot::Masters)) {
+    settle_gathers();
+    mem_.download(w.data(), master_.data(), n * sizeof(float));
+    return w;
+  }
+  read(Slot::Masters, [&](size_t b, const float* v, size_t c) { std::copy(v, v + c, w.begin() + long(b)); });
+  world_comm_->broadcast(view_of(w.data(), n), 0);
   return w;
-}
-
-std::vector<float> TrainStep::state(int which) const {
-  const Buffer& b = which == 1 ? state1_ : state2_;
-  if (!b.data()) return {};
-  if (shards_) return gather(b);
-  std::vector<float> s(model_.layout().total);
-  mem_.download(s.data(), b.data(), s.size() * sizeof(float));
-  return s;
 }
 
 namespace {
 
 // hash64 of backend memory: read where it is when that is host memory (a model's state is hundreds
-// of MB: no copy), else from a host copy.
+// of MB: no copy), else from host copies of a piece at a time.
 uint64_t hash_in_place(DeviceMemory& mem, const void* p, size_t bytes) {
   if (mem.host_accessible()) return hash64(p, bytes);
-  const std::unique_ptr<char[]> host(new char[bytes]);
-  mem.download(host.get(), p, bytes);
-  return hash64(host.get(), bytes);
+  Hasher h;
+  std::vector<char> piece(std::min(bytes, TrainStep::kStreamElements * sizeof(float)));
+  for (size_t at = 0; at < bytes; at += piece.size()) {
+    const size_t c = std::min(piece.size(), bytes - at);
+    mem.download(piece.data(), static_cast<const char*>(p) + at, c);
+    h.update(piece.data(), c);
+  }
+  return h.digest();
 }
-
-uint64_t hash_of(const std::vector<float>& v) { return hash64(v.data(), v.size() * sizeof(float)); }
 
 }  // namespace
 
-uint64_t TrainStep::masters_hash() const {
-  settle_gathers();
-  if (shards_ && compute_ != DType::F32) return hash_of(gather(master_));
-  return hash_in_place(mem_, master_.data(), model_.layout().total * sizeof(float));
-}
-
-uint64_t TrainStep::state_hash(int which) const {
-  const Buffer& b = which == 1 ? state1_ : state2_;
-  AMP_CHECK(b.data(), "state_hash of an optimizer state not held");
-  if (shards_) return hash_of(gather(b));
-  return hash_in_place(mem_, b.data(), model_.layout().total * sizeof(float));
+uint64_t TrainStep::slot_hash(Slot slot) const {
+  if (!slot_sharded(slot)) {  // every rank holds (and hashes) the whole
+    if (slot == Slot::Masters) settle_gathers();
+    AMP_CHECK(buffer(slot).data(), "TrainStep: the hash of an optimizer state not held");
+    return hash_in_place(mem_, buffer(slot).data(), model_.layout().total * sizeof(float));
+  }
+  Hasher h;
+  read(slot, [&](size_t, const float* v, size_t c) { h.update(v, c * sizeof(float)); });
+  uint64_t digest = rank_ == 0 ? h.digest() : 0;
+  if (slot_sharded(slot)) world_comm_->broadcast(BufView{&digest, sizeof digest, DType::U8}, 0);
+  return digest;
 }
 
 uint64_t TrainStep::replica_hash() const {

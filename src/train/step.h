@@ -5,7 +5,8 @@
 // warm-up (released when the step goes, before any communicator that the graph's collectives use).
 // With distributed.zero: 1 the FP32 masters and the optimizer moments are sharded over the ranks
 // (comm/shard_layout.h): gradients are reduce-scattered, each rank unscales, checks and updates its
-// shard, and the updated working weights are all-gathered; host copies are gathered whole. With
+// shard, and the updated working weights are all-gathered; host copies stream to rank 0 bucket by
+// bucket (read). With
 // distributed.zero: 2 the same, and the 16-bit gradient buffer's memory is returned to the backend
 // bucket by bucket once reduced (the arithmetic, and so every bit, is stage 1's).
 #pragma once
@@ -66,18 +67,32 @@ class TrainStep {
   void allow_capture(bool allow) { use_graph_ = allow && accum_ == 1 && !release_ && be_.capture().can_capture(); }
   bool releases() const { return release_; }  // distributed.zero 2 on more than one rank
 
-  // FP32 masters from the host (every rank the same, whole tensors: this rank keeps its shard), and
-  // the working copy cast from them.
-  void load_masters(const float* host);
-  void load_states(const float* state1, const float* state2);  // nullptr: not held by this optimizer
-  // Host copies of whole tensors (layout order). Sharded: collective (gathered from every rank).
-  std::vector<float> masters() const;
-  std::vector<float> state(int which) const;  // 1 or 2; empty when not held
+  // The FP32 state moves between the host and the ranks in pieces of whole-model elements, so that
+  // no rank holds a copy of the whole model beside it (train/state_stream.h carries the pieces).
+  enum class Slot { Masters, State1, State2 };  // the states: the optimizer's moments (has_state)
+  static constexpr size_t kStreamElements = size_t(16) << 20;  // elements of a piece (64 MiB of FP32)
+  // Elements [begin, begin + count) of a slot, every rank given the same: this rank keeps those of
+  // its shard; Masters also sets the working copy's, cast from them (round to nearest even). Loading
+  // a slot's last element also zeroes its shard's padding.
+  void load(Slot slot, size_t begin, const float* host, size_t count);
+  void load_masters(const float* host) { load(Slot::Masters, 0, host, model_.layout().total); }
+  // A slot's elements in layout order, as consecutive pieces fn(begin, values, count) on rank 0
+  // (values valid during the call). Collective when the slot is sharded (the other ranks send
+  // their blocks bucket by bucket: rank 0 holds one bucket at a time); fn is never called elsewhere.
+  using PieceFn = std::function<void(size_t begin, const float* values, size_t count)>;
+  void read(Slot slot, const PieceFn& fn) const;
+  // Rank 0: a slot's elements whole (read() into one vector); empty elsewhere.
+  std::vector<float> read_whole(Slot slot) const;
+  // For tests: the masters whole on every rank: this rank's own copy where it holds them whole,
+  // else rank 0's assembled copy sent to all (collective).
+  std::vector<float> masters_everywhere() const;
   bool has_state(int which) const { return (which == 1 ? state1_ : state2_).data() != nullptr; }
-  // hash64 of those host copies (params_hash, optimizer_state_hash), without the copy where the
-  // backend's memory is the host's and holds whole tensors. Collective when sharded.
-  uint64_t masters_hash() const;
-  uint64_t state_hash(int which) const;  // a state that is held
+  // hash64 of a slot's elements in layout order (params_hash, optimizer_state_hash), every rank the
+  // same; without a copy where the backend's memory is the host's and holds whole tensors.
+  // Collective when sharded.
+  uint64_t slot_hash(Slot slot) const;
+  uint64_t masters_hash() const { return slot_hash(Slot::Masters); }
+  uint64_t state_hash(int which) const { return slot_hash(which == 1 ? Slot::State1 : Slot::State2); }  // a state held
   // The FP32 masters this rank holds (sharded 16-bit compute: its shard) and the tensors' ranges in them.
   float* master_data() {
     if (compute_ == DType::F32) settle_gathers();  // FP32 sharded: the masters are the gathered working weights
@@ -153,7 +168,8 @@ class TrainStep {
   };
   std::vector<OptimizerRun> optimizer_runs() const;
   void optimizer_range(size_t flat_begin, size_t count, size_t at, const AmpVerdict& verdict);
-  std::vector<float> gather(const Buffer& shard) const;  // sharded: every rank's shard, whole tensors
+  const Buffer& buffer(Slot slot) const;
+  bool slot_sharded(Slot slot) const { return shards_ && (slot != Slot::Masters || compute_ != DType::F32); }
 
   const Config& cfg_;
   Backend& be_;

@@ -38,8 +38,9 @@ class Trainer {
   // Trains to the end; returns the process exit code.
   int run();
 
-  // For tests: the FP32 master weights (host copy) and the layout.
-  std::vector<float> master_weights() { return step_->masters(); }
+  // For tests: the FP32 master weights (host copy, every rank: its own where it holds them whole)
+  // and the layout.
+  std::vector<float> master_weights() { return step_->masters_everywhere(); }
   const ParamLayout& layout() const { return model_->layout(); }
   // For tests: called on every rank after every step with what the step left in backend memory
   // and the reduced flags of the step.

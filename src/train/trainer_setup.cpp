@@ -14,6 +14,7 @@
 #include "train/rank_threads.h"
 #include "train/run_identity.h"
 #include "train/signals.h"
+#include "train/state_stream.h"
 #include "train/trainer.h"
 
 namespace amp {
@@ -47,24 +48,27 @@ void Trainer::setup() {
     reporter_.message(strcat("model.init_from (", cfg_.model.init_from, ") is not read: the run continues from a checkpoint"));
   if (!resuming) {
     // Parameters: rank 0's initialization (or the weights of model.init_from, read by rank 0) is
-    // everyone's.
+    // everyone's, streamed a piece at a time (no other rank holds the whole model on the host).
     std::vector<float> init;
     run_agreed(world_, [&] {
-      if (rank_ != 0) return;  // the broadcast below brings them
+      if (rank_ != 0) return;
       init = cfg_.model.init_from.empty() ? model_->init_params(uint64_t(cfg_.run.seed))
                                           : read_initial_weights(cfg_, model_->layout(), size_t(data_.train.vocab));
     });
-    init.resize(model_->layout().total);
-    world_.broadcast(view_of(init.data(), init.size()), 0);
+    Hasher hasher;  // of the weights, as params_hash hashes masters
+    broadcast_pieces(world_, init.data(), model_->layout().total, [&](size_t begin, const float* v, size_t count) {
+      step_->load(TrainStep::Slot::Masters, begin, v, count);
+      hasher.update(v, count * sizeof(float));
+    });
+    std::vector<float>().swap(init);
     if (!cfg_.model.init_from.empty()) {
       // The weights' identity, not only their path (a file may be replaced or moved later): the
       // hash is params_hash's, so a checkpoint's own params_hash names the same weights.
-      record_.init_params_hash = hex64(hash64(init.data(), init.size() * sizeof(float)));
+      record_.init_params_hash = hex64(hasher.digest());
       if (rank_ == 0)
         reporter_.message(strcat("initial weights: ", cfg_.model.init_from, " (model.init_from, params_hash ",
                                  record_.init_params_hash, "; a fresh optimizer and loss scale)"));
     }
-    step_->load_masters(init.data());
   }
 
   run_agreed(world_, [&] { setup_output(); });

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/hash.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
@@ -106,6 +107,34 @@ TEST_CASE("checkpoint: round trip keeps every header field and section byte", "[
   }
   CHECK(amp::read_file_bytes(path) == amp_test::checkpoint_bytes(header.dump(), payload));
   CHECK(amp::parse_checkpoint(amp_test::checkpoint_bytes(header.dump(), payload), "x").sections == ck.sections);
+  // The same bytes in memory (what rank 0 sends), and from sections written where they lie.
+  CHECK(amp::serialize_checkpoint(ck) == amp::read_file_bytes(path));
+  amp_test::TempDir other;
+  amp::SectionViews views;
+  for (const auto& [name, bytes] : ck.sections) views[name] = amp::SectionView{bytes.data(), bytes.size()};
+  CHECK(amp::read_file_bytes(amp::save_checkpoint(other.path(), ck.header, views, 3)) == amp::read_file_bytes(path));
+}
+
+TEST_CASE("checkpoint: a file written piece by piece is whole or absent", "[checkpoint]") {
+  amp_test::TempDir dir;
+  const std::string path = dir.file("out.bin");
+  amp::write_file_atomic(path, [](const amp::ByteSink& sink) {
+    for (int i = 0; i < 3; ++i) sink("abc", 3);
+    sink("", 0);
+  });
+  CHECK(amp::read_file_bytes(path) == "abcabcabc");
+  // A producer that fails half-way leaves the old file and no temporary.
+  try {
+    amp::write_file_atomic(path, [](const amp::ByteSink& sink) {
+      sink("xyz", 3);
+      throw amp::Error(amp::ErrorKind::Output, "output error: the producer failed");
+    });
+    FAIL("the producer's error was swallowed");
+  } catch (const amp::Error& e) {
+    CHECK(std::string(e.what()) == "output error: the producer failed");
+  }
+  CHECK(amp::read_file_bytes(path) == "abcabcabc");
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()) == 1);
 }
 
 TEST_CASE("checkpoint: save refuses a header without a valid step and writes nothing", "[checkpoint]") {

@@ -317,3 +317,44 @@ TEST_CASE("checkpoint fuzz: the reader either accepts a file or throws a checkpo
     CHECK(deep > 0);
   }
 }
+
+TEST_CASE("checkpoint fuzz: a file reads as its bytes parse, section by section", "[checkpoint][fuzz]") {
+  // load_checkpoint reads a file piece by piece (never whole): on damaged files too it must accept
+  // what parse_checkpoint accepts, with the same contents, and refuse the rest with the same words.
+  const uint64_t seed = env_u64("AMP_FUZZ_SEED", 20240611) + 1;
+  std::vector<std::string> corpus = seed_inputs();
+  Mutator m(seed);
+  amp_test::TempDir dir;
+  const std::string path = dir.file("ckpt_step0000000001.bin");
+  size_t accepted = 0, refused = 0;
+  for (int it = 0; it < 600; ++it) {
+    std::string in = corpus[m.below(corpus.size())];
+    if (it > 0)
+      for (uint64_t k = 1 + m.below(3); k > 0; --k) m.mutate(in, corpus[m.below(corpus.size())]);
+    if (m.chance(90)) amp_test::seal_checkpoint(in);
+    dir.write("ckpt_step0000000001.bin", in);
+    INFO("seed " << seed << ", iteration " << it);
+    std::string from_bytes, from_file;
+    amp::Checkpoint a, b;
+    try {
+      a = amp::parse_checkpoint(in, path);
+    } catch (const amp::Error& e) {
+      from_bytes = e.what();
+    }
+    try {
+      b = amp::load_checkpoint(path);
+    } catch (const amp::Error& e) {
+      from_file = e.what();
+    }
+    REQUIRE(from_file == from_bytes);
+    if (!from_bytes.empty()) {
+      ++refused;
+      continue;
+    }
+    ++accepted;
+    REQUIRE(b.header == a.header);
+    REQUIRE(b.sections == a.sections);
+  }
+  CHECK(accepted > 0);
+  CHECK(refused > 0);
+}

@@ -73,6 +73,18 @@ TEST_CASE("shard layout: aligned equal shards, buckets cover the buffer, tensor 
           const float v = mine[i];
           CHECK((v >= float(spans[t].offset) && v < float(spans[t].offset + spans[t].count)));
         }
+      // The same shard loaded from pieces of the flat array (flat_runs), padding zeroed last.
+      std::vector<float> pieced(L.shard_size(), -1.0f);
+      const size_t step = 1 + rng.next_u64() % 5000;
+      for (size_t b = 0; b < total; b += step) {
+        const size_t e = std::min(total, b + step);
+        L.flat_runs(b, e, [&](size_t f, size_t s, size_t n) {
+          REQUIRE((f >= b && f + n <= e && s + n <= L.shard_size()));
+          std::copy(flat.begin() + long(f), flat.begin() + long(f + n), pieced.begin() + long(s));
+        });
+      }
+      L.flat_runs(total, L.padded(), [&](size_t, size_t s, size_t n) { std::fill_n(pieced.begin() + long(s), n, 0.0f); });
+      CHECK(pieced == mine);
       shards.push_back(mine);
     }
     // Every element is owned by exactly one rank; the gathered shards rebuild the flat array.
