@@ -169,20 +169,28 @@ void TrainStep::read(Slot slot, const PieceFn& fn) const {
   for (size_t b = 0; b < order.size(); ++b) order[b] = b;
   std::sort(order.begin(), order.end(),
             [&](size_t x, size_t y) { return shards_->buckets()[x].begin < shards_->buckets()[y].begin; });
+  // A block sent whole lands in place (rank r's at r x block); one sent in parts goes through `all`.
+  // Host memory is sent from where it lies.
   const size_t world = size_t(world_);
+  const bool host = mem_.host_accessible();
   std::vector<float> mine, all, bucket;
   for (size_t b : order) {
     const Bucket& bk = shards_->buckets()[b];
     const ShardPiece p = shards_->piece(b, rank_);
     if (bk.begin >= n) continue;  // padding only
     if (rank_ == 0) bucket.resize(bk.end - bk.begin);
+    const bool whole = p.count <= kStreamElements;
     for (size_t at = 0; at < p.count; at += kStreamElements) {
       const size_t c = std::min(kStreamElements, p.count - at);
-      mine.resize(c);
-      mem_.download(mine.data(), buf.as<float>() + p.shard_begin + at, c * sizeof(float));
-      if (rank_ == 0) all.resize(c * world);
-      world_comm_->gather(mine.data(), rank_ == 0 ? all.data() : nullptr, c * sizeof(float), 0);
-      if (rank_ != 0) continue;
+      const float* send = buf.as<float>() + p.shard_begin + at;
+      if (!host) {
+        mine.resize(c);
+        mem_.download(mine.data(), send, c * sizeof(float));
+        send = mine.data();
+      }
+      if (rank_ == 0 && !whole) all.resize(c * world);
+      world_comm_->gather(send, rank_ != 0 ? nullptr : whole ? bucket.data() : all.data(), c * sizeof(float), 0);
+      if (rank_ != 0 || whole) continue;
       for (size_t r = 0; r < world; ++r)
         std::copy(all.begin() + long(r * c), all.begin() + long((r + 1) * c), bucket.begin() + long(r * p.count + at));
     }

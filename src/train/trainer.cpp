@@ -241,9 +241,15 @@ nlohmann::json Trainer::summary_json(double wall_seconds, int64_t steps_done) {
       {"memory_per_rank", {{"training_state", step_->state_bytes().total()}, {"activations", model_->buffer_bytes()},
                            {"rows_per_forward", model_->max_rows()}}},
   };
-  // Rank 0's peak resident host memory (with the CPU backend, the training state and activations
-  // among the rest); absent where /proc does not say.
-  if (const size_t peak = host_peak_resident(); peak > 0) j["peak_resident_bytes_rank0"] = peak;
+  // Peak resident host memory (with the CPU backend, the training state and activations among the
+  // rest): rank 0's (it reads and writes the checkpoints) and the largest of the other ranks';
+  // absent where /proc does not say.
+  const uint64_t peak = host_peak_resident();
+  std::vector<uint64_t> peaks(static_cast<size_t>(nranks_));
+  world_.allgather(&peak, peaks.data(), sizeof peak);
+  if (peaks[0] > 0) j["peak_resident_bytes_rank0"] = peaks[0];
+  if (nranks_ > 1 && std::count(peaks.begin() + 1, peaks.end(), uint64_t(0)) == 0)
+    j["peak_resident_bytes_other_ranks"] = *std::max_element(peaks.begin() + 1, peaks.end());
   // distributed.zero 2: the gradient buffer's resident bytes, counted (the bound of state_bytes)
   // and measured (its high-water mark when a tensor completed; absent where not measured).
   if (step_->gradient_window_bytes() > 0) {
