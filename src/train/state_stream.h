@@ -11,8 +11,9 @@
 namespace amp {
 
 // Collective: rank 0's n values `src` (ignored elsewhere, may be null there), broadcast in
-// consecutive pieces of at most TrainStep::kStreamElements; every rank gets fn(begin, values,
-// count) for the same pieces in the same order.
-void broadcast_pieces(Communicator& world, const float* src, size_t n, const TrainStep::PieceFn& fn);
+// consecutive pieces of at most `piece` values; every rank gets fn(begin, values, count) for the
+// same pieces in the same order.
+void broadcast_pieces(Communicator& world, const float* src, size_t n, const TrainStep::PieceFn& fn,
+                      size_t piece = TrainStep::kStreamElements);
 
 }  // namespace amp

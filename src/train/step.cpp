@@ -155,7 +155,7 @@ void TrainStep::read(Slot slot, const PieceFn& fn) const {
   if (!slot_sharded(slot)) {  // every element here: rank 0 reads its own
     if (rank_ != 0) return;
     if (mem_.host_accessible()) return fn(0, buf.as<float>(), n);
-    std::vector<float> piece(std::min(n, kStreamElements));
+    std::vector<float> piece(std::min(n, piece_));
     for (size_t b = 0; b < n; b += piece.size()) {
       const size_t c = std::min(piece.size(), n - b);
       mem_.download(piece.data(), buf.as<float>() + b, c * sizeof(float));
@@ -164,7 +164,7 @@ void TrainStep::read(Slot slot, const PieceFn& fn) const {
     return;
   }
   // Bucket by bucket in flat order: the ranks' blocks of a bucket, in rank order, are its elements
-  // in order; gathered to rank 0 a sub-block of at most kStreamElements per rank at a time.
+  // in order; gathered to rank 0 a sub-block of at most piece_ elements per rank at a time.
   std::vector<size_t> order(shards_->buckets().size());
   for (size_t b = 0; b < order.size(); ++b) order[b] = b;
   std::sort(order.begin(), order.end(),
@@ -179,9 +179,9 @@ void TrainStep::read(Slot slot, const PieceFn& fn) const {
     const ShardPiece p = shards_->piece(b, rank_);
     if (bk.begin >= n) continue;  // padding only
     if (rank_ == 0) bucket.resize(bk.end - bk.begin);
-    const bool whole = p.count <= kStreamElements;
-    for (size_t at = 0; at < p.count; at += kStreamElements) {
-      const size_t c = std::min(kStreamElements, p.count - at);
+    const bool whole = p.count <= piece_;
+    for (size_t at = 0; at < p.count; at += piece_) {
+      const size_t c = std::min(piece_, p.count - at);
       const float* send = buf.as<float>() + p.shard_begin + at;
       if (!host) {
         mine.resize(c);
@@ -221,10 +221,10 @@ namespace {
 
 // hash64 of backend memory: read where it is when that is host memory (a model's state is hundreds
 // of MB: no copy), else from host copies of a piece at a time.
-uint64_t hash_in_place(DeviceMemory& mem, const void* p, size_t bytes) {
+uint64_t hash_in_place(DeviceMemory& mem, const void* p, size_t bytes, size_t piece_bytes) {
   if (mem.host_accessible()) return hash64(p, bytes);
   Hasher h;
-  std::vector<char> piece(std::min(bytes, TrainStep::kStreamElements * sizeof(float)));
+  std::vector<char> piece(std::min(bytes, piece_bytes));
   for (size_t at = 0; at < bytes; at += piece.size()) {
     const size_t c = std::min(piece.size(), bytes - at);
     mem.download(piece.data(), static_cast<const char*>(p) + at, c);
@@ -239,7 +239,7 @@ uint64_t TrainStep::slot_hash(Slot slot) const {
   if (!slot_sharded(slot)) {  // every rank holds (and hashes) the whole
     if (slot == Slot::Masters) settle_gathers();
     AMP_CHECK(buffer(slot).data(), "TrainStep: the hash of an optimizer state not held");
-    return hash_in_place(mem_, buffer(slot).data(), model_.layout().total * sizeof(float));
+    return hash_in_place(mem_, buffer(slot).data(), model_.layout().total * sizeof(float), piece_ * sizeof(float));
   }
   Hasher h;
   read(slot, [&](size_t, const float* v, size_t c) { h.update(v, c * sizeof(float)); });
@@ -250,7 +250,7 @@ uint64_t TrainStep::slot_hash(Slot slot) const {
 
 uint64_t TrainStep::replica_hash() const {
   if (!shards_) return masters_hash();
-  return hash_in_place(mem_, working_params(), model_.layout().total * dtype_size(compute_));
+  return hash_in_place(mem_, working_params(), model_.layout().total * dtype_size(compute_), piece_ * sizeof(float));
 }
 
 uint64_t TrainStep::fp8_hash() const {

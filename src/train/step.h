@@ -11,6 +11,7 @@
 // bucket by bucket once reduced (the arithmetic, and so every bit, is stage 1's).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -71,6 +72,8 @@ class TrainStep {
   // no rank holds a copy of the whole model beside it (train/state_stream.h carries the pieces).
   enum class Slot { Masters, State1, State2 };  // the states: the optimizer's moments (has_state)
   static constexpr size_t kStreamElements = size_t(16) << 20;  // elements of a piece (64 MiB of FP32)
+  // For tests: smaller pieces, so that reads cross piece boundaries inside a shard's blocks.
+  void set_piece_elements(size_t n) { piece_ = std::max<size_t>(n, 1); }
   // Elements [begin, begin + count) of a slot, every rank given the same: this rank keeps those of
   // its shard; Masters also sets the working copy's, cast from them (round to nearest even). Loading
   // a slot's last element also zeroes its shard's padding.
@@ -169,6 +172,7 @@ class TrainStep {
   std::vector<OptimizerRun> optimizer_runs() const;
   void optimizer_range(size_t flat_begin, size_t count, size_t at, const AmpVerdict& verdict);
   const Buffer& buffer(Slot slot) const;
+  size_t piece_ = kStreamElements;  // elements a read moves at a time (set_piece_elements)
   bool slot_sharded(Slot slot) const { return shards_ && (slot != Slot::Masters || compute_ != DType::F32); }
 
   const Config& cfg_;

@@ -42,6 +42,7 @@ class Trainer {
   // and the layout.
   std::vector<float> master_weights() { return step_->masters_everywhere(); }
   const ParamLayout& layout() const { return model_->layout(); }
+  TrainStep& step() { return *step_; }  // for tests
   // For tests: called on every rank after every step with what the step left in backend memory
   // and the reduced flags of the step.
   struct StepObservation {

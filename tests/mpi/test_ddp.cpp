@@ -12,6 +12,7 @@
 #include "core/hash.h"
 #include "mpi_env.h"
 #include "train/checkpoint.h"
+#include "train/state_stream.h"
 #include "train/trainer.h"
 
 using namespace amp;
@@ -141,6 +142,44 @@ TEST_CASE("a checkpoint whose init_params_hash is not 16 hex digits is refused o
     CHECK(e.agreed());
     CHECK_THAT(e.what(), Catch::Contains("header field \"init_params_hash\" is \"0123456789abcdeg\", not 16 hex digits"));
   }
+}
+
+TEST_CASE("the training state moves to and from the shards in pieces of any size, the same bits", "[mpi][ddp]") {
+  // Sharded, with small buckets: several blocks per shard, which pieces of 7 and 5 elements cut
+  // everywhere (a block sent in parts to rank 0, a load across shard runs).
+  Trainer t(config_from(small_run(4), {"distributed.zero=1", "distributed.first_bucket_mb=0.001",
+                                       "distributed.bucket_mb=0.002", "checkpoint.final=false"}),
+            world());
+  REQUIRE(t.run() == 0);
+  TrainStep& s = t.step();
+  using Slot = TrainStep::Slot;
+  const size_t n = t.layout().total;
+  const bool root = world().rank() == 0;
+  const uint64_t replica = s.replica_hash();  // the working copy: cast(masters)
+  for (Slot slot : {Slot::Masters, Slot::State1, Slot::State2}) {
+    INFO("slot " << int(slot) << " of " << n << " elements, " << world().size() << " rank(s)");
+    s.set_piece_elements(TrainStep::kStreamElements);
+    const std::vector<float> whole = s.read_whole(slot);  // rank 0's; empty elsewhere
+    const uint64_t h = s.slot_hash(slot);
+    CHECK(whole.size() == (root ? n : 0));
+    if (root) CHECK(h == hash64(whole.data(), n * sizeof(float)));
+    CHECK(same_on_all_ranks(h));
+    s.set_piece_elements(7);
+    CHECK(s.read_whole(slot) == whole);
+    CHECK(s.slot_hash(slot) == h);
+    // Loaded in pieces of 5: the values negated read back negated, then the originals.
+    std::vector<float> neg = whole;
+    for (float& v : neg) v = -v;
+    const std::vector<float>* sources[] = {&neg, &whole};
+    for (const std::vector<float>* src : sources) {
+      broadcast_pieces(world(), root ? src->data() : nullptr, n,
+                       [&](size_t begin, const float* v, size_t count) { s.load(slot, begin, v, count); }, 5);
+      CHECK(s.read_whole(slot) == *src);
+    }
+    CHECK(s.slot_hash(slot) == h);
+  }
+  CHECK(s.replica_hash() == replica);  // the working copy cast again from the pieces: the same bits
+  CHECK(same_on_all_ranks(s.replica_hash()));
 }
 
 TEST_CASE("weights that drift on one rank are caught by the hash check, naming rank and step", "[mpi][ddp]") {
