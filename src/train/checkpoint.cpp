@@ -236,18 +236,34 @@ CheckpointIdentity checkpoint_identity(const std::string& path) {
 
 std::string checkpoint_run_id(const std::string& path) { return checkpoint_identity(path).run_id; }
 
-std::string read_file_bytes(const std::string& path) {
-  // stat before open: opening a FIFO for reading blocks until a writer comes, possibly forever.
+namespace {
+
+// An open descriptor of a regular file, its size in *size. stat before open: opening a FIFO for
+// reading blocks until a writer comes, possibly forever; O_NONBLOCK in case the path was replaced
+// by a FIFO since the stat, and fstat then checks what was opened.
+int open_regular(const std::string& path, uint64_t* size) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) bad(path, "not a regular file (" + file_kind(st.st_mode) + ")");
-  // O_NONBLOCK in case the path was replaced by a FIFO since the stat; fstat then checks what was opened.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
-  const FdCloser closer{fd};
-  if (::fstat(fd, &st) != 0) bad(path, std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) bad(path, "not a regular file (" + file_kind(st.st_mode) + ")");
-  std::string out(size_t(st.st_size), '\0');
+  const bool stated = ::fstat(fd, &st) == 0;
+  const int err = errno;
+  if (!stated || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    bad(path, stated ? "not a regular file (" + file_kind(st.st_mode) + ")" : std::string("cannot stat: ") + std::strerror(err));
+  }
+  *size = uint64_t(st.st_size);
+  return fd;
+}
+
+}  // namespace
+
+std::string read_file_bytes(const std::string& path) {
+  uint64_t size = 0;
+  const FdCloser closer{open_regular(path, &size)};
+  const int fd = closer.fd;
+  std::string out(size_t(size), '\0');
   size_t done = 0;
   for (;;) {
     if (done == out.size()) out.resize(out.size() + (1 << 16));  // the file grew since fstat
@@ -374,16 +390,9 @@ Checkpoint parse_from(uint64_t size, const Read& read, const std::string& path) 
 }  // namespace
 
 Checkpoint load_checkpoint(const std::string& path) {
-  // stat before open: opening a FIFO for reading blocks until a writer comes, possibly forever.
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) bad(path, "not a regular file (" + file_kind(st.st_mode) + ")");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
-  const FdCloser closer{fd};
-  if (::fstat(fd, &st) != 0) bad(path, std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) bad(path, "not a regular file (" + file_kind(st.st_mode) + ")");
-  const uint64_t size = uint64_t(st.st_size);
+  uint64_t size = 0;
+  const FdCloser closer{open_regular(path, &size)};
+  const int fd = closer.fd;
   const auto read = [&](uint64_t offset, char* dst, size_t n) {
     for (size_t done = 0; done < n;) {
       const ssize_t got = ::pread(fd, dst + done, n - done, off_t(offset + done));

@@ -54,11 +54,13 @@ void Trainer::setup() {
       if (rank_ != 0) return;
       init = cfg_.model.init_from.empty() ? model_->init_params(uint64_t(cfg_.run.seed))
                                           : read_initial_weights(cfg_, model_->layout(), size_t(data_.train.vocab));
+      AMP_CHECK(init.size() == model_->layout().total, "initial weights: ", init.size(), " values for ",
+                model_->layout().total, " parameters");
     });
-    Hasher hasher;  // of the weights, as params_hash hashes masters
+    Hasher hasher;  // of model.init_from's weights, as params_hash hashes masters
     broadcast_pieces(world_, init.data(), model_->layout().total, [&](size_t begin, const float* v, size_t count) {
       step_->load(TrainStep::Slot::Masters, begin, v, count);
-      hasher.update(v, count * sizeof(float));
+      if (!cfg_.model.init_from.empty()) hasher.update(v, count * sizeof(float));
     });
     std::vector<float>().swap(init);
     if (!cfg_.model.init_from.empty()) {
