@@ -54,8 +54,9 @@ void write_file_atomic(const std::string& path, const std::function<void(const B
     for (size_t done = 0; done < bytes;) {
       const ssize_t n = ::write(fd, p + done, bytes - done);
       if (n < 0) {
-        if (errno == EINTR) continue;
-        throw Error(ErrorKind::Output, strcat("output error: ", tmp, ": write failed: ", std::strerror(errno)));
+        const int err = errno;
+        if (err == EINTR) continue;
+        throw Error(ErrorKind::Output, strcat("output error: ", tmp, ": write failed: ", std::strerror(err)));
       }
       done += size_t(n);
     }

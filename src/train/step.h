@@ -78,7 +78,6 @@ class TrainStep {
   // its shard; Masters also sets the working copy's, cast from them (round to nearest even). Loading
   // a slot's last element also zeroes its shard's padding.
   void load(Slot slot, size_t begin, const float* host, size_t count);
-  void load_masters(const float* host) { load(Slot::Masters, 0, host, model_.layout().total); }
   // A slot's elements in layout order, as consecutive pieces fn(begin, values, count) on rank 0
   // (values valid during the call). Collective when the slot is sharded (the other ranks send
   // their blocks bucket by bucket: rank 0 holds one bucket at a time); fn is never called elsewhere.
