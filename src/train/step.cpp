@@ -206,14 +206,15 @@ std::vector<float> TrainStep::read_whole(Slot slot) const {
 
 std::vector<float> TrainStep::masters_everywhere() const {
   const size_t n = model_.layout().total;
-  std::vector<float> w(n);
-  if (!slot_sharded(Slot::Masters)) {
-    settle_gathers();
-    mem_.download(w.data(), master_.data(), n * sizeof(float));
+  if (slot_sharded(Slot::Masters)) {
+    std::vector<float> w = read_whole(Slot::Masters);
+    w.resize(n);  // empty on ranks but 0
+    world_comm_->broadcast(view_of(w.data(), n), 0);
     return w;
   }
-  read(Slot::Masters, [&](size_t b, const float* v, size_t c) { std::copy(v, v + c, w.begin() + long(b)); });
-  world_comm_->broadcast(view_of(w.data(), n), 0);
+  settle_gathers();
+  std::vector<float> w(n);
+  mem_.download(w.data(), master_.data(), n * sizeof(float));
   return w;
 }
 
