@@ -94,6 +94,19 @@ struct FdCloser {
   ~FdCloser() { ::close(fd); }
 };
 
+// Reads n bytes at offset, all of them: a file that ends early is a "truncated" error.
+void pread_all(int fd, uint64_t offset, char* dst, size_t n, uint64_t size, const std::string& path) {
+  for (size_t done = 0; done < n;) {
+    const ssize_t got = ::pread(fd, dst + done, n - done, off_t(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) bad(path, std::string("read failed: ") + std::strerror(errno));
+    if (got == 0)
+      bad(path, strcat("truncated: the file ended at byte ", offset + done, " while being read (", size,
+                       " bytes when opened)"));
+    done += size_t(got);
+  }
+}
+
 // The step of a checkpoint file name as digits without leading zeros ("0" for step 0), "" if the
 // name is not one. A step has at most 18 digits (always an int64_t): a longer number names no step
 // (it was listed as the newest checkpoint, which rotation kept and resume refused).
@@ -144,7 +157,24 @@ void write_checkpoint(json header, const SectionViews& sections, const ByteSink&
   };
   emit(prefix.data(), prefix.size());
   emit(h.data(), h.size());
-  for (const auto& [name, view] : sections) emit(view.data, view.bytes);
+  for (const auto& [name, view] : sections) {
+    if (view.data || !view.produce) {
+      emit(view.data, view.bytes);
+      continue;
+    }
+    // Made as it is written: exactly the bytes the table announced.
+    size_t made = 0;
+    const auto wrong = [&](size_t n) {
+      return Error(ErrorKind::Internal, strcat("internal error: checkpoint section \"", name, "\" made ", n,
+                                               " bytes, not the ", view.bytes, " its table entry says"));
+    };
+    view.produce([&](const void* p, size_t n) {
+      if (n > view.bytes - made) throw wrong(made + n);
+      made += n;
+      emit(p, n);
+    });
+    if (made != view.bytes) throw wrong(made);
+  }
   std::string trailer;
   put<uint64_t>(trailer, hasher.digest());
   sink(trailer.data(), trailer.size());
@@ -152,7 +182,7 @@ void write_checkpoint(json header, const SectionViews& sections, const ByteSink&
 
 SectionViews views_of(const Checkpoint& ck) {
   SectionViews v;
-  for (const auto& [name, bytes] : ck.sections) v[name] = SectionView{bytes.data(), bytes.size()};
+  for (const auto& [name, bytes] : ck.sections) v[name] = SectionView{bytes.data(), bytes.size(), {}};
   return v;
 }
 
@@ -286,7 +316,7 @@ namespace {
 // straight from the input into the checkpoint, the checksum computed as they pass: reading a file
 // holds its sections once, never the whole file beside them.
 template <typename Read>
-Checkpoint parse_from(uint64_t size, const Read& read, const std::string& path) {
+Checkpoint parse_from(uint64_t size, const Read& read, const std::string& path, const SectionStream* stream = nullptr) {
   // Fixed prefix. Every size below is checked against what is left, never summed first, so no
   // arithmetic on file-supplied numbers can wrap.
   if (size < kPrefix + kTrailer)
@@ -373,7 +403,23 @@ Checkpoint parse_from(uint64_t size, const Read& read, const std::string& path) 
   hasher.update(prefix.data(), prefix.size());
   hasher.update(text.data(), text.size());
   const uint64_t base = kPrefix + header_len;
+  std::vector<char> piece;  // sections streamed: one piece at a time
   for (const Span& sp : spans) {
+    if (stream && stream->names.count(*sp.name)) {
+      Hasher own;
+      const size_t step = std::max<size_t>(stream->piece, 1);
+      piece.resize(size_t(std::min<uint64_t>(sp.bytes, step)));
+      stream->visit(*sp.name, 0, piece.data(), 0);
+      for (uint64_t at = 0; at < sp.bytes; at += step) {
+        const size_t n = size_t(std::min<uint64_t>(step, sp.bytes - at));
+        read(base + sp.offset + at, piece.data(), n);
+        hasher.update(piece.data(), n);
+        own.update(piece.data(), n);
+        stream->visit(*sp.name, at, piece.data(), n);
+      }
+      ck.in_file[*sp.name] = FileSection{base + sp.offset, sp.bytes, own.digest()};
+      continue;
+    }
     std::vector<char>& bytes = ck.sections[*sp.name];
     bytes.resize(size_t(sp.bytes));
     read(base + sp.offset, bytes.data(), bytes.size());
@@ -389,22 +435,50 @@ Checkpoint parse_from(uint64_t size, const Read& read, const std::string& path) 
 
 }  // namespace
 
-Checkpoint load_checkpoint(const std::string& path) {
+struct OpenFile {
+  int fd;
+  uint64_t size;  // when opened
+  ~OpenFile() { ::close(fd); }
+};
+
+namespace {
+
+Checkpoint load_from_file(const std::string& path, const SectionStream* stream) {
   uint64_t size = 0;
-  const FdCloser closer{open_regular(path, &size)};
-  const int fd = closer.fd;
-  const auto read = [&](uint64_t offset, char* dst, size_t n) {
-    for (size_t done = 0; done < n;) {
-      const ssize_t got = ::pread(fd, dst + done, n - done, off_t(offset + done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) bad(path, std::string("read failed: ") + std::strerror(errno));
-      if (got == 0)
-        bad(path, strcat("truncated: the file ended at byte ", offset + done, " while being read (", size,
-                         " bytes when opened)"));
-      done += size_t(got);
-    }
-  };
-  return parse_from(size, read, path);
+  const int fd = open_regular(path, &size);
+  const std::shared_ptr<OpenFile> file(new OpenFile{fd, size});  // closes the descriptor when the last owner goes
+  const auto read = [&](uint64_t offset, char* dst, size_t n) { pread_all(fd, offset, dst, n, size, path); };
+  Checkpoint ck = parse_from(size, read, path, stream);
+  if (!ck.in_file.empty()) ck.file = file;
+  return ck;
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const std::string& path) { return load_from_file(path, nullptr); }
+
+Checkpoint load_checkpoint(const std::string& path, const SectionStream& stream) { return load_from_file(path, &stream); }
+
+SectionReader::SectionReader(const Checkpoint& ck, const std::string& name) : file_(ck.file), path_(ck.path), name_(name) {
+  const auto it = ck.in_file.find(name);
+  if (it == ck.in_file.end() || !file_) bad(path_, strcat("section \"", name, "\" is not left in the file to be read"));
+  where_ = it->second;
+}
+
+void SectionReader::read(void* dst, size_t n) {
+  if (n > where_.bytes - done_)
+    bad(path_, strcat("section \"", name_, "\": ", n, " bytes asked at ", done_, " of its ", where_.bytes));
+  pread_all(file_->fd, where_.offset + done_, static_cast<char*>(dst), n, file_->size, path_);
+  hasher_.update(dst, n);
+  done_ += n;
+}
+
+void SectionReader::finish() const {
+  if (done_ != where_.bytes)
+    bad(path_, strcat("section \"", name_, "\": ", done_, " of its ", where_.bytes, " bytes read"));
+  if (const uint64_t now = hasher_.digest(); now != where_.hash)
+    bad(path_, strcat("changed while it was read: section \"", name_, "\" hashes to ", hex64(now), " now, to ",
+                      hex64(where_.hash), " when the file was verified"));
 }
 
 Checkpoint parse_checkpoint(const std::string& data, const std::string& path) {
@@ -447,10 +521,10 @@ std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<st
 }
 
 std::string find_latest_intact(const std::string& dir, std::vector<std::string>* skipped, const std::string& run_id,
-                               Checkpoint* found) {
+                               Checkpoint* found, const SectionStream* stream) {
   for (const std::string& p : list_checkpoints(dir, skipped)) {
     try {
-      Checkpoint ck = load_checkpoint(p);
+      Checkpoint ck = load_from_file(p, stream);
       const int64_t named = name_step(p);
       if (ck.step() != named) {
         if (skipped)

@@ -19,9 +19,15 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
+
+#include "core/files.h"
+#include "core/hash.h"
 
 #include "amp/loss_scaler.h"
 
@@ -29,19 +35,31 @@ namespace amp {
 
 constexpr uint32_t kCheckpointFormat = 1;
 
+struct OpenFile;  // a descriptor, closed with the last Checkpoint that shares it
+
+// A section a reader left in the file (load_checkpoint's SectionStream): where it lies and the
+// hash64 of its bytes when the file was verified.
+struct FileSection {
+  uint64_t offset = 0, bytes = 0, hash = 0;
+};
+
 struct Checkpoint {
   nlohmann::json header;                              // descriptive fields (see checkpoint.cpp)
   std::map<std::string, std::vector<char>> sections;  // "master", "state1", "state2", "scalars", ...
   std::string path;                                   // where it was read from, for messages ("" if built here)
+  std::map<std::string, FileSection> in_file;         // sections left in the file (read with SectionReader)
+  std::shared_ptr<OpenFile> file;                     // the file they are read from (the descriptor verified)
 
   // header["step"]; throws Error(Checkpoint) if it is missing or not an integer >= 0 (never a json exception).
   int64_t step() const;
 };
 
-// A section to write, where its bytes already are (a run's state is not copied to be written).
+// A section to write, where its bytes already are (a run's state is not copied to be written), or
+// made as it is written: `produce` hands exactly `bytes` bytes to its sink, in order (data null).
 struct SectionView {
   const void* data = nullptr;
   size_t bytes = 0;
+  std::function<void(const ByteSink&)> produce;
 };
 using SectionViews = std::map<std::string, SectionView>;
 
@@ -70,6 +88,36 @@ bool valid_run_id(const std::string& id);
 // naming the field, sections out of bounds, checksum mismatch) and no other exception. The file
 // is read section by section into the result (its bytes are held once).
 Checkpoint load_checkpoint(const std::string& path);
+// Sections a reader leaves in the file, never holding them: each passes to `visit` in pieces of at
+// most `piece` bytes while the file is verified (visit(name, 0, ...) first, once even for an empty
+// section; what visit finds counts only when load_checkpoint returns: the checksum is checked
+// after). They are in Checkpoint::in_file, not in its sections, read again with SectionReader.
+struct SectionStream {
+  std::set<std::string> names;
+  std::function<void(const std::string& name, uint64_t at, const char* data, size_t n)> visit;
+  size_t piece = size_t(64) << 20;
+};
+Checkpoint load_checkpoint(const std::string& path, const SectionStream& stream);
+
+// A section left in the file, read front to back through the descriptor that was verified (a
+// file renamed over the path since is not read). Every error is Error(Checkpoint) naming the file.
+class SectionReader {
+ public:
+  SectionReader(const Checkpoint& ck, const std::string& name);
+  // The section's next n bytes.
+  void read(void* dst, size_t n);
+  // Checks that the whole section was read and hashes as it did when verified (else the file
+  // changed in place since).
+  void finish() const;
+
+ private:
+  std::shared_ptr<OpenFile> file_;
+  std::string path_, name_;
+  FileSection where_;
+  uint64_t done_ = 0;
+  Hasher hasher_;
+};
+
 // The same from the file's bytes (path only names it in messages).
 Checkpoint parse_checkpoint(const std::string& data, const std::string& path);
 // A regular file's bytes; anything else (FIFO, directory, device) is refused without blocking.
@@ -85,8 +133,10 @@ std::vector<std::string> list_checkpoints(const std::string& dir, std::vector<st
 // The newest checkpoint in dir that loads and verifies, whose file name's step is its header's and,
 // when run_id is not empty, that run_id wrote; "" if none. Each one skipped is described in
 // *skipped ("checkpoint error: PATH: reason").
-// The checkpoint found is left in *found when given (read once, not again by the caller).
+// The checkpoint found is left in *found when given (read once, not again by the caller), the
+// sections `stream` names left in its file when given.
 std::string find_latest_intact(const std::string& dir, std::vector<std::string>* skipped,
-                               const std::string& run_id = "", Checkpoint* found = nullptr);
+                               const std::string& run_id = "", Checkpoint* found = nullptr,
+                               const SectionStream* stream = nullptr);
 
 }  // namespace amp

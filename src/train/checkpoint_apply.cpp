@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "amp/scaler_resume.h"
 #include "comm/agree.h"
@@ -209,10 +210,38 @@ void CheckpointIO::validate_fp8(const Checkpoint& ck, const std::string& path, R
   r.fp8_loaded = true;
 }
 
+// Rank 0: the weights' sections stay in the file, each piece scanned as the file is verified: the
+// first element that is not finite, and the first finite one below zero, of each.
+SectionStream CheckpointIO::weight_stream() {
+  SectionStream stream;
+  stream.names = {"master", "state1", "state2"};
+  stream.piece = TrainStep::kStreamElements * sizeof(float);
+  stream.visit = [this](const std::string& name, uint64_t at, const char* data, size_t n) {
+    SectionScan& scan = scans_[name];
+    if (at == 0 && n == 0) scan = SectionScan{};  // a section's first call (another file's scan is void)
+    // A piece starts at a multiple of 4 bytes (the piece size is): its floats in place, in the
+    // buffer's operator new alignment. A size that is no multiple of 4 is refused by validate_weights.
+    const float* v = reinterpret_cast<const float*>(data);
+    const size_t first = size_t(at / sizeof(float));
+    for (size_t j = 0; j < n / sizeof(float); ++j) {
+      if (!std::isfinite(v[j])) {
+        if (scan.first_nonfinite == SIZE_MAX) {
+          scan.first_nonfinite = first + j;
+          scan.nonfinite = v[j];
+        }
+      } else if (v[j] < 0.0f && scan.first_negative == SIZE_MAX) {
+        scan.first_negative = first + j;
+        scan.negative = v[j];
+      }
+    }
+  };
+  return stream;
+}
+
 // The weights: the header's hash of the masters (a master section from another file does not
 // pass), every value finite; the optimizer moments finite, and AdamW's second moment (a running
 // mean of squares) >= 0: a value the optimizer cannot have written is the file's fault, named here,
-// not a later NaN's.
+// not a later NaN's. Judged from the scans made as the file was verified (weight_stream).
 void CheckpointIO::validate_weights(const Checkpoint& ck, const std::string& path) const {
   const Bad bad{path};
   const size_t n = layout_.total;
@@ -221,29 +250,36 @@ void CheckpointIO::validate_weights(const Checkpoint& ck, const std::string& pat
       if (i >= t.span.offset && i < t.span.offset + t.span.count) return strcat(t.name, "[", i - t.span.offset, "]");
     return strcat("padding element ", i);
   };
-  // The sections' bytes (operator new's alignment) read as the FP32 values they hold, in place.
-  const auto values = [&](const char* name) {
-    return reinterpret_cast<const float*>(section(ck, bad, name, n * sizeof(float)).data());
+  const auto in_file = [&](const char* name) -> const FileSection& {
+    const auto it = ck.in_file.find(name);
+    if (it == ck.in_file.end()) bad(strcat("section \"", name, "\" is missing"));
+    if (it->second.bytes != n * sizeof(float))
+      bad(strcat("section \"", name, "\" has ", it->second.bytes, " bytes, this run needs ", n * sizeof(float)));
+    return it->second;
   };
-  const float* master = values("master");
+  const FileSection& master = in_file("master");
   const std::string hash_then = header_field<std::string>(ck, "params_hash", "");
-  if (const std::string hash_now = hex64(hash64(master, n * sizeof(float))); !hash_then.empty() && hash_then != hash_now)
+  if (const std::string hash_now = hex64(master.hash); !hash_then.empty() && hash_then != hash_now)
     bad(strcat("its master weights hash to ", hash_now, ", not to the header's params_hash ", hash_then,
                ": the sections were replaced or corrupted"));
-  for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(master[i]))
-      bad(strcat("master weight ", where(i), " is not finite (", master[i], "): the run it comes from had diverged"));
+  if (const SectionScan& m = scans_.at("master"); m.first_nonfinite != SIZE_MAX)
+    bad(strcat("master weight ", where(m.first_nonfinite), " is not finite (", m.nonfinite,
+               "): the run it comes from had diverged"));
   const bool adam = cfg_.optimizer.params.kind == OptimizerKind::AdamW;
   for (int which : {1, 2}) {
     if (!step_.has_state(which)) continue;
-    const float* state = values(which == 1 ? "state1" : "state2");
+    const char* name = which == 1 ? "state1" : "state2";
+    in_file(name);
+    const SectionScan& sc = scans_.at(name);
     const char* what = adam ? (which == 1 ? "AdamW first moment" : "AdamW second moment") : "SGD momentum";
     const bool signed_ok = !(adam && which == 2);
-    for (size_t i = 0; i < n; ++i)
-      if (!std::isfinite(state[i]) || (!signed_ok && state[i] < 0.0f))
-        bad(strcat("optimizer state (", what, ") of ", where(i), " is ", state[i],
-                   signed_ok ? ", not finite" : ", not a finite number >= 0",
-                   ": the file is corrupt or was not written by this program"));
+    // The first element that is refused: not finite, or (AdamW's second moment) below zero.
+    const bool negative_first = !signed_ok && sc.first_negative < sc.first_nonfinite;
+    const size_t i = negative_first ? sc.first_negative : sc.first_nonfinite;
+    if (i != SIZE_MAX)
+      bad(strcat("optimizer state (", what, ") of ", where(i), " is ", negative_first ? sc.negative : sc.nonfinite,
+                 signed_ok ? ", not finite" : ", not a finite number >= 0",
+                 ": the file is corrupt or was not written by this program"));
   }
 }
 
@@ -285,19 +321,41 @@ void CheckpointIO::derive(Resumed& r) const {
   if (!r.fp8_note.empty()) reporter_.message("note: " + r.fp8_note);
 }
 
-// Rank 0's validated weight sections to every rank, a piece at a time, each section freed once
-// sent (collective).
+// The validated weight sections from rank 0's file to every rank, a piece at a time (collective).
+// A read that fails on rank 0, or a file changed in place since it was verified, is its error,
+// agreed once every piece went out (zeros after the failure): the run stops, nothing trains on them.
 void CheckpointIO::load_weights() {
   using Slot = TrainStep::Slot;
+  const bool root = world_.rank() == 0;
+  std::exception_ptr failed;
+  const auto attempt = [&](const auto& fn) {
+    if (failed) return;
+    try {
+      fn();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  };
+  std::vector<float> piece(root ? std::min(layout_.total, TrainStep::kStreamElements) : 0);
   const std::pair<Slot, const char*> slots[] = {{Slot::Masters, "master"}, {Slot::State1, "state1"}, {Slot::State2, "state2"}};
   for (const auto& [slot, name] : slots) {
     if (slot != Slot::Masters && !step_.has_state(slot == Slot::State1 ? 1 : 2)) continue;
-    const float* src = world_.rank() == 0 ? reinterpret_cast<const float*>(located_.sections.at(name).data()) : nullptr;
-    broadcast_pieces(world_, src, layout_.total,
+    std::optional<SectionReader> in;
+    if (root) attempt([&] { in.emplace(located_, name); });
+    const PieceSource source = [&](size_t, size_t count) -> const float* {
+      attempt([&] { in->read(piece.data(), count * sizeof(float)); });
+      if (failed) std::fill_n(piece.data(), count, 0.0f);
+      return piece.data();
+    };
+    broadcast_pieces(world_, source, layout_.total,
                      [&](size_t begin, const float* v, size_t count) { step_.load(slot, begin, v, count); });
-    located_.sections.erase(name);
+    if (root) attempt([&] { in->finish(); });
   }
-  located_ = Checkpoint{};
+  located_ = Checkpoint{};  // the file closes
+  scans_.clear();
+  run_agreed(world_, [&] {
+    if (failed) std::rethrow_exception(failed);
+  });
 }
 
 void CheckpointIO::load(const Resumed& r, RunRecord& record) {

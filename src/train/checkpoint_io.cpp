@@ -31,7 +31,7 @@ nlohmann::json layout_json(const ParamLayout& L) {
 
 template <typename T>
 SectionView view_of_values(const T* p, size_t n) {
-  return SectionView{p, n * sizeof(T)};
+  return SectionView{p, n * sizeof(T), {}};
 }
 
 // Model keys that decide the function the weights compute beyond the parameter shapes (which the
@@ -58,13 +58,10 @@ uint64_t CheckpointIO::samples_consumed(int64_t step) const {
 }
 
 std::string CheckpointIO::save(int64_t step, const RunRecord& record) {
-  // Rank 0 gets the whole state; sharded, the other ranks send it their shards bucket by bucket
-  // (a collective), and hold nothing more.
   using Slot = TrainStep::Slot;
-  HostState st;
-  st.master = step_.read_whole(Slot::Masters);
-  if (step_.has_state(1)) st.state1 = step_.read_whole(Slot::State1);
-  if (step_.has_state(2)) st.state2 = step_.read_whole(Slot::State2);
+  // The masters' hash first: the header, written before them, holds it (a pass over the masters,
+  // collective when they are sharded).
+  const uint64_t params_hash = step_.masters_hash();
   const StepSums sums = step_.read_sums();
   const ScalerState scaler = step_.amp().read().scaler;
   // Each rank's half-finished interval sums differ: every rank gets its own back on resume, so the
@@ -72,20 +69,53 @@ std::string CheckpointIO::save(int64_t step, const RunRecord& record) {
   const RankIntervalSums mine{sums.loss_sum, sums.correct};
   std::vector<RankIntervalSums> all(static_cast<size_t>(world_.size()));
   world_.allgather(&mine, all.data(), sizeof mine);
+  // Then rank 0 writes the file while the masters and moments reach it a piece at a time (sharded:
+  // the other ranks send their shards bucket by bucket); no rank holds a slot whole. Every rank
+  // reads the slots in the file's order, each to its end whatever happens to rank 0's file (the
+  // reads are collectives): a failed write is rank 0's error, agreed after the last slot.
+  std::vector<Slot> slots = {Slot::Masters};
+  if (step_.has_state(1)) slots.push_back(Slot::State1);
+  if (step_.has_state(2)) slots.push_back(Slot::State2);
+  size_t sent = 0;  // slots read so far
+  const SlotSender send = [&](const ByteSink* sink) {
+    std::exception_ptr lost;  // the sink's first failure; the slot is still read to its end
+    step_.read(slots[sent], [&](size_t, const float* v, size_t count) {
+      if (!sink || lost) return;
+      try {
+        (*sink)(v, count * sizeof(float));
+      } catch (...) {
+        lost = std::current_exception();
+      }
+    });
+    ++sent;
+    if (lost) std::rethrow_exception(lost);
+  };
   std::string path;
+  std::exception_ptr failed;
+  if (world_.rank() == 0) {
+    try {
+      path = write(step, scaler, all, record, params_hash, send);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  while (sent < slots.size()) send(nullptr);  // the slots rank 0's write did not reach (every slot elsewhere)
   run_agreed(world_, [&] {
-    if (world_.rank() == 0) path = write(step, scaler, all, record, st);
+    if (failed) std::rethrow_exception(failed);
   });
   return path;
 }
 
 std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const std::vector<RankIntervalSums>& sums,
-                                const RunRecord& record, const HostState& st) {
-  // The sections are written from where they are (save_checkpoint streams them to the file).
+                                const RunRecord& record, uint64_t params_hash, const SlotSender& send) {
+  // The masters and moments are written as they arrive (send), in the file's order of sections
+  // (by name: master, state1, state2, as the slots are sent); the rest from where it is.
+  const size_t slot_bytes = layout_.total * sizeof(float);
+  const auto streamed = [&](size_t bytes) { return SectionView{nullptr, bytes, [&](const ByteSink& sink) { send(&sink); }}; };
   SectionViews sections;
-  sections["master"] = view_of_values(st.master.data(), st.master.size());
-  if (!st.state1.empty()) sections["state1"] = view_of_values(st.state1.data(), st.state1.size());
-  if (!st.state2.empty()) sections["state2"] = view_of_values(st.state2.data(), st.state2.size());
+  sections["master"] = streamed(slot_bytes);
+  if (step_.has_state(1)) sections["state1"] = streamed(slot_bytes);
+  if (step_.has_state(2)) sections["state2"] = streamed(slot_bytes);
   const DataPosition pos = sampler_.position(step);
   sections["scaler"] = view_of_values(&scaler, 1);
   sections["rank_sums"] = view_of_values(sums.data(), sums.size());
@@ -100,7 +130,6 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
     for (const Fp8Tensor& t : f->tensors()) names.push_back(t.name);
     fp8 = {{"tensors", names}, {"amax_history", f->params().history}};
   }
-  const std::vector<float>& master = st.master;
   nlohmann::json header = {{"program", "amp_ddp"},
                             {"version", AMP_VERSION},
                             {"run_id", run_id_},
@@ -118,7 +147,7 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
                             {"loss_scale_mode", scale_mode_name(cfg_.precision.scaler.mode)},
                             {"config_hash", hex64(config_hash(cfg_))},
                             {"config", config_values(cfg_)},
-                            {"params_hash", hex64(hash64(master.data(), master.size() * sizeof(float)))},
+                            {"params_hash", hex64(params_hash)},
                             {"layout", layout_json(layout_)},
                             {"scaler", {{"scale", scaler.scale},
                                         {"growth_tracker", scaler.growth_tracker},
@@ -241,17 +270,19 @@ void CheckpointIO::refuse_set_aside(const std::string& path) const {
 bool CheckpointIO::locate() {
   // Rank 0 finds, reads and checks the checkpoint, its weights included (agreed: a failure there
   // ends every rank); every rank then receives the rest of it (header and small sections; none:
-  // nothing to resume). The weights follow a piece at a time when the run resumes (apply).
+  // nothing to resume). The weights stay in the file (rank 0 reads them a piece at a time, to
+  // check them now and to send them when the run resumes: apply).
   std::string& rest = located_rest_;
   std::string& path = located_path_;
   run_agreed(world_, [&] {
     if (world_.rank() != 0) return;
     const std::string dir = cfg_.resolved_checkpoint_dir();
+    const SectionStream stream = weight_stream();  // the weights are scanned as the file is verified
     if (cfg_.checkpoint.resume == "auto") {
       // The run this folder holds (run.json) is the one continued; another run's checkpoints
       // (copied in, or left by an older program) are skipped, and moved aside once this run starts.
       std::vector<std::string> skipped;
-      path = find_latest_intact(dir, &skipped, recorded_run_id(cfg_.resolved_out_dir()), &located_);
+      path = find_latest_intact(dir, &skipped, recorded_run_id(cfg_.resolved_out_dir()), &located_, &stream);
       for (const auto& s : skipped) reporter_.message("skipping " + s);
       if (path.empty()) {
         reporter_.message("checkpoint.resume is auto but " + dir + " holds no intact checkpoint: starting from step 1");
@@ -260,14 +291,13 @@ bool CheckpointIO::locate() {
     } else {
       path = cfg_.checkpoint.resume;
       refuse_set_aside(path);
-      located_ = load_checkpoint(path);
+      located_ = load_checkpoint(path, stream);
     }
     check_header(located_, path);
     validate_weights(located_, path);
-    Checkpoint small;  // everything but the weights (a few KB)
+    Checkpoint small;  // everything but the weights, which stay in the file (a few KB)
     small.header = located_.header;
-    for (const auto& [name, bytes] : located_.sections)
-      if (name != "master" && name != "state1" && name != "state2") small.sections[name] = bytes;
+    small.sections = located_.sections;
     rest = serialize_checkpoint(small);
   });
   int64_t size = int64_t(rest.size());

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -62,12 +64,11 @@ class CheckpointIO {
   std::string set_aside_newer(int64_t step, const std::string& resumed_from);
 
  private:
-  // The run's whole state on the host: rank 0's (empty elsewhere).
-  struct HostState {
-    std::vector<float> master, state1, state2;
-  };
+  // Reads the next slot of the masters and moments to its end (every rank, in order), handing its
+  // bytes to the sink (rank 0's file; null: read and dropped), and rethrows the sink's first failure.
+  using SlotSender = std::function<void(const ByteSink* sink)>;
   std::string write(int64_t step, const ScalerState& scaler, const std::vector<RankIntervalSums>& sums,
-                    const RunRecord& record, const HostState& st);
+                    const RunRecord& record, uint64_t params_hash, const SlotSender& send);
   void check_header(const Checkpoint& ck, const std::string& path) const;  // rank 0, before sending
   void refuse_set_aside(const std::string& path) const;  // a resume path in abandoned/ or previous/
   // Continuing from a verified checkpoint (checkpoint_apply.cpp): validate every field, derive
@@ -76,7 +77,14 @@ class CheckpointIO {
   // bytes: the checkpoint without its weights (every rank); then the weights from rank 0.
   void apply(const std::string& bytes, const std::string& path, RunRecord& record);
   Resumed validate(const Checkpoint& ck, const std::string& path) const;
-  void validate_weights(const Checkpoint& ck, const std::string& path) const;  // rank 0, in locate()
+  // Rank 0, in locate(): the weights' sections scanned as the file is verified (weight_stream),
+  // then judged (validate_weights) once it verified.
+  struct SectionScan {
+    size_t first_nonfinite = SIZE_MAX, first_negative = SIZE_MAX;  // element indices (SIZE_MAX: none)
+    float nonfinite = 0, negative = 0;                              // their values
+  };
+  SectionStream weight_stream();
+  void validate_weights(const Checkpoint& ck, const std::string& path) const;
   void load_weights();  // collective
   void validate_fp8(const Checkpoint& ck, const std::string& path, Resumed& r) const;
   void derive(Resumed& r) const;
@@ -94,10 +102,11 @@ class CheckpointIO {
   const Drills& drills_;
   std::string run_id_;
   uint64_t data_digest_ = 0;
-  // What locate() found: the checkpoint without its weights (its bytes, every rank), the whole
-  // checkpoint and its path (rank 0).
+  // What locate() found: the checkpoint without its weights (its bytes, every rank), the
+  // checkpoint (its weights left in its file) and its path (rank 0), what its weights hold.
   std::string located_rest_, located_path_;
   Checkpoint located_;
+  std::map<std::string, SectionScan> scans_;
 };
 
 }  // namespace amp

@@ -4,15 +4,22 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include "comm/communicator.h"
 #include "train/step.h"
 
 namespace amp {
 
-// Collective: rank 0's n values `src` (ignored elsewhere, may be null there), broadcast in
-// consecutive pieces of at most `piece` values; every rank gets fn(begin, values, count) for the
-// same pieces in the same order.
+// Rank 0's values [begin, begin + count): where they are (valid until the next call).
+using PieceSource = std::function<const float*(size_t begin, size_t count)>;
+
+// Collective: rank 0's n values, taken from `source` (called on rank 0 only) in consecutive pieces
+// of at most `piece` values, broadcast; every rank gets fn(begin, values, count) for the same
+// pieces in the same order.
+void broadcast_pieces(Communicator& world, const PieceSource& source, size_t n, const TrainStep::PieceFn& fn,
+                      size_t piece = TrainStep::kStreamElements);
+// The same from rank 0's n values `src` (ignored elsewhere, may be null there).
 void broadcast_pieces(Communicator& world, const float* src, size_t n, const TrainStep::PieceFn& fn,
                       size_t piece = TrainStep::kStreamElements);
 

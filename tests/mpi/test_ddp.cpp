@@ -1,9 +1,14 @@
 // The data-parallel protocol, run in process on every rank: one global overflow flag, identical
 // scaler state and parameters on every rank after every step, coordinated skips, divergence and
 // config-mismatch errors.
+#include <sys/resource.h>
+
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -135,7 +140,8 @@ TEST_CASE("a checkpoint whose init_params_hash is not 16 hex digits is refused o
   }
   world().barrier();
   try {
-    Trainer t(config_from(small_run(5), {"run.out_dir=" + out, "checkpoint.resume=" + bad}), world());
+    const Config cfg = config_from(small_run(5), {"run.out_dir=" + out, "checkpoint.resume=" + bad});
+    Trainer t(cfg, world());
     FAIL("expected a checkpoint error");
   } catch (const Error& e) {
     CHECK(e.kind() == ErrorKind::Checkpoint);
@@ -147,9 +153,9 @@ TEST_CASE("a checkpoint whose init_params_hash is not 16 hex digits is refused o
 TEST_CASE("the training state moves to and from the shards in pieces of any size, the same bits", "[mpi][ddp]") {
   // Sharded, with small buckets: several blocks per shard, which pieces of 7 and 5 elements cut
   // everywhere (a block sent in parts to rank 0, a load across shard runs).
-  Trainer t(config_from(small_run(4), {"distributed.zero=1", "distributed.first_bucket_mb=0.001",
-                                       "distributed.bucket_mb=0.002", "checkpoint.final=false"}),
-            world());
+  const Config cfg = config_from(small_run(4), {"distributed.zero=1", "distributed.first_bucket_mb=0.001",
+                                                "distributed.bucket_mb=0.002", "checkpoint.final=false"});
+  Trainer t(cfg, world());
   REQUIRE(t.run() == 0);
   TrainStep& s = t.step();
   using Slot = TrainStep::Slot;
@@ -180,6 +186,61 @@ TEST_CASE("the training state moves to and from the shards in pieces of any size
   }
   CHECK(s.replica_hash() == replica);  // the working copy cast again from the pieces: the same bits
   CHECK(same_on_all_ranks(s.replica_hash()));
+}
+
+TEST_CASE("a checkpoint rank 0 cannot write ends every rank's save, the shards sent to its end", "[mpi][ddp]") {
+  // Sharded state in small buckets and pieces goes to rank 0 as rank 0 writes the file: whether
+  // rank 0 fails before the first byte (the file's name taken by another's file) or half-way (a
+  // file size limit: the masters written, the first moment cut, the second not begun), every rank
+  // sends every slot to its end and ends with the one agreed error; no temporary is left.
+  struct Case {
+    std::string tag, message;
+  };
+  const Case cases[] = {{"taken", "exists and is not a checkpoint of this run"}, {"cut", "write failed: File too large"}};
+  for (const Case& c : cases) {
+    INFO(c.tag);
+    const std::string out = job_out_dir("save_fails_" + c.tag);
+    if (world().rank() == 0) std::filesystem::remove_all(out);
+    world().barrier();
+    const Config cfg = config_from(small_run(3), {"distributed.zero=1", "distributed.first_bucket_mb=0.001",
+                                                  "distributed.bucket_mb=0.2", "model.hidden=[256, 256]",
+                                                  "run.out_dir=" + out});
+    Trainer t(cfg, world());  // (a Trainer keeps a reference to its config)
+    REQUIRE(t.layout().total * sizeof(float) > 200000);  // a slot of many buckets and pieces
+    t.step().set_piece_elements(20000);  // blocks above MPI's eager limits: a send waits for its receive
+    const std::string file = out + "/checkpoints/ckpt_step0000000003.bin";
+    rlimit before{};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+    t.set_step_observer([&](int64_t step, const Trainer::StepObservation&, const std::vector<int32_t>&) {
+      if (world().rank() != 0 || step != 2) return;  // (the observer sees step 3 after its checkpoint)
+      if (c.tag == "taken") {
+        std::ofstream(file) << "another program's file\n";
+        return;
+      }
+      // The limit falls inside the first moment, after the masters.
+      std::signal(SIGXFSZ, SIG_IGN);
+      rlimit cut = before;
+      cut.rlim_cur = rlim_t(t.layout().total * sizeof(float) * 3 / 2);
+      REQUIRE(::setrlimit(RLIMIT_FSIZE, &cut) == 0);
+    });
+    try {
+      t.run();
+      FAIL("the final checkpoint was written");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::Output);
+      CHECK(e.agreed());
+      if (world().rank() == 0) CHECK_THAT(e.what(), Catch::Contains(c.message));
+    }
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &before) == 0);
+    world().barrier();
+    if (world().rank() == 0) {
+      std::vector<std::string> left;
+      for (const auto& entry : std::filesystem::directory_iterator(out + "/checkpoints"))
+        if (entry.path().filename().string().rfind("ckpt_", 0) == 0) left.push_back(entry.path().filename().string());
+      CHECK(left == (c.tag == "taken" ? std::vector<std::string>{"ckpt_step0000000003.bin"} : std::vector<std::string>{}));
+    }
+    CHECK(same_on_all_ranks(t.step().slot_hash(TrainStep::Slot::State2)));  // the collectives still pair up
+  }
 }
 
 TEST_CASE("weights that drift on one rank are caught by the hash check, naming rank and step", "[mpi][ddp]") {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/format.h"
 #include "core/hash.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
@@ -111,8 +113,111 @@ TEST_CASE("checkpoint: round trip keeps every header field and section byte", "[
   CHECK(amp::serialize_checkpoint(ck) == amp::read_file_bytes(path));
   amp_test::TempDir other;
   amp::SectionViews views;
-  for (const auto& [name, bytes] : ck.sections) views[name] = amp::SectionView{bytes.data(), bytes.size()};
+  for (const auto& [name, bytes] : ck.sections) views[name] = amp::SectionView{bytes.data(), bytes.size(), {}};
   CHECK(amp::read_file_bytes(amp::save_checkpoint(other.path(), ck.header, views, 3)) == amp::read_file_bytes(path));
+}
+
+TEST_CASE("checkpoint: sections made as they are written, and left in the file when read", "[checkpoint]") {
+  // A run's weights are never whole on one host: written as they arrive, read back in pieces.
+  amp_test::TempDir dir, other;
+  const Checkpoint ck = sample(42);
+  const std::string path = amp::save_checkpoint(dir.path(), ck, 3);
+  const std::vector<char>& master = ck.sections.at("master");
+  amp::SectionViews views;
+  for (const auto& [name, bytes] : ck.sections) views[name] = amp::SectionView{bytes.data(), bytes.size(), {}};
+  const auto made_in = [&](size_t piece, size_t total) {
+    return amp::SectionView{nullptr, master.size(), [&master, piece, total](const amp::ByteSink& sink) {
+                              for (size_t at = 0; at < total; at += piece)
+                                sink(master.data() + at % master.size(), std::min(piece, total - at));
+                            }};
+  };
+  for (size_t piece : {1, 5, 64, 1000}) {
+    views["master"] = made_in(piece, master.size());
+    CHECK(amp::read_file_bytes(amp::save_checkpoint(other.path(), ck.header, views, 3)) == amp::read_file_bytes(path));
+  }
+  // A section made shorter or longer than its table entry: an internal error, no file written.
+  for (size_t total : {master.size() - 1, master.size() + 3}) {
+    amp_test::TempDir empty;
+    views["master"] = made_in(4, total);
+    try {
+      amp::save_checkpoint(empty.path(), ck.header, views, 3);
+      FAIL("a section of " << total << " bytes for a table entry of " << master.size() << " was written");
+    } catch (const amp::Error& e) {
+      CHECK(e.kind() == amp::ErrorKind::Internal);
+      CHECK_THAT(e.what(), Catch::Contains(amp::strcat("section \"master\" made ", total,
+                                                       " bytes, not the ", master.size())));
+    }
+    CHECK(std::filesystem::is_empty(empty.path()));
+  }
+
+  // Read with "master" and "empty" left in the file: seen in pieces of 8 bytes as the file is
+  // verified, each section first at 0 with no bytes.
+  std::vector<std::pair<std::string, uint64_t>> calls;
+  std::string seen;
+  amp::SectionStream stream;
+  stream.names = {"master", "empty", "absent"};
+  stream.piece = 8;
+  stream.visit = [&](const std::string& name, uint64_t at, const char* data, size_t n) {
+    calls.emplace_back(name, at);
+    if (name == "master") seen.append(data, n);
+  };
+  const Checkpoint back = amp::load_checkpoint(path, stream);
+  CHECK(back.sections.size() == 1);
+  CHECK(back.sections.at("scalars") == ck.sections.at("scalars"));
+  CHECK(seen == std::string(master.begin(), master.end()));
+  // "empty" comes first in the file (sections in name order): one call; then master's 148 bytes.
+  std::vector<std::pair<std::string, uint64_t>> want = {{"empty", 0}, {"master", 0}};
+  for (uint64_t at = 0; at < master.size(); at += 8) want.emplace_back("master", at);
+  CHECK(calls == want);
+  REQUIRE(back.in_file.size() == 2);
+  const amp::FileSection where = back.in_file.at("master");
+  CHECK(where.bytes == master.size());
+  CHECK(where.hash == amp::hash64(master.data(), master.size()));
+  CHECK(amp::read_file_bytes(path).compare(where.offset, master.size(), master.data(), master.size()) == 0);
+  {
+    amp::SectionReader r(back, "master");
+    std::vector<char> again(master.size());
+    r.read(again.data(), 7);
+    CHECK_THROWS_WITH(r.finish(), Catch::Contains("section \"master\": 7 of its 148 bytes read"));
+    r.read(again.data() + 7, again.size() - 7);
+    r.finish();
+    CHECK(again == master);
+    CHECK_THROWS_WITH(r.read(again.data(), 1), Catch::Contains("1 bytes asked at 148 of its 148"));
+  }
+  CHECK_THROWS_WITH(amp::SectionReader(back, "scalars"), Catch::Contains("section \"scalars\" is not left in the file"));
+
+  // Read through the descriptor that was verified: a file renamed over the path since is not
+  // read, and one changed in place is named.
+  const std::string verified = amp::read_file_bytes(path);
+  amp::write_file_atomic(path, amp::serialize_checkpoint(sample(43)));
+  {
+    amp::SectionReader r(back, "master");
+    std::vector<char> again(master.size());
+    r.read(again.data(), again.size());
+    r.finish();
+    CHECK(again == master);
+  }
+  dir.write("ckpt_step0000000042.bin", verified);
+  const Checkpoint open = amp::load_checkpoint(path, stream);
+  {
+    const int fd = ::open(path.c_str(), O_WRONLY);
+    REQUIRE(fd >= 0);
+    const char flipped = char(verified[open.in_file.at("master").offset + 100] ^ 0x10);
+    CHECK(::pwrite(fd, &flipped, 1, off_t(open.in_file.at("master").offset + 100)) == 1);
+    ::close(fd);
+  }
+  amp::SectionReader r(open, "master");
+  std::vector<char> again(master.size());
+  r.read(again.data(), again.size());
+  try {
+    r.finish();
+    FAIL("a section changed in place since it was verified read as it was");
+  } catch (const amp::Error& e) {
+    CHECK(e.kind() == amp::ErrorKind::Checkpoint);
+    CHECK_THAT(e.what(), Catch::StartsWith("checkpoint error: " + path + ": changed while it was read: section \"master\" hashes to "));
+  }
+  // A damaged file refused with sections streamed as without (what visit saw does not count).
+  CHECK_THROWS_WITH(amp::load_checkpoint(path, stream), Catch::Contains("checksum mismatch"));
 }
 
 TEST_CASE("checkpoint: a file written piece by piece is whole or absent", "[checkpoint]") {
