@@ -35,6 +35,13 @@ size_t checkpoint_rows(const Checkpoint& ck, const std::string& tensor) {
   return 0;
 }
 
+Checkpoint load_checkpoint_masters(const std::string& path) {
+  SectionStream moments;
+  moments.names = {"state1", "state2"};
+  moments.visit = [](const std::string&, uint64_t, const char*, size_t) {};
+  return load_checkpoint(path, moments);
+}
+
 const float* checkpoint_masters(const Checkpoint& ck, const ParamLayout& L, const std::string& context) {
   const auto layout = ck.header.find("layout");
   if (layout == ck.header.end() || !layout->is_array()) bad(ck, context, "its header has no layout");

@@ -15,6 +15,9 @@
 
 namespace amp {
 
+// A checkpoint read for its masters (sample, export, model.init_from, eval): verified whole (the
+// checksum), its optimizer moments left in the file (never held: 8 bytes a parameter with AdamW).
+Checkpoint load_checkpoint_masters(const std::string& path);
 // The config of the run that wrote ck (config_from_values of its header's "config").
 Config checkpoint_config(const Checkpoint& ck, const std::string& context = "");
 // Rows of the named tensor in ck's layout (0 when absent).

@@ -13,6 +13,7 @@
 #include "train/init_weights.h"
 #include "train/rank_threads.h"
 #include "train/signals.h"
+#include "train/state_stream.h"
 #include "train/working_weights.h"
 
 namespace amp {
@@ -55,9 +56,11 @@ int run_eval(const Config& cfg, Communicator& world) {
   run_agreed(world, [&] {
     if (rank == 0) w = read_initial_weights(cfg, L, size_t(data.train.vocab), &fp8);
   });
-  w.resize(L.total);
-  world.broadcast(view_of(w.data(), w.size()), 0);
-  const WorkingWeights weights(*be, w.data(), w.size(), cfg.precision.compute);
+  // Every rank evaluates with the whole model, sent a piece at a time: only rank 0, which read
+  // them, holds the FP32 weights whole on the host.
+  WorkingWeights weights(*be, L.total, cfg.precision.compute);
+  broadcast_pieces(world, w.data(), L.total, [&](size_t begin, const float* v, size_t count) { weights.load(begin, v, count); });
+  std::vector<float>().swap(w);
   // FP8 compute: the scales the checkpoint's run ended with, on every rank; without them, bf16.
   int32_t n_scales = int32_t(fp8.scales.size());
   world.broadcast(view_of(&n_scales, 1), 0);

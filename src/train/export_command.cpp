@@ -12,7 +12,7 @@
 namespace amp {
 
 void run_export(const std::string& checkpoint, WeightFormat format, const std::string& out) {
-  const Checkpoint ck = load_checkpoint(checkpoint);
+  const Checkpoint ck = load_checkpoint_masters(checkpoint);
   const Config cfg = checkpoint_config(ck);
   if (cfg.model.type != ModelType::Gpt)
     throw Error(ErrorKind::Config, strcat("config error: ", checkpoint, ": export writes GPT weights; the checkpoint holds an mlp"));

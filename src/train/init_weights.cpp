@@ -26,7 +26,7 @@ std::vector<float> read_initial_weights(const Config& cfg, const ParamLayout& L,
   // An amp_ddp checkpoint: its masters, when its layout is this model's.
   Checkpoint ck;
   try {
-    ck = load_checkpoint(path);
+    ck = load_checkpoint_masters(path);
   } catch (const Error& e) {
     std::string why = e.what();
     if (why.rfind("checkpoint error: ", 0) == 0) why = why.substr(18);

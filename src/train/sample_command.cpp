@@ -19,7 +19,7 @@
 namespace amp {
 
 void run_sample(const SampleRequest& r) {
-  const Checkpoint ck = load_checkpoint(r.checkpoint);
+  const Checkpoint ck = load_checkpoint_masters(r.checkpoint);
   const Config cfg = checkpoint_config(ck);
   if (cfg.model.type != ModelType::Gpt)
     throw Error(ErrorKind::Config, strcat("config error: ", r.checkpoint, ": the checkpoint holds a model of type ",

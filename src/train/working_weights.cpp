@@ -1,13 +1,29 @@
 #include "train/working_weights.h"
 
+#include <algorithm>
+#include <cstdint>
+
+#include "core/convert.h"
+#include "core/error.h"
+
 namespace amp {
 
-WorkingWeights::WorkingWeights(Backend& be, const float* host, size_t n, DType compute) : compute_(compute) {
-  master_ = be.memory().alloc(n * sizeof(float));
-  be.memory().upload(master_.data(), host, n * sizeof(float));
-  if (compute == DType::F32) return;
-  working_ = be.memory().alloc(n * dtype_size(compute));
-  be.ops().cast(master_.data(), DType::F32, working_.data(), compute, n);
+WorkingWeights::WorkingWeights(Backend& be, size_t n, DType compute)
+    : mem_(be.memory()), compute_(compute), n_(n), weights_(be.memory().alloc(n * dtype_size(compute))) {}
+
+WorkingWeights::WorkingWeights(Backend& be, const float* host, size_t n, DType compute) : WorkingWeights(be, n, compute) {
+  constexpr size_t kPiece = size_t(16) << 20;
+  for (size_t b = 0; b < n; b += kPiece) load(b, host + b, std::min(kPiece, n - b));
+}
+
+void WorkingWeights::load(size_t begin, const float* host, size_t count) {
+  AMP_CHECK(begin <= n_ && count <= n_ - begin, "WorkingWeights::load: elements [", begin, ", ", begin + count, ") of ", n_);
+  char* dst = static_cast<char*>(weights_.data()) + begin * dtype_size(compute_);
+  if (compute_ == DType::F32) return mem_.upload(dst, host, count * sizeof(float));
+  // Cast on the host (round to nearest even, as the backends' casts and the optimizer's working copy).
+  std::vector<uint16_t> cast(count);
+  convert(host, DType::F32, cast.data(), compute_, count);
+  mem_.upload(dst, cast.data(), count * sizeof(uint16_t));
 }
 
 FixedFp8Scales::FixedFp8Scales(Backend& be, Model& model, const std::vector<float>& scales, bool native_gemm) {

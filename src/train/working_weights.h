@@ -15,12 +15,20 @@ namespace amp {
 
 class WorkingWeights {
  public:
+  // Room for n weights, loaded a piece at a time (load): FP32 compute keeps them as they are,
+  // 16-bit compute only their cast (no FP32 copy in backend memory).
+  WorkingWeights(Backend& be, size_t n, DType compute);
+  // The same, loaded from n host values (in pieces: no whole 16-bit copy on the host either).
   WorkingWeights(Backend& be, const float* host, size_t n, DType compute);
-  const void* params() const { return compute_ == DType::F32 ? master_.data() : working_.data(); }
+  // Weights [begin, begin + count) from host values (reusable once this returns).
+  void load(size_t begin, const float* host, size_t count);
+  const void* params() const { return weights_.data(); }
 
  private:
+  DeviceMemory& mem_;
   DType compute_;
-  Buffer master_, working_;
+  size_t n_;
+  Buffer weights_;
 };
 
 // precision.compute fp8 outside training: the model's FP8 casts bound to fixed scales (one per

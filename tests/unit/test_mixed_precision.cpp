@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/rng.h"
+#include "train/working_weights.h"
 
 using namespace amp;
 
@@ -322,4 +323,34 @@ TEST_CASE("mixed precision: FP8 amaxes ride the flags' all-reduce, every rank se
   CHECK(h.meta.recorded == 2);
   CHECK(h.scales[0] == 128.0f);  // max over the history {2, 0.5}
   CHECK(amp.fp8()->newest_amax(h, 0) == 0.5f);
+}
+
+TEST_CASE("working weights outside training: loaded in pieces, the backend's cast of the whole, no FP32 copy kept",
+          "[amp]") {
+  // What `amp_ddp sample` and `eval` compute with: the masters cast as the optimizer casts its
+  // working copy. Values of every magnitude, ties between 16-bit neighbours included, loaded
+  // whole and in pieces of 7 in reverse order.
+  CpuBackend be{1};
+  const size_t n = 2003;
+  std::vector<float> v = randn(n, 41);
+  for (size_t i = 0; i < n; i += 5) v[i] *= std::ldexp(1.0f, int(i % 60) - 30);
+  for (size_t i = 3; i < n; i += 11) v[i] = 1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -11) * float(i % 2);  // bf16 and f16 ties
+  Buffer master = be.memory().alloc(n * sizeof(float));
+  be.memory().upload(master.data(), v.data(), n * sizeof(float));
+  for (DType compute : {DType::F32, DType::F16, DType::BF16}) {
+    INFO(dtype_name(compute));
+    const size_t bytes = n * dtype_size(compute);
+    Buffer want = be.memory().alloc(bytes);
+    be.ops().cast(master.data(), DType::F32, want.data(), compute, n);
+    const WorkingWeights whole(be, v.data(), n, compute);
+    WorkingWeights pieces(be, n, compute);
+    for (size_t end = n; end > 0;) {
+      const size_t begin = end > 7 ? end - 7 : 0;
+      pieces.load(begin, v.data() + begin, end - begin);
+      end = begin;
+    }
+    CHECK(std::memcmp(whole.params(), want.data(), bytes) == 0);
+    CHECK(std::memcmp(pieces.params(), want.data(), bytes) == 0);
+    CHECK_THROWS_WITH(pieces.load(n - 3, v.data(), 4), Catch::Contains("WorkingWeights::load: elements [2000, 2004) of 2003"));
+  }
 }
