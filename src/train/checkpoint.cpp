@@ -181,6 +181,8 @@ void write_checkpoint(json header, const SectionViews& sections, const ByteSink&
 }
 
 SectionViews views_of(const Checkpoint& ck) {
+  AMP_CHECK(ck.in_file.empty(), "a checkpoint read with sections left in its file (", ck.path,
+            ") cannot be written whole");
   SectionViews v;
   for (const auto& [name, bytes] : ck.sections) v[name] = SectionView{bytes.data(), bytes.size(), {}};
   return v;

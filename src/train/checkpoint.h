@@ -68,8 +68,9 @@ using SectionViews = std::map<std::string, SectionView>;
 // never another run's. Returns the path written.
 std::string save_checkpoint(const std::string& dir, const nlohmann::json& header, const SectionViews& sections,
                             int keep);
+// (ck's sections all in memory: one read with sections left in its file is an internal error.)
 std::string save_checkpoint(const std::string& dir, const Checkpoint& ck, int keep);
-// The file's bytes of `ck` (what save_checkpoint writes).
+// The file's bytes of `ck` (what save_checkpoint writes; the same condition).
 std::string serialize_checkpoint(const Checkpoint& ck);
 // Who wrote a checkpoint, from its prefix and JSON header only (the sections are not read).
 struct CheckpointIdentity {

@@ -77,7 +77,10 @@ std::string CheckpointIO::save(int64_t step, const RunRecord& record) {
   if (step_.has_state(1)) slots.push_back(Slot::State1);
   if (step_.has_state(2)) slots.push_back(Slot::State2);
   size_t sent = 0;  // slots read so far
-  const SlotSender send = [&](const ByteSink* sink) {
+  const SlotSender send = [&](Slot slot, const ByteSink* sink) {
+    // A section asked out of the slots' order is a bug; thrown before the read, so the slot is
+    // still read with the rest (below).
+    AMP_CHECK(slot == slots[sent], "checkpoint save: slot ", int(slot), " asked for, slot ", int(slots[sent]), " is next");
     std::exception_ptr lost;  // the sink's first failure; the slot is still read to its end
     step_.read(slots[sent], [&](size_t, const float* v, size_t count) {
       if (!sink || lost) return;
@@ -99,7 +102,7 @@ std::string CheckpointIO::save(int64_t step, const RunRecord& record) {
       failed = std::current_exception();
     }
   }
-  while (sent < slots.size()) send(nullptr);  // the slots rank 0's write did not reach (every slot elsewhere)
+  while (sent < slots.size()) send(slots[sent], nullptr);  // those rank 0's write did not reach (all elsewhere)
   run_agreed(world_, [&] {
     if (failed) std::rethrow_exception(failed);
   });
@@ -111,11 +114,14 @@ std::string CheckpointIO::write(int64_t step, const ScalerState& scaler, const s
   // The masters and moments are written as they arrive (send), in the file's order of sections
   // (by name: master, state1, state2, as the slots are sent); the rest from where it is.
   const size_t slot_bytes = layout_.total * sizeof(float);
-  const auto streamed = [&](size_t bytes) { return SectionView{nullptr, bytes, [&](const ByteSink& sink) { send(&sink); }}; };
+  using Slot = TrainStep::Slot;
+  const auto streamed = [&](Slot slot) {
+    return SectionView{nullptr, slot_bytes, [&send, slot](const ByteSink& sink) { send(slot, &sink); }};
+  };
   SectionViews sections;
-  sections["master"] = streamed(slot_bytes);
-  if (step_.has_state(1)) sections["state1"] = streamed(slot_bytes);
-  if (step_.has_state(2)) sections["state2"] = streamed(slot_bytes);
+  sections["master"] = streamed(Slot::Masters);
+  if (step_.has_state(1)) sections["state1"] = streamed(Slot::State1);
+  if (step_.has_state(2)) sections["state2"] = streamed(Slot::State2);
   const DataPosition pos = sampler_.position(step);
   sections["scaler"] = view_of_values(&scaler, 1);
   sections["rank_sums"] = view_of_values(sums.data(), sums.size());

@@ -64,9 +64,10 @@ class CheckpointIO {
   std::string set_aside_newer(int64_t step, const std::string& resumed_from);
 
  private:
-  // Reads the next slot of the masters and moments to its end (every rank, in order), handing its
-  // bytes to the sink (rank 0's file; null: read and dropped), and rethrows the sink's first failure.
-  using SlotSender = std::function<void(const ByteSink* sink)>;
+  // Reads the next slot of the masters and moments (every rank, in order: `slot` must be that
+  // one) to its end, handing its bytes to the sink (rank 0's file; null: read and dropped), and
+  // rethrows the sink's first failure.
+  using SlotSender = std::function<void(TrainStep::Slot slot, const ByteSink* sink)>;
   std::string write(int64_t step, const ScalerState& scaler, const std::vector<RankIntervalSums>& sums,
                     const RunRecord& record, uint64_t params_hash, const SlotSender& send);
   void check_header(const Checkpoint& ck, const std::string& path) const;  // rank 0, before sending

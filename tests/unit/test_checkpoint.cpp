@@ -185,6 +185,8 @@ TEST_CASE("checkpoint: sections made as they are written, and left in the file w
     CHECK_THROWS_WITH(r.read(again.data(), 1), Catch::Contains("1 bytes asked at 148 of its 148"));
   }
   CHECK_THROWS_WITH(amp::SectionReader(back, "scalars"), Catch::Contains("section \"scalars\" is not left in the file"));
+  // Such a checkpoint is not whole in memory: writing it would drop those sections.
+  CHECK_THROWS_WITH(amp::serialize_checkpoint(back), Catch::Contains("cannot be written whole"));
 
   // Read through the descriptor that was verified: a file renamed over the path since is not
   // read, and one changed in place is named.
