@@ -99,10 +99,11 @@ elapsed() { echo "$((SECONDS - START))s"; }
 show_tail() { tail -n "${2:-25}" "$1" | sed 's/^/    /' | tee -a "$REPORT"; }
 # Writes FILE atomically from stdin (aside, then renamed).
 write_atomic() { cat > "$1.part" && mv -f "$1.part" "$1"; }
-# The logs so far as one archive in $OUT (the device tool brings back at most 8 files).
+# The logs so far as one archive in $OUT (the device tool brings back at most 8 files); no
+# checkpoints or data (*.bin).
 archive_logs() {
   [ -n "${OUT:-}" ] || return 0
-  tar czf "$OUT/gpu_check_logs.tgz.part" -C "$LOGS" --exclude gpu_check.txt . 2>/dev/null &&
+  tar czf "$OUT/gpu_check_logs.tgz.part" -C "$LOGS" --exclude gpu_check.txt --exclude '*.bin' . 2>/dev/null &&
     mv -f "$OUT/gpu_check_logs.tgz.part" "$OUT/gpu_check_logs.tgz"
 }
 summary_lines() {
@@ -495,8 +496,22 @@ GPT_STEPS=$([ $DRY = 1 ] && echo 12 || echo 300)
 if run_logged "$LOGS/amp_ddp_gpt.log" 90 -- "$AMP" configs/gpt_fortunes_fp16.yaml --set run.device=$DEVICE \
      --set "data.text_files=[\"$GPT_TEXT\"]" --set run.steps=$GPT_STEPS --set run.eval_interval=$GPT_STEPS \
      --set run.sample_interval=0 --set run.progress=lines --set run.log_interval=$((GPT_STEPS / 3)) \
-     --set checkpoint.final=false --set run.out_dir="$LOGS/gpt" "${DRY_SHORT[@]}"; then
+     --set checkpoint.final=true --set run.out_dir="$LOGS/gpt" "${DRY_SHORT[@]}"; then
   pass "gpt on $DEVICE: $(tail -1 "$LOGS/amp_ddp_gpt.log")"
+  # `amp_ddp sample` of its final checkpoint is the run's final sample, byte for byte: the masters
+  # cast on the host a piece at a time as the optimizer cast them on the device, then decoded there.
+  GPT_CKPT=$(ls "$LOGS"/gpt/checkpoints/ckpt_step*.bin 2>/dev/null | tail -1)
+  if run_logged "$LOGS/amp_ddp_sample.log" 30 -- bash -c '"$1" sample "$2" --device "$3" --threads 1 > "$4"' _ \
+       "$AMP" "$GPT_CKPT" "$DEVICE" "$LOGS/sample.txt" &&
+     bounded 20 -- python3 -c "
+import json, sys
+want = [r['sample'] for r in map(json.loads, open('$LOGS/gpt/metrics.jsonl')) if 'sample' in r][-1]
+sys.exit(0 if open('$LOGS/sample.txt').read() == want + '\\n' else 1)"; then
+    pass "amp_ddp sample on $DEVICE: the final checkpoint's sample is the run's final sample"
+  else
+    rc=$?; fail "amp_ddp sample on $DEVICE: not the run's final sample ($(why $rc))"
+    show_tail "$LOGS/amp_ddp_sample.log" 10; show_tail "$LOGS/sample.txt" 5
+  fi
 else
   rc=$?; fail "gpt on $DEVICE ($(why $rc))"; show_tail "$LOGS/amp_ddp_gpt.log" 30
 fi

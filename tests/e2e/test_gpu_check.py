@@ -64,7 +64,8 @@ for variant in ("fused", "fused_recompute", "fp8", "explicit_recompute"):
                     report, re.M) is not None, f"the headline measures the step with {variant} attention, its MFU and activations")
 check(re.search(r"^note: gpt-2 124m on cpu, fp8_emulated: the fp8 run", report, re.M) is not None,
       "the emulated FP8 variant is the fp8 run on the CPU (noted)")
-for what in ("amp_ddp on cpu: done", "gpt on cpu: done", "gradient accumulation on cpu: 8 x 2 micro-batches == 16"):
+for what in ("amp_ddp on cpu: done", "gpt on cpu: done", "gradient accumulation on cpu: 8 x 2 micro-batches == 16",
+             "amp_ddp sample on cpu: the final checkpoint's sample is the run's final sample"):
     check(f"PASS: {what}" in report, f"end to end: {what}")
 check(re.search(r"^\| 32 \| 8 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", report, re.M) is not None and
       re.search(r"^\| 64 \| 4 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", report, re.M) is not None,
