@@ -54,7 +54,9 @@ int run_eval(const Config& cfg, Communicator& world) {
   std::vector<float> w;
   InitialFp8 fp8{model->fp8_tensors(), {}, {}};
   run_agreed(world, [&] {
-    if (rank == 0) w = read_initial_weights(cfg, L, size_t(data.train.vocab), &fp8);
+    if (rank != 0) return;
+    w = read_initial_weights(cfg, L, size_t(data.train.vocab), &fp8);
+    AMP_CHECK(w.size() == L.total, "eval weights: ", w.size(), " values for ", L.total, " parameters");
   });
   // Every rank evaluates with the whole model, sent a piece at a time: only rank 0, which read
   // them, holds the FP32 weights whole on the host.
