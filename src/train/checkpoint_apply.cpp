@@ -63,12 +63,20 @@ struct Bad {
   }
 };
 
-const std::vector<char>& section(const Checkpoint& ck, const Bad& bad, const char* name, size_t bytes) {
-  auto it = ck.sections.find(name);
-  if (it == ck.sections.end()) bad(strcat("section \"", name, "\" is missing"));
-  if (it->second.size() != bytes)
-    bad(strcat("section \"", name, "\" has ", it->second.size(), " bytes, this run needs ", bytes));
+size_t section_bytes(const std::vector<char>& held) { return held.size(); }
+uint64_t section_bytes(const FileSection& in_file) { return in_file.bytes; }
+// A section held (sections) or left in the file (in_file), present with the bytes this run needs.
+template <typename Map>
+const typename Map::mapped_type& sized(const Map& sections, const Bad& bad, const char* name, size_t bytes) {
+  const auto it = sections.find(name);
+  if (it == sections.end()) bad(strcat("section \"", name, "\" is missing"));
+  if (uint64_t(section_bytes(it->second)) != bytes)
+    bad(strcat("section \"", name, "\" has ", section_bytes(it->second), " bytes, this run needs ", bytes));
   return it->second;
+}
+
+const std::vector<char>& section(const Checkpoint& ck, const Bad& bad, const char* name, size_t bytes) {
+  return sized(ck.sections, bad, name, bytes);
 }
 
 // The run record: a loss is finite and >= 0 (or -1: none yet), an accuracy in [0, 1] (or -1),
@@ -250,13 +258,7 @@ void CheckpointIO::validate_weights(const Checkpoint& ck, const std::string& pat
       if (i >= t.span.offset && i < t.span.offset + t.span.count) return strcat(t.name, "[", i - t.span.offset, "]");
     return strcat("padding element ", i);
   };
-  const auto in_file = [&](const char* name) -> const FileSection& {
-    const auto it = ck.in_file.find(name);
-    if (it == ck.in_file.end()) bad(strcat("section \"", name, "\" is missing"));
-    if (it->second.bytes != n * sizeof(float))
-      bad(strcat("section \"", name, "\" has ", it->second.bytes, " bytes, this run needs ", n * sizeof(float)));
-    return it->second;
-  };
+  const auto in_file = [&](const char* name) -> const FileSection& { return sized(ck.in_file, bad, name, n * sizeof(float)); };
   const FileSection& master = in_file("master");
   const std::string hash_then = header_field<std::string>(ck, "params_hash", "");
   if (const std::string hash_now = hex64(master.hash); !hash_then.empty() && hash_then != hash_now)
@@ -327,35 +329,25 @@ void CheckpointIO::derive(Resumed& r) const {
 void CheckpointIO::load_weights() {
   using Slot = TrainStep::Slot;
   const bool root = world_.rank() == 0;
-  std::exception_ptr failed;
-  const auto attempt = [&](const auto& fn) {
-    if (failed) return;
-    try {
-      fn();
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  };
+  HeldError failed;  // rank 0's
   std::vector<float> piece(root ? std::min(layout_.total, TrainStep::kStreamElements) : 0);
   const std::pair<Slot, const char*> slots[] = {{Slot::Masters, "master"}, {Slot::State1, "state1"}, {Slot::State2, "state2"}};
   for (const auto& [slot, name] : slots) {
     if (slot != Slot::Masters && !step_.has_state(slot == Slot::State1 ? 1 : 2)) continue;
     std::optional<SectionReader> in;
-    if (root) attempt([&] { in.emplace(located_, name); });
+    if (root) failed.attempt([&] { in.emplace(located_, name); });
     const PieceSource source = [&](size_t, size_t count) -> const float* {
-      attempt([&] { in->read(piece.data(), count * sizeof(float)); });
+      failed.attempt([&] { in->read(piece.data(), count * sizeof(float)); });
       if (failed) std::fill_n(piece.data(), count, 0.0f);
       return piece.data();
     };
     broadcast_pieces(world_, source, layout_.total,
                      [&](size_t begin, const float* v, size_t count) { step_.load(slot, begin, v, count); });
-    if (root) attempt([&] { in->finish(); });
+    if (root) failed.attempt([&] { in->finish(); });
   }
   located_ = Checkpoint{};  // the file closes
   scans_.clear();
-  run_agreed(world_, [&] {
-    if (failed) std::rethrow_exception(failed);
-  });
+  run_agreed(world_, [&] { failed.rethrow(); });
 }
 
 void CheckpointIO::load(const Resumed& r, RunRecord& record) {

@@ -81,31 +81,18 @@ std::string CheckpointIO::save(int64_t step, const RunRecord& record) {
     // A section asked out of the slots' order is a bug; thrown before the read, so the slot is
     // still read with the rest (below).
     AMP_CHECK(slot == slots[sent], "checkpoint save: slot ", int(slot), " asked for, slot ", int(slots[sent]), " is next");
-    std::exception_ptr lost;  // the sink's first failure; the slot is still read to its end
+    HeldError lost;  // the sink's first failure; the slot is still read to its end
     step_.read(slots[sent], [&](size_t, const float* v, size_t count) {
-      if (!sink || lost) return;
-      try {
-        (*sink)(v, count * sizeof(float));
-      } catch (...) {
-        lost = std::current_exception();
-      }
+      if (sink) lost.attempt([&] { (*sink)(v, count * sizeof(float)); });
     });
     ++sent;
-    if (lost) std::rethrow_exception(lost);
+    lost.rethrow();
   };
   std::string path;
-  std::exception_ptr failed;
-  if (world_.rank() == 0) {
-    try {
-      path = write(step, scaler, all, record, params_hash, send);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  }
+  HeldError failed;
+  if (world_.rank() == 0) failed.attempt([&] { path = write(step, scaler, all, record, params_hash, send); });
   while (sent < slots.size()) send(slots[sent], nullptr);  // those rank 0's write did not reach (all elsewhere)
-  run_agreed(world_, [&] {
-    if (failed) std::rethrow_exception(failed);
-  });
+  run_agreed(world_, [&] { failed.rethrow(); });
   return path;
 }
 

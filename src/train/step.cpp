@@ -245,7 +245,7 @@ uint64_t TrainStep::slot_hash(Slot slot) const {
   Hasher h;
   read(slot, [&](size_t, const float* v, size_t c) { h.update(v, c * sizeof(float)); });
   uint64_t digest = rank_ == 0 ? h.digest() : 0;
-  if (slot_sharded(slot)) world_comm_->broadcast(BufView{&digest, sizeof digest, DType::U8}, 0);
+  world_comm_->broadcast(BufView{&digest, sizeof digest, DType::U8}, 0);
   return digest;
 }
 
