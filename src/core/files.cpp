@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 
@@ -39,6 +40,40 @@ std::string regular_file_problem(const std::string& path) {
   if (S_ISDIR(st.st_mode)) return "cannot open: Is a directory";
   if (!S_ISREG(st.st_mode)) return "not a regular file (" + file_kind(st.st_mode) + ")";
   return "";
+}
+
+ReadFile::ReadFile(const std::string& path, ErrorKind kind, std::string context)
+    : kind_(kind), context_(std::move(context)) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) fail(std::string("cannot open: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail("not a regular file (" + file_kind(st.st_mode) + ")");
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd_ < 0) fail(std::string("cannot open: ") + std::strerror(errno));
+  const bool stated = ::fstat(fd_, &st) == 0;
+  const int err = errno;
+  if (!stated || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fail(stated ? "not a regular file (" + file_kind(st.st_mode) + ")" : std::string("cannot stat: ") + std::strerror(err));
+  }
+  size_ = uint64_t(st.st_size);
+}
+
+ReadFile::~ReadFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ReadFile::fail(const std::string& what) const { throw Error(kind_, context_ + what); }
+
+void ReadFile::read(uint64_t offset, void* dst, size_t n) const {
+  char* out = static_cast<char*>(dst);
+  for (size_t done = 0; done < n;) {
+    const ssize_t got = ::pread(fd_, out + done, n - done, off_t(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail(std::string("read failed: ") + std::strerror(errno));
+    if (got == 0)
+      fail(strcat("truncated: the file ended at byte ", offset + done, " while being read (", size_, " bytes when opened)"));
+    done += size_t(got);
+  }
 }
 
 void write_file_atomic(const std::string& path, const std::string& data) {

@@ -174,26 +174,19 @@ std::string Gpt::describe() const {
                 ", vocab ", opt_.vocab);  // the padded logits are not part of the model (scaling_model.py reads this)
 }
 
-std::vector<float> Gpt::init_params(uint64_t seed) const {
-  std::vector<float> w(layout_.total, 0.0f);
+std::vector<TensorInit> Gpt::init_recipe(uint64_t seed) const {
+  std::vector<TensorInit> recipe;
   const double proj_std = kInitStd / std::sqrt(2.0 * double(opt_.n_layer));  // residual projections
   for (size_t i = 0; i < layout_.tensors.size(); ++i) {
-    const ParamInfo& p = layout_.tensors[i];
-    float* out = w.data() + p.span.offset;
-    const bool ln_gain = p.name.find("ln_") != std::string::npos && p.name.find(".weight") != std::string::npos;
-    const bool bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
-    if (ln_gain) {
-      std::fill(out, out + p.span.count, 1.0f);
-      continue;
-    }
-    if (bias) continue;  // zeros
-    const bool residual = p.name.find("attn.proj.weight") != std::string::npos ||
-                          p.name.find("mlp.proj.weight") != std::string::npos;
-    const double std = residual ? proj_std : kInitStd;
-    Rng rng(mix_seed(seed, 0x6E7ull, i));
-    rng.fill_normal(out, p.span.count, std);  // out[j] = float(std * rng.normal()), on the threads
+    const std::string& name = layout_.tensors[i].name;
+    const bool ln_gain = name.find("ln_") != std::string::npos && name.find(".weight") != std::string::npos;
+    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    const bool residual = name.find("attn.proj.weight") != std::string::npos || name.find("mlp.proj.weight") != std::string::npos;
+    recipe.push_back(ln_gain ? TensorInit::constant(1.0)
+                     : bias  ? TensorInit::constant(0.0)
+                             : TensorInit::normal(residual ? proj_std : kInitStd, mix_seed(seed, 0x6E7ull, i)));
   }
-  return w;
+  return recipe;
 }
 
 Tensor Gpt::param(const void* base, int index) const {

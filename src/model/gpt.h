@@ -77,7 +77,7 @@ class Gpt final : public Model {
 
   std::string describe() const override;
   const ParamLayout& layout() const override { return layout_; }
-  std::vector<float> init_params(uint64_t seed) const override;
+  std::vector<TensorInit> init_recipe(uint64_t seed) const override;
   size_t loss_terms_per_sample() const override { return opt_.seq_len; }
   bool classification() const override { return false; }
   bool language_model() const override { return true; }

@@ -97,35 +97,26 @@ bool Mlp::activation_bytes(const std::vector<size_t>& dims, size_t max_rows, DTy
   return !overflow;
 }
 
-std::vector<float> Mlp::init_params(uint64_t seed) const {
-  const std::string& init = opt_.init;
-  const double init_std = opt_.init_std;
-  const std::vector<size_t>& dims_ = opt_.dims;
-  std::vector<float> w(layout_.total, 0.0f);
+std::vector<TensorInit> Mlp::init_recipe(uint64_t seed) const {
+  std::vector<TensorInit> recipe;
   for (size_t i = 0; i < layout_.tensors.size(); ++i) {
-    const ParamInfo& p = layout_.tensors[i];
     const size_t layer = i / 2;
     const bool is_bias = i % 2 == 1;
-    const double fan_in = double(dims_[layer]), fan_out = double(dims_[layer + 1]);
-    Rng rng(mix_seed(seed, 0x1A1E5ull, i));
-    float* out = w.data() + p.span.offset;
-    for (size_t j = 0; j < p.span.count; ++j) {
-      double v = 0.0;
-      if (init == "pytorch") {  // nn.Linear: weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))
-        const double bound = 1.0 / std::sqrt(fan_in);
-        v = rng.uniform(-bound, bound);
-      } else if (is_bias) {
-        v = 0.0;
-      } else if (init == "xavier") {
-        const double bound = std::sqrt(6.0 / (fan_in + fan_out));
-        v = rng.uniform(-bound, bound);
-      } else {
-        v = init_std * rng.normal();
-      }
-      out[j] = float(v);
+    const double fan_in = double(opt_.dims[layer]), fan_out = double(opt_.dims[layer + 1]);
+    const uint64_t stream = mix_seed(seed, 0x1A1E5ull, i);
+    if (opt_.init == "pytorch") {  // nn.Linear: weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+      const double bound = 1.0 / std::sqrt(fan_in);
+      recipe.push_back(TensorInit::uniform(-bound, bound, stream));
+    } else if (is_bias) {
+      recipe.push_back(TensorInit::constant(0.0));
+    } else if (opt_.init == "xavier") {
+      const double bound = std::sqrt(6.0 / (fan_in + fan_out));
+      recipe.push_back(TensorInit::uniform(-bound, bound, stream));
+    } else {
+      recipe.push_back(TensorInit::normal(opt_.init_std, stream));
     }
   }
-  return w;
+  return recipe;
 }
 
 Tensor Mlp::param(const void* base, int index) const {

@@ -31,7 +31,7 @@ class Mlp final : public Model {
 
   std::string describe() const override;
   const ParamLayout& layout() const override { return layout_; }
-  std::vector<float> init_params(uint64_t seed) const override;
+  std::vector<TensorInit> init_recipe(uint64_t seed) const override;
   size_t loss_terms_per_sample() const override { return classification() ? 1 : opt_.dims.back(); }
   bool classification() const override { return opt_.task == Task::Classification; }
   double uniform_loss() const override { return classification() ? std::log(double(opt_.dims.back())) : 0.0; }

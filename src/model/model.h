@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "model/param_layout.h"
+#include "model/weight_pieces.h"
 
 namespace amp {
 
@@ -52,8 +53,13 @@ class Model {
   virtual ~Model() = default;
   virtual std::string describe() const = 0;  // "mlp 784-1024-1024-10 (relu)"
   virtual const ParamLayout& layout() const = 0;
-  // The FP32 initial parameters (host, layout().total elements), seeded.
-  virtual std::vector<float> init_params(uint64_t seed) const = 0;
+  // How each tensor of layout() starts, seeded (GeneratedWeights makes the values a piece at a time).
+  virtual std::vector<TensorInit> init_recipe(uint64_t seed) const = 0;
+  // The FP32 initial parameters whole (host, layout().total elements): the recipe's values.
+  std::vector<float> init_params(uint64_t seed) const {
+    GeneratedWeights w(layout(), init_recipe(seed));
+    return read_all(w, layout().total);
+  }
   // What the model allocated in backend memory (activations, inputs, scratch), the bytes as they
   // were allocated, for max_rows() samples per forward pass.
   size_t buffer_bytes() const { return buffer_bytes_; }

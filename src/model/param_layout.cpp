@@ -1,5 +1,6 @@
 #include "model/param_layout.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace amp {
@@ -29,12 +30,29 @@ std::string ParamLayout::names() const {
 }
 
 ParamLayout::NonFinite ParamLayout::first_non_finite(const float* values) const {
-  for (size_t i = 0; i < tensors.size(); ++i)
-    for (size_t e = 0; e < tensors[i].span.count; ++e) {
-      const float v = values[tensors[i].span.offset + e];
-      if (!std::isfinite(v)) return NonFinite{int(i), e, v};
+  return first_non_finite(values, 0, total);
+}
+
+ParamLayout::NonFinite ParamLayout::first_non_finite(const float* values, size_t begin, size_t count) const {
+  for (const Slice& s : slices(begin, count))
+    for (size_t e = 0; e < s.count; ++e) {
+      const float v = values[s.at + e];
+      if (!std::isfinite(v)) return NonFinite{int(s.tensor), s.first + e, v};
     }
   return NonFinite{};
+}
+
+std::vector<ParamLayout::Slice> ParamLayout::slices(size_t begin, size_t count) const {
+  std::vector<Slice> out;
+  const size_t end = begin + count;
+  // The first tensor ending after begin (tensors lie in order).
+  auto it = std::upper_bound(tensors.begin(), tensors.end(), begin,
+                             [](size_t b, const ParamInfo& t) { return b < t.span.offset + t.span.count; });
+  for (; it != tensors.end() && it->span.offset < end; ++it) {
+    const size_t from = std::max(begin, it->span.offset), to = std::min(end, it->span.offset + it->span.count);
+    if (from < to) out.push_back(Slice{size_t(it - tensors.begin()), from - it->span.offset, to - from, from - begin});
+  }
+  return out;
 }
 
 void ParamLayout::add(const std::string& name, size_t rows, size_t cols, bool decay) {

@@ -39,6 +39,16 @@ struct ParamLayout {
     float value = 0;
   };
   NonFinite first_non_finite(const float* values) const;
+  // The same among the elements [begin, begin + count) of the flat buffer, values pointing at begin's.
+  NonFinite first_non_finite(const float* values, size_t begin, size_t count) const;
+
+  // The parts of tensors among the flat buffer's elements [begin, begin + count), in order: the
+  // tensor's elements [first, first + count) lie at position `at` of the range (what no slice
+  // covers is alignment padding).
+  struct Slice {
+    size_t tensor = 0, first = 0, count = 0, at = 0;
+  };
+  std::vector<Slice> slices(size_t begin, size_t count) const;
 };
 
 // dims = {inputs, hidden..., outputs}.

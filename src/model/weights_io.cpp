@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -186,24 +188,27 @@ std::vector<char> llmc_bytes(const GptOptions& o, const ParamLayout& L, const fl
   return out;
 }
 
+const char* const kUntied = " (this GPT's LM head is tied to the token embedding: an untied head cannot be loaded)";
+
 [[noreturn]] void bad_file(const std::string& key, const std::string& path, const std::string& what) {
   throw Error(ErrorKind::Checkpoint, strcat("checkpoint error: ", key, ": ", path, ": ", what));
 }
 
-std::vector<char> read_whole(const std::string& key, const std::string& path) {
-  if (const std::string problem = regular_file_problem(path); !problem.empty()) bad_file(key, path, problem);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad_file(key, path, strcat("cannot open: ", std::strerror(errno)));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) bad_file(key, path, strcat("read error: ", std::strerror(errno)));
-  return bytes;
-}
+// A tensor's place in a weights file: its values start at byte `offset`, of type dt, stored as
+// ours or transposed (HF's Conv1D weights).
+struct Stored {
+  uint64_t offset = 0;
+  DType dt = DType::F32;
+  bool transpose = false;
+};
 
-// Values of n elements of dtype dt at p, as FP32.
-void to_f32(const char* p, DType dt, size_t n, float* out) {
-  if (dt == DType::F32) std::memcpy(out, p, n * 4);
-  else convert(p, dt, out, DType::F32, n);
-}
+// Where each tensor of L lies in the file, and the LM head a safetensors file may carry (tied to
+// wte: checked against it as it is read).
+struct StoredLayout {
+  std::vector<Stored> tensors;
+  std::optional<Stored> lm_head;
+  std::string lm_head_name;
+};
 
 // The format's rule for the data bytes: the tensors' data_offsets cover them exactly, with no hole
 // and no overlap, so that no bytes ride along unread and no two tensors share bytes.
@@ -234,13 +239,14 @@ void check_data_coverage(const nlohmann::json& header, size_t data_size, const s
                                         : strcat(data_size - end, " bytes after the last tensor's data_offsets belong to no tensor"));
 }
 
-std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::string& path, const std::string& key,
-                                    const ParamLayout& L) {
+StoredLayout index_safetensors(const ReadFile& file, const std::string& path, const std::string& key, const ParamLayout& L) {
   uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  if (n < 2 || n > bytes.size() - 8) bad_file(key, path, strcat("safetensors header of ", n, " bytes in a file of ", bytes.size()));
-  if (const void* nul = std::memchr(bytes.data() + 8, 0, size_t(n)))
-    bad_file(key, path, strcat("the safetensors header holds a NUL byte at byte ", static_cast<const char*>(nul) - bytes.data(),
+  file.read(0, &n, 8);
+  if (n < 2 || n > file.size() - 8) bad_file(key, path, strcat("safetensors header of ", n, " bytes in a file of ", file.size()));
+  std::vector<char> text(static_cast<size_t>(n));
+  file.read(8, text.data(), text.size());
+  if (const void* nul = std::memchr(text.data(), 0, text.size()))
+    bad_file(key, path, strcat("the safetensors header holds a NUL byte at byte ", 8 + (static_cast<const char*>(nul) - text.data()),
                                " of the file (the format pads its header with spaces)"));
   nlohmann::json header;
   // A key twice in one object: the parser would keep the last silently (one tensor's entry lost).
@@ -255,33 +261,33 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
     return true;
   };
   try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + std::ptrdiff_t(n), on_key);
+    header = nlohmann::json::parse(text.begin(), text.end(), on_key);
   } catch (const nlohmann::json::exception& e) {
     bad_file(key, path, strcat("the safetensors header is not valid JSON: ", printable(e.what(), 400)));
   }
   if (!repeated.empty())
     bad_file(key, path, strcat("the safetensors header names \"", printable(repeated), "\" twice in one object (a JSON reader would keep one silently)"));
   if (!header.is_object()) bad_file(key, path, "the safetensors header is not a JSON object");
-  const size_t data_begin = 8 + size_t(n), data_size = bytes.size() - data_begin;
+  std::vector<char>().swap(text);
+  const uint64_t data_begin = 8 + n, data_size = file.size() - data_begin;
   check_data_coverage(header, data_size, path, key);
   // Our names by HF name; the "transformer." prefix of GPT2LMHeadModel files is accepted.
   std::map<std::string, int> wanted;
   for (size_t i = 0; i < L.tensors.size(); ++i) wanted[hf_name(L.tensors[i].name).name] = int(i);
-  std::vector<float> master(L.total, 0.0f);
-  std::vector<std::string> seen_as(L.tensors.size());  // the file's name of each tensor read
+  StoredLayout out;
+  out.tensors.resize(L.tensors.size());
+  std::vector<std::string> seen_as(L.tensors.size());  // the file's name of each tensor found
   const nlohmann::json* lm_head = nullptr;
-  std::string lm_head_name;
   // A header entry's shape (-1 for a size that is not an integer).
   const auto shape_of = [](const nlohmann::json& info) {
     std::vector<int64_t> shape;
     for (const auto& d : info["shape"]) shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
     return shape;
   };
-  // A tensor's values as FP32, in the file's layout, after its header entry is checked: its
-  // dtype, its shape against want (note: what to change when they differ), its data_offsets
-  // against the data's extent.
-  const auto values = [&](const std::string& raw_name, const nlohmann::json& info, const std::vector<int64_t>& want,
-                          const std::string& note) {
+  // Where a tensor's values lie, once its header entry is checked: its dtype, its shape against
+  // want (note: what to change when they differ), its data_offsets against the data's extent.
+  const auto place = [&](const std::string& raw_name, const nlohmann::json& info, const std::vector<int64_t>& want,
+                         const std::string& note, bool transpose) {
     const std::string tensor = strcat("tensor \"", printable(raw_name), "\"");
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
       bad_file(key, path, tensor + ": its header entry lacks dtype, shape or data_offsets");
@@ -299,9 +305,7 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
     if (off[1].get<size_t>() - off[0].get<size_t>() != count * dtype_size(dt))
       bad_file(key, path, strcat(tensor, ": data_offsets ", off.dump(), " do not hold ", count, " ", dtype,
                                  " values inside the ", data_size, " data bytes"));
-    std::vector<float> v(count);
-    to_f32(bytes.data() + data_begin + off[0].get<size_t>(), dt, count, v.data());
-    return v;
+    return Stored{data_begin + off[0].get<uint64_t>(), dt, transpose};
   };
   for (const auto& [raw_name, info] : header.items()) {
     if (raw_name == "__metadata__") continue;
@@ -340,7 +344,7 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
       continue;
     }
     if (name == "lm_head.weight") {  // tied to wte in GPT-2 (checked below against wte)
-      lm_head = &info, lm_head_name = raw_name;
+      lm_head = &info, out.lm_head_name = raw_name;
       continue;
     }
     const auto it = wanted.find(name);
@@ -352,19 +356,11 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
     if (!seen_as[size_t(it->second)].empty())
       bad_file(key, path, strcat("tensor \"", hf.name, "\" is in the file twice, as \"", printable(seen_as[size_t(it->second)]),
                                  "\" and as \"", printable(raw_name), "\""));
-    const std::vector<float> v =
-        values(raw_name, info, hf_shape(t, hf.transpose),
-               t.name == "wte.weight"   ? " (vocabulary x n_embd: model.vocab_size)"
-               : t.name == "wpe.weight" ? " (context x n_embd: model.seq_len)"
-                                        : "");
-    const size_t count = t.rows * t.cols;
-    float* dst = master.data() + t.span.offset;
-    if (!hf.transpose) {
-      std::memcpy(dst, v.data(), count * 4);
-    } else {
-      for (size_t r = 0; r < t.rows; ++r)
-        for (size_t c = 0; c < t.cols; ++c) dst[r * t.cols + c] = v[c * t.rows + r];
-    }
+    out.tensors[size_t(it->second)] = place(raw_name, info, hf_shape(t, hf.transpose),
+                                            t.name == "wte.weight"   ? " (vocabulary x n_embd: model.vocab_size)"
+                                            : t.name == "wpe.weight" ? " (context x n_embd: model.seq_len)"
+                                                                     : "",
+                                            hf.transpose);
     seen_as[size_t(it->second)] = raw_name;
   }
   for (size_t i = 0; i < L.tensors.size(); ++i)
@@ -372,21 +368,16 @@ std::vector<float> read_safetensors(const std::vector<char>& bytes, const std::s
   // This GPT's LM head is wte itself: a file's lm_head.weight is read only to check that it is.
   if (lm_head) {
     const ParamInfo& wte = L.tensors[size_t(L.index_of("wte.weight"))];
-    const std::string why = " (this GPT's LM head is tied to the token embedding: an untied head cannot be loaded)";
-    const std::vector<float> head = values(lm_head_name, *lm_head, {int64_t(wte.rows), int64_t(wte.cols)}, why);
-    for (size_t e = 0; e < head.size(); ++e)
-      if (std::memcmp(&head[e], &master[wte.span.offset + e], 4) != 0)
-        bad_file(key, path, strcat("tensor \"", lm_head_name, "\" differs from the token embedding (element ", e, ": ",
-                                   head[e], " against ", master[wte.span.offset + e], ")", why));
+    out.lm_head = place(out.lm_head_name, *lm_head, {int64_t(wte.rows), int64_t(wte.cols)}, kUntied, false);
   }
-  return master;
+  return out;
 }
 
-std::vector<float> read_llmc(const std::vector<char>& bytes, const std::string& path, const std::string& key,
-                             const GptOptions& o, const ParamLayout& L) {
-  if (bytes.size() < kLlmcHeaderInts * 4) bad_file(key, path, "truncated: shorter than llm.c's 1024-byte header");
+StoredLayout index_llmc(const ReadFile& file, const std::string& path, const std::string& key, const GptOptions& o,
+                       const ParamLayout& L) {
+  if (file.size() < kLlmcHeaderInts * 4) bad_file(key, path, "truncated: shorter than llm.c's 1024-byte header");
   int32_t h[kLlmcHeaderInts];
-  std::memcpy(h, bytes.data(), sizeof h);
+  file.read(0, h, sizeof h);
   const int32_t version = h[1];
   if (version != 1 && version != 3 && version != 5)
     bad_file(key, path, strcat("llm.c model version ", version, " (versions 1 and 3, FP32, and 5, BF16, are read)"));
@@ -404,17 +395,94 @@ std::vector<float> read_llmc(const std::vector<char>& bytes, const std::string& 
   const size_t es = dtype_size(dt);
   size_t need = kLlmcHeaderInts * 4;
   for (const ParamInfo& t : L.tensors) need += (t.name == "wte.weight" ? vp * t.cols : t.rows * t.cols) * es;
-  if (bytes.size() != need)
-    bad_file(key, path, strcat("it has ", bytes.size(), " bytes; the header's model needs ", need));
-  std::vector<float> master(L.total, 0.0f);
-  size_t at = kLlmcHeaderInts * 4;
+  if (file.size() != need)
+    bad_file(key, path, strcat("it has ", file.size(), " bytes; the header's model needs ", need));
+  StoredLayout out;
+  out.tensors.resize(L.tensors.size());
+  uint64_t at = kLlmcHeaderInts * 4;
   for (int i : llmc_order(L, o.n_layer)) {
     const ParamInfo& t = L.tensors[size_t(i)];
-    to_f32(bytes.data() + at, dt, t.rows * t.cols, master.data() + t.span.offset);
+    out.tensors[size_t(i)] = Stored{at, dt, false};
     at += (t.name == "wte.weight" ? vp * t.cols : t.rows * t.cols) * es;
   }
-  return master;
+  return out;
 }
+
+// The weights of a file indexed as `stored`, read a piece at a time in L's order. Holds a piece
+// (its values and their bytes) and, for a transposed tensor, that tensor whole.
+class FileWeights : public WeightPieces {
+ public:
+  FileWeights(std::unique_ptr<ReadFile> file, StoredLayout stored, const ParamLayout& L, std::string key, std::string path)
+      : file_(std::move(file)), stored_(std::move(stored)), layout_(L), key_(std::move(key)), path_(std::move(path)),
+        wte_(L.index_of("wte.weight")) {}
+
+  const float* next(size_t begin, size_t count) override {
+    AMP_CHECK(begin == end_ && begin + count <= layout_.total, "weights file: piece [", begin, ", ", begin + count,
+              ") asked after ", end_, " of ", layout_.total);
+    end_ = begin + count;
+    piece_.assign(count, 0.0f);
+    for (const ParamLayout::Slice& s : layout_.slices(begin, count)) {
+      const Stored& where = stored_.tensors[s.tensor];
+      float* out = piece_.data() + s.at;
+      if (where.transpose) {
+        const float* whole = transposed(s.tensor);
+        std::copy_n(whole + s.first, s.count, out);
+      } else {
+        read_values(where, s.first, s.count, out);
+      }
+      if (int(s.tensor) == wte_ && stored_.lm_head) check_head(s, out);
+    }
+    if (const ParamLayout::NonFinite bad = layout_.first_non_finite(piece_.data(), begin, count); bad.tensor >= 0)
+      bad_file(key_, path_, strcat("tensor \"", hf_name(layout_.tensors[size_t(bad.tensor)].name).name,
+                                   "\" holds a value that is not finite (", bad.value, " at element ", bad.element,
+                                   " of amp_ddp's layout)"));
+    return piece_.data();
+  }
+
+ private:
+  // count values from element `first` of a tensor stored as ours, as FP32.
+  void read_values(const Stored& where, size_t first, size_t count, float* out) {
+    const size_t es = dtype_size(where.dt);
+    if (where.dt == DType::F32) {
+      file_->read(where.offset + first * es, out, count * es);
+      return;
+    }
+    bytes_.resize(count * es);
+    file_->read(where.offset + first * es, bytes_.data(), bytes_.size());
+    convert(bytes_.data(), where.dt, out, DType::F32, count);
+  }
+  // Tensor t, stored transposed, in our order (read once, kept until another is asked for).
+  const float* transposed(size_t t) {
+    if (cached_ != t) {
+      const ParamInfo& info = layout_.tensors[t];
+      std::vector<float> stored(info.rows * info.cols);
+      read_values(stored_.tensors[t], 0, stored.size(), stored.data());
+      cache_.resize(stored.size());
+      for (size_t r = 0; r < info.rows; ++r)
+        for (size_t c = 0; c < info.cols; ++c) cache_[r * info.cols + c] = stored[c * info.rows + r];
+      cached_ = t;
+    }
+    return cache_.data();
+  }
+  // The file's LM head over wte's elements of slice s (out: wte's values): the same bits.
+  void check_head(const ParamLayout::Slice& s, const float* out) {
+    head_.resize(s.count);
+    read_values(*stored_.lm_head, s.first, s.count, head_.data());
+    for (size_t e = 0; e < s.count; ++e)
+      if (std::memcmp(&head_[e], &out[e], 4) != 0)
+        bad_file(key_, path_, strcat("tensor \"", stored_.lm_head_name, "\" differs from the token embedding (element ",
+                                     s.first + e, ": ", head_[e], " against ", out[e], ")", kUntied));
+  }
+
+  std::unique_ptr<ReadFile> file_;
+  StoredLayout stored_;
+  const ParamLayout& layout_;
+  std::string key_, path_;
+  int wte_;
+  size_t end_ = 0, cached_ = SIZE_MAX;
+  std::vector<float> piece_, cache_, head_;
+  std::vector<char> bytes_;
+};
 
 }  // namespace
 
@@ -436,19 +504,18 @@ bool looks_like_gpt_weights(const std::string& path) {
   return magic == kLlmcMagic || b[8] == '{';
 }
 
-std::vector<float> read_gpt_weights(const std::string& path, const GptOptions& o, const ParamLayout& L,
-                                    const std::string& key) {
-  const std::vector<char> bytes = read_whole(key, path);
+std::unique_ptr<WeightPieces> open_gpt_weights(const std::string& path, const GptOptions& o, const ParamLayout& L,
+                                               const std::string& key) {
+  auto file = std::make_unique<ReadFile>(path, ErrorKind::Checkpoint, strcat("checkpoint error: ", key, ": ", path, ": "));
+  char first[9] = {};
+  if (file->size() >= 9) file->read(0, first, 9);
   int32_t magic = 0;
-  if (bytes.size() >= 4) std::memcpy(&magic, bytes.data(), 4);
-  std::vector<float> master;
-  if (magic == kLlmcMagic) master = read_llmc(bytes, path, key, o, L);
-  else if (bytes.size() >= 9 && bytes[8] == '{') master = read_safetensors(bytes, path, key, L);
+  std::memcpy(&magic, first, 4);
+  StoredLayout stored;
+  if (magic == kLlmcMagic) stored = index_llmc(*file, path, key, o, L);
+  else if (file->size() >= 9 && first[8] == '{') stored = index_safetensors(*file, path, key, L);
   else bad_file(key, path, "neither a safetensors file nor an llm.c model file (nor an amp_ddp checkpoint)");
-  if (const ParamLayout::NonFinite bad = L.first_non_finite(master.data()); bad.tensor >= 0)
-    bad_file(key, path, strcat("tensor \"", hf_name(L.tensors[size_t(bad.tensor)].name).name, "\" holds a value that is not finite (",
-                               bad.value, " at element ", bad.element, " of amp_ddp's layout)"));
-  return master;
+  return std::make_unique<FileWeights>(std::move(file), std::move(stored), L, key, path);
 }
 
 }  // namespace amp

@@ -15,11 +15,13 @@
 // and both shapes.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/gpt.h"
 #include "model/param_layout.h"
+#include "model/weight_pieces.h"
 
 namespace amp {
 
@@ -30,10 +32,13 @@ enum class WeightFormat { Safetensors, Llmc };
 void write_gpt_weights(const std::string& path, WeightFormat f, const GptOptions& o, const ParamLayout& L,
                        const float* master);
 
-// The masters a weights file holds for layout L of a GPT with options o (padding elements 0).
-// Errors are Checkpoint errors "KEY: PATH: what is wrong" (key: where the path came from).
-std::vector<float> read_gpt_weights(const std::string& path, const GptOptions& o, const ParamLayout& L,
-                                    const std::string& key);
+// The masters a weights file holds for layout L of a GPT with options o (padding elements 0), a
+// piece at a time: the file's header is checked against the model when it is opened, its values as
+// they are read (one that is not finite; an LM head that differs from wte). Holds a piece and, for a
+// tensor stored transposed, that tensor. Errors are Checkpoint errors "KEY: PATH: what is wrong"
+// (key: where the path came from). L must outlive the reader.
+std::unique_ptr<WeightPieces> open_gpt_weights(const std::string& path, const GptOptions& o, const ParamLayout& L,
+                                               const std::string& key);
 
 // Whether the file starts like a safetensors or an llm.c model file (else: maybe a checkpoint).
 bool looks_like_gpt_weights(const std::string& path);

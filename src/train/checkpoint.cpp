@@ -88,24 +88,10 @@ int64_t header_step(const json& header, const std::string& path) {
   return int64_t(step);
 }
 
-
 struct FdCloser {
   int fd;
   ~FdCloser() { ::close(fd); }
 };
-
-// Reads n bytes at offset, all of them: a file that ends early is a "truncated" error.
-void pread_all(int fd, uint64_t offset, char* dst, size_t n, uint64_t size, const std::string& path) {
-  for (size_t done = 0; done < n;) {
-    const ssize_t got = ::pread(fd, dst + done, n - done, off_t(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) bad(path, std::string("read failed: ") + std::strerror(errno));
-    if (got == 0)
-      bad(path, strcat("truncated: the file ended at byte ", offset + done, " while being read (", size,
-                       " bytes when opened)"));
-    done += size_t(got);
-  }
-}
 
 // The step of a checkpoint file name as digits without leading zeros ("0" for step 0), "" if the
 // name is not one. A step has at most 18 digits (always an int64_t): a longer number names no step
@@ -268,34 +254,10 @@ CheckpointIdentity checkpoint_identity(const std::string& path) {
 
 std::string checkpoint_run_id(const std::string& path) { return checkpoint_identity(path).run_id; }
 
-namespace {
-
-// An open descriptor of a regular file, its size in *size. stat before open: opening a FIFO for
-// reading blocks until a writer comes, possibly forever; O_NONBLOCK in case the path was replaced
-// by a FIFO since the stat, and fstat then checks what was opened.
-int open_regular(const std::string& path, uint64_t* size) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) bad(path, "not a regular file (" + file_kind(st.st_mode) + ")");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
-  const bool stated = ::fstat(fd, &st) == 0;
-  const int err = errno;
-  if (!stated || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    bad(path, stated ? "not a regular file (" + file_kind(st.st_mode) + ")" : std::string("cannot stat: ") + std::strerror(err));
-  }
-  *size = uint64_t(st.st_size);
-  return fd;
-}
-
-}  // namespace
-
 std::string read_file_bytes(const std::string& path) {
-  uint64_t size = 0;
-  const FdCloser closer{open_regular(path, &size)};
-  const int fd = closer.fd;
-  std::string out(size_t(size), '\0');
+  const ReadFile file(path, ErrorKind::Checkpoint, "checkpoint error: " + path + ": ");
+  const int fd = file.fd();
+  std::string out(size_t(file.size()), '\0');
   size_t done = 0;
   for (;;) {
     if (done == out.size()) out.resize(out.size() + (1 << 16));  // the file grew since fstat
@@ -435,22 +397,11 @@ Checkpoint parse_from(uint64_t size, const Read& read, const std::string& path, 
   return ck;
 }
 
-}  // namespace
-
-struct OpenFile {
-  int fd;
-  uint64_t size;  // when opened
-  ~OpenFile() { ::close(fd); }
-};
-
-namespace {
-
 Checkpoint load_from_file(const std::string& path, const SectionStream* stream) {
-  uint64_t size = 0;
-  const int fd = open_regular(path, &size);
-  const std::shared_ptr<OpenFile> file(new OpenFile{fd, size});  // closes the descriptor when the last owner goes
-  const auto read = [&](uint64_t offset, char* dst, size_t n) { pread_all(fd, offset, dst, n, size, path); };
-  Checkpoint ck = parse_from(size, read, path, stream);
+  // Closes the descriptor when the last owner goes.
+  const auto file = std::make_shared<const ReadFile>(path, ErrorKind::Checkpoint, "checkpoint error: " + path + ": ");
+  const auto read = [&](uint64_t offset, char* dst, size_t n) { file->read(offset, dst, n); };
+  Checkpoint ck = parse_from(file->size(), read, path, stream);
   if (!ck.in_file.empty()) ck.file = file;
   return ck;
 }
@@ -470,7 +421,7 @@ SectionReader::SectionReader(const Checkpoint& ck, const std::string& name) : fi
 void SectionReader::read(void* dst, size_t n) {
   if (n > where_.bytes - done_)
     bad(path_, strcat("section \"", name_, "\": ", n, " bytes asked at ", done_, " of its ", where_.bytes));
-  pread_all(file_->fd, where_.offset + done_, static_cast<char*>(dst), n, file_->size, path_);
+  file_->read(where_.offset + done_, dst, n);
   hasher_.update(dst, n);
   done_ += n;
 }

@@ -35,7 +35,6 @@ namespace amp {
 
 constexpr uint32_t kCheckpointFormat = 1;
 
-struct OpenFile;  // a descriptor, closed with the last Checkpoint that shares it
 
 // A section a reader left in the file (load_checkpoint's SectionStream): where it lies and the
 // hash64 of its bytes when the file was verified.
@@ -48,7 +47,7 @@ struct Checkpoint {
   std::map<std::string, std::vector<char>> sections;  // "master", "state1", "state2", "scalars", ...
   std::string path;                                   // where it was read from, for messages ("" if built here)
   std::map<std::string, FileSection> in_file;         // sections left in the file (read with SectionReader)
-  std::shared_ptr<OpenFile> file;                     // the file they are read from (the descriptor verified)
+  std::shared_ptr<const ReadFile> file;               // the file they are read from (the descriptor verified)
 
   // header["step"]; throws Error(Checkpoint) if it is missing or not an integer >= 0 (never a json exception).
   int64_t step() const;
@@ -112,7 +111,7 @@ class SectionReader {
   void finish() const;
 
  private:
-  std::shared_ptr<OpenFile> file_;
+  std::shared_ptr<const ReadFile> file_;
   std::string path_, name_;
   FileSection where_;
   uint64_t done_ = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "core/error.h"
 
@@ -42,7 +43,18 @@ Checkpoint load_checkpoint_masters(const std::string& path) {
   return load_checkpoint(path, moments);
 }
 
-const float* checkpoint_masters(const Checkpoint& ck, const ParamLayout& L, const std::string& context) {
+Checkpoint load_checkpoint_header(const std::string& path) {
+  SectionStream weights;
+  weights.names = {"master", "state1", "state2"};
+  weights.visit = [](const std::string&, uint64_t, const char*, size_t) {};
+  return load_checkpoint(path, weights);
+}
+
+namespace {
+
+// ck's layout is L (tensor by tensor: names and shapes), its master section the size of L's
+// masters (held, or left in the file).
+void check_layout(const Checkpoint& ck, const ParamLayout& L, const std::string& context) {
   const auto layout = ck.header.find("layout");
   if (layout == ck.header.end() || !layout->is_array()) bad(ck, context, "its header has no layout");
   std::vector<std::string> theirs, ours;
@@ -56,14 +68,58 @@ const float* checkpoint_masters(const Checkpoint& ck, const ParamLayout& L, cons
       bad(ck, context, strcat("its tensor ", i, " is ", i < theirs.size() ? theirs[i] : "missing", ", this model's ",
                               i < ours.size() ? ours[i] : "missing",
                               " (another model: check model.* against the run that wrote it)"));
-  const auto master = ck.sections.find("master");
-  if (master == ck.sections.end() || master->second.size() != L.total * sizeof(float))
+  const auto held = ck.sections.find("master");
+  const auto in_file = ck.in_file.find("master");
+  const uint64_t bytes = held != ck.sections.end() ? held->second.size() : in_file != ck.in_file.end() ? in_file->second.bytes : 0;
+  if (bytes != L.total * sizeof(float))
     bad(ck, context, strcat("its master section does not hold the model's ", L.total, " FP32 weights"));
-  const float* values = reinterpret_cast<const float*>(master->second.data());
-  if (const ParamLayout::NonFinite bad_value = L.first_non_finite(values); bad_value.tensor >= 0)
+}
+
+// The first value of values [begin, begin + count) that is not finite, as an error.
+void check_finite(const Checkpoint& ck, const ParamLayout& L, const float* values, size_t begin, size_t count,
+                  const std::string& context) {
+  if (const ParamLayout::NonFinite bad_value = L.first_non_finite(values, begin, count); bad_value.tensor >= 0)
     bad(ck, context, strcat("its master weights of ", L.tensors[size_t(bad_value.tensor)].name, " hold a value that is not finite (",
                             bad_value.value, " at element ", bad_value.element, ")"));
+}
+
+class MasterPieces : public WeightPieces {
+ public:
+  MasterPieces(const Checkpoint& ck, const ParamLayout& L, std::string context)
+      : ck_(ck), layout_(L), context_(std::move(context)), in_(ck, "master") {}
+  const float* next(size_t begin, size_t count) override {
+    AMP_CHECK(begin == end_, "checkpoint masters: piece at ", begin, " asked after ", end_);
+    end_ = begin + count;
+    piece_.resize(count);
+    in_.read(piece_.data(), count * sizeof(float));
+    check_finite(ck_, layout_, piece_.data(), begin, count, context_);
+    return piece_.data();
+  }
+  void finish() override { in_.finish(); }
+
+ private:
+  const Checkpoint& ck_;
+  const ParamLayout& layout_;
+  std::string context_;
+  SectionReader in_;
+  size_t end_ = 0;
+  std::vector<float> piece_;
+};
+
+}  // namespace
+
+const float* checkpoint_masters(const Checkpoint& ck, const ParamLayout& L, const std::string& context) {
+  check_layout(ck, L, context);
+  const auto master = ck.sections.find("master");
+  AMP_CHECK(master != ck.sections.end(), "checkpoint_masters: the masters of ", ck.path, " were left in the file");
+  const float* values = reinterpret_cast<const float*>(master->second.data());
+  check_finite(ck, L, values, 0, L.total, context);
   return values;
+}
+
+std::unique_ptr<WeightPieces> checkpoint_master_pieces(const Checkpoint& ck, const ParamLayout& L, const std::string& context) {
+  check_layout(ck, L, context);
+  return std::make_unique<MasterPieces>(ck, L, context);
 }
 
 std::vector<float> checkpoint_fp8_scales(const Checkpoint& ck, const std::vector<Fp8Tensor>& tensors, std::string* why,

@@ -4,6 +4,7 @@
 // "checkpoint error: CONTEXTPATH: what is wrong" (context: where the path came from, or "").
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,19 +12,27 @@
 
 #include "config/config.h"
 #include "model/param_layout.h"
+#include "model/weight_pieces.h"
 #include "train/checkpoint.h"
 
 namespace amp {
 
-// A checkpoint read for its masters (sample, export, model.init_from, eval): verified whole (the
-// checksum), its optimizer moments left in the file (never held: 8 bytes a parameter with AdamW).
+// A checkpoint read for its masters (sample, export): verified whole (the checksum), its optimizer
+// moments left in the file (never held: 8 bytes a parameter with AdamW).
 Checkpoint load_checkpoint_masters(const std::string& path);
+// The same with the masters left in the file too (model.init_from, eval: checkpoint_master_pieces).
+Checkpoint load_checkpoint_header(const std::string& path);
 // The config of the run that wrote ck (config_from_values of its header's "config").
 Config checkpoint_config(const Checkpoint& ck, const std::string& context = "");
 // Rows of the named tensor in ck's layout (0 when absent).
 size_t checkpoint_rows(const Checkpoint& ck, const std::string& tensor);
 // ck's FP32 masters, when its layout is L (tensor by tensor: names and shapes).
 const float* checkpoint_masters(const Checkpoint& ck, const ParamLayout& L, const std::string& context = "");
+// The same a piece at a time, for a checkpoint whose masters were left in the file: the layout is
+// checked now, each piece's values as they are read (one that is not finite), and at finish() that
+// the section still hashes as it did when the file was verified. ck and L must outlive the reader.
+std::unique_ptr<WeightPieces> checkpoint_master_pieces(const Checkpoint& ck, const ParamLayout& L,
+                                                       const std::string& context = "");
 // The FP8 scales ck's run ended with (precision.compute fp8), one per tensor of `tensors`, when its
 // FP8 tensors are these (by name, in order); each checked to be a power of two in pow2_floor's
 // range (else a Checkpoint error). Empty when ck has none for them, *why then saying so.

@@ -51,18 +51,16 @@ int run_eval(const Config& cfg, Communicator& world) {
                        be->memory().memory_available(world.local_size()));
   });
   const ParamLayout& L = model->layout();
-  std::vector<float> w;
+  std::unique_ptr<WeightPieces> w;
   InitialFp8 fp8{model->fp8_tensors(), {}, {}};
   run_agreed(world, [&] {
-    if (rank != 0) return;
-    w = read_initial_weights(cfg, L, size_t(data.train.vocab), &fp8);
-    AMP_CHECK(w.size() == L.total, "eval weights: ", w.size(), " values for ", L.total, " parameters");
+    if (rank == 0) w = open_initial_weights(cfg, L, size_t(data.train.vocab), &fp8);
   });
-  // Every rank evaluates with the whole model, sent a piece at a time: only rank 0, which read
-  // them, holds the FP32 weights whole on the host.
+  // Every rank evaluates with the whole model, read by rank 0 and sent a piece at a time: no rank
+  // holds the FP32 weights whole on the host.
   WorkingWeights weights(*be, L.total, cfg.precision.compute);
-  broadcast_pieces(world, w.data(), L.total, [&](size_t begin, const float* v, size_t count) { weights.load(begin, v, count); });
-  std::vector<float>().swap(w);
+  broadcast_pieces(world, w.get(), L.total, [&](size_t begin, const float* v, size_t count) { weights.load(begin, v, count); });
+  w.reset();
   // FP8 compute: the scales the checkpoint's run ended with, on every rank; without them, bf16.
   int32_t n_scales = int32_t(fp8.scales.size());
   world.broadcast(view_of(&n_scales, 1), 0);

@@ -3,12 +3,14 @@
 // an amp_ddp checkpoint (its masters, for any model), checked against the model this config builds.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "amp/fp8_scaling.h"
 #include "config/config.h"
 #include "model/param_layout.h"
+#include "model/weight_pieces.h"
 
 namespace amp {
 
@@ -20,10 +22,11 @@ struct InitialFp8 {
   std::string why;                 // out: why there are none ("WEIGHTS has ...")
 };
 
-// The masters for layout L (vocab: the GPT's vocabulary, unused for an MLP). Errors name
-// model.init_from, the file and what does not match (a Checkpoint error). fp8 (optional): the
-// FP8 scales too.
-std::vector<float> read_initial_weights(const Config& cfg, const ParamLayout& L, size_t vocab,
-                                        InitialFp8* fp8 = nullptr);
+// The masters for layout L (vocab: the GPT's vocabulary, unused for an MLP), read a piece at a time
+// (the reader holds a piece, never the model). What the file says about itself is checked here,
+// its values as they are read. Errors name model.init_from, the file and what does not match (a
+// Checkpoint error). fp8 (optional): the FP8 scales too. L must outlive the reader.
+std::unique_ptr<WeightPieces> open_initial_weights(const Config& cfg, const ParamLayout& L, size_t vocab,
+                                                   InitialFp8* fp8 = nullptr);
 
 }  // namespace amp

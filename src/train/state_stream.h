@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "comm/communicator.h"
+#include "model/weight_pieces.h"
 #include "train/step.h"
 
 namespace amp {
@@ -18,6 +19,11 @@ using PieceSource = std::function<const float*(size_t begin, size_t count)>;
 // of at most `piece` values, broadcast; every rank gets fn(begin, values, count) for the same
 // pieces in the same order.
 void broadcast_pieces(Communicator& world, const PieceSource& source, size_t n, const TrainStep::PieceFn& fn,
+                      size_t piece = TrainStep::kStreamElements);
+// The same from rank 0's WeightPieces (null elsewhere), agreed: an error of src on rank 0 (a value
+// that is not finite, a read that failed, a check at its finish()) is held while the remaining
+// pieces go out (zeros), then thrown on every rank (run_agreed), never leaving a rank waiting.
+void broadcast_pieces(Communicator& world, WeightPieces* src, size_t n, const TrainStep::PieceFn& fn,
                       size_t piece = TrainStep::kStreamElements);
 // The same from rank 0's n values `src` (ignored elsewhere, may be null there).
 void broadcast_pieces(Communicator& world, const float* src, size_t n, const TrainStep::PieceFn& fn,

@@ -48,21 +48,21 @@ void Trainer::setup() {
     reporter_.message(strcat("model.init_from (", cfg_.model.init_from, ") is not read: the run continues from a checkpoint"));
   if (!resuming) {
     // Parameters: rank 0's initialization (or the weights of model.init_from, read by rank 0) is
-    // everyone's, streamed a piece at a time (no other rank holds the whole model on the host).
-    std::vector<float> init;
+    // everyone's, made or read and sent a piece at a time (no rank holds the whole model on the host).
+    const ParamLayout& L = model_->layout();
+    std::unique_ptr<WeightPieces> init;
     run_agreed(world_, [&] {
       if (rank_ != 0) return;
-      init = cfg_.model.init_from.empty() ? model_->init_params(uint64_t(cfg_.run.seed))
-                                          : read_initial_weights(cfg_, model_->layout(), size_t(data_.train.vocab));
-      AMP_CHECK(init.size() == model_->layout().total, "initial weights: ", init.size(), " values for ",
-                model_->layout().total, " parameters");
+      init = cfg_.model.init_from.empty()
+                 ? std::make_unique<GeneratedWeights>(L, model_->init_recipe(uint64_t(cfg_.run.seed)))
+                 : open_initial_weights(cfg_, L, size_t(data_.train.vocab));
     });
     Hasher hasher;  // of model.init_from's weights, as params_hash hashes masters
-    broadcast_pieces(world_, init.data(), model_->layout().total, [&](size_t begin, const float* v, size_t count) {
+    broadcast_pieces(world_, init.get(), L.total, [&](size_t begin, const float* v, size_t count) {
       step_->load(TrainStep::Slot::Masters, begin, v, count);
       if (!cfg_.model.init_from.empty()) hasher.update(v, count * sizeof(float));
     });
-    std::vector<float>().swap(init);
+    init.reset();
     if (!cfg_.model.init_from.empty()) {
       // The weights' identity, not only their path (a file may be replaced or moved later): the
       // hash is params_hash's, so a checkpoint's own params_hash names the same weights.

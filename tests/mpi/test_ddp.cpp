@@ -188,6 +188,55 @@ TEST_CASE("the training state moves to and from the shards in pieces of any size
   CHECK(same_on_all_ranks(s.replica_hash()));
 }
 
+// Rank 0's weights reader that fails at piece `fail_at` (or at finish() when it is past the last).
+class FailingWeights : public amp::WeightPieces {
+ public:
+  explicit FailingWeights(size_t fail_at) : fail_at_(fail_at) {}
+  const float* next(size_t begin, size_t count) override {
+    if (pieces_++ == fail_at_) throw Error(ErrorKind::Checkpoint, "checkpoint error: planted: piece " + std::to_string(fail_at_));
+    piece_.assign(count, 0.0f);
+    for (size_t i = 0; i < count; ++i) piece_[i] = float(begin + i) + 0.5f;
+    return piece_.data();
+  }
+  void finish() override {
+    if (pieces_ <= fail_at_) throw Error(ErrorKind::Checkpoint, "checkpoint error: planted: at the finish");
+  }
+
+ private:
+  size_t fail_at_, pieces_ = 0;
+  std::vector<float> piece_;
+};
+
+TEST_CASE("initial weights rank 0 fails to read end every rank's set-up with its error, every piece sent", "[mpi][ddp]") {
+  const size_t n = 1000, piece = 64, pieces = (n + piece - 1) / piece;
+  const bool root = world().rank() == 0;
+  for (const size_t fail_at : {size_t(0), size_t(5), pieces}) {  // the first piece, one mid-way, the finish
+    INFO("fails at piece " << fail_at << " of " << pieces);
+    FailingWeights w(fail_at);
+    size_t got = 0, good = 0;
+    std::string e = "<no error>";
+    try {
+      broadcast_pieces(world(), root ? &w : nullptr, n, [&](size_t begin, const float* v, size_t count) {
+        ++got;
+        if (v[0] == float(begin) + 0.5f && v[count - 1] == float(begin + count - 1) + 0.5f) ++good;
+        else CHECK((v[0] == 0.0f && v[count - 1] == 0.0f));  // zeros after the failure
+      }, piece);
+    } catch (const Error& err) {
+      CHECK(err.kind() == ErrorKind::Checkpoint);
+      e = err.what();
+    }
+    CHECK(got == pieces);  // every rank took part in every broadcast
+    CHECK(good == std::min(fail_at, pieces));
+    // Rank 0's message there; "error on rank 0" on the others (run_agreed).
+    CHECK_THAT(e, Catch::Contains(!root ? "error on rank 0"
+                                  : fail_at < pieces ? "planted: piece " + std::to_string(fail_at)
+                                                     : "planted: at the finish"));
+    int next = root ? 42 : 0;  // the next collective pairs up
+    world().broadcast(view_of(&next, 1), 0);
+    CHECK(next == 42);
+  }
+}
+
 TEST_CASE("a checkpoint rank 0 cannot write ends every rank's save, the shards sent to its end", "[mpi][ddp]") {
   // Sharded state in small buckets and pieces goes to rank 0 as rank 0 writes the file: whether
   // rank 0 fails before the first byte (the file's name taken by another's file) or half-way (a
