@@ -19,7 +19,7 @@
 namespace amp {
 
 void run_sample(const SampleRequest& r) {
-  const Checkpoint ck = load_checkpoint_masters(r.checkpoint);
+  const Checkpoint ck = load_checkpoint_header(r.checkpoint);  // the masters left in the file too
   const Config cfg = checkpoint_config(ck);
   if (cfg.model.type != ModelType::Gpt)
     throw Error(ErrorKind::Config, strcat("config error: ", r.checkpoint, ": the checkpoint holds a model of type ",
@@ -41,9 +41,8 @@ void run_sample(const SampleRequest& r) {
   const std::unique_ptr<Model> model =
       make_model(cfg, shape, be->memory(), be->ops(), compute, 1, 1, be->memory().memory_available(1));
   const ParamLayout& L = model->layout();
-  const float* master = checkpoint_masters(ck, L);
-
-  const WorkingWeights weights(*be, master, L.total, compute);
+  // The masters a piece at a time, cast into the working weights as they are read.
+  const WorkingWeights weights(*be, *checkpoint_master_pieces(ck, L), L.total, compute);
   const void* params = weights.params();
   // FP8 compute: the linear layers cast with the scales the run ended with (bf16 without them).
   std::unique_ptr<FixedFp8Scales> fp8;

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "core/dtype.h"
 #include "model/model.h"
+#include "model/weight_pieces.h"
 
 namespace amp {
 
@@ -20,6 +21,8 @@ class WorkingWeights {
   WorkingWeights(Backend& be, size_t n, DType compute);
   // The same, loaded from n host values (in pieces: no whole 16-bit copy on the host either).
   WorkingWeights(Backend& be, const float* host, size_t n, DType compute);
+  // The same, loaded from a reader's pieces (then its finish(): what it checks at the end).
+  WorkingWeights(Backend& be, WeightPieces& src, size_t n, DType compute);
   // Weights [begin, begin + count) from host values (reusable once this returns).
   void load(size_t begin, const float* host, size_t count);
   const void* params() const { return weights_.data(); }
