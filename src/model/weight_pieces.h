@@ -24,6 +24,17 @@ class WeightPieces {
   virtual void finish() {}
 };
 
+// A model's FP32 weights read a tensor at a time, in any order (a file that orders its tensors
+// its own way, as llm.c's does).
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  // Tensor `tensor`'s values (its rows x cols, in the layout's order) into out.
+  virtual void read(size_t tensor, float* out) = 0;
+  // After the last tensor: what can be checked only once every value went by.
+  virtual void finish() {}
+};
+
 // All n values at once (tests, and callers that hold the model anyway), in pieces of `piece`.
 std::vector<float> read_all(WeightPieces& src, size_t n, size_t piece = size_t(1) << 24);
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -62,16 +63,11 @@ std::vector<int> llmc_order(const ParamLayout& L, size_t n_layer) {
   return order;
 }
 
-// A tensor's values as stored by HF (transposed when it says so), FP32.
-std::vector<float> as_stored(const ParamInfo& t, const float* master, bool transpose) {
-  const float* src = master + t.span.offset;
+// A tensor's values (ours, rows x cols) as HF stores them when it transposes it.
+std::vector<float> transposed(const ParamInfo& t, const float* ours) {
   std::vector<float> v(t.rows * t.cols);
-  if (!transpose) {
-    std::memcpy(v.data(), src, v.size() * sizeof(float));
-  } else {
-    for (size_t r = 0; r < t.rows; ++r)
-      for (size_t c = 0; c < t.cols; ++c) v[c * t.rows + r] = src[r * t.cols + c];
-  }
+  for (size_t r = 0; r < t.rows; ++r)
+    for (size_t c = 0; c < t.cols; ++c) v[c * t.rows + r] = ours[r * t.cols + c];
   return v;
 }
 
@@ -92,7 +88,7 @@ std::string shape_text(const std::vector<int64_t>& s) {
 // ever overwritten: the temporary is created new (O_EXCL, not through a symbolic link), and it is
 // published with link(), which fails if path appeared meanwhile (rename() would replace it). Where
 // the file system has no hard links, rename() after a last check (a window of microseconds).
-void write_new_file(const std::string& path, const std::vector<char>& bytes) {
+void write_new_file(const std::string& path, const std::function<void(const ByteSink&)>& produce) {
   const auto fail = [&](const std::string& what) {
     throw Error(ErrorKind::Output, strcat("output error: ", path.empty() ? "\"\"" : path, ": ", what));
   };
@@ -113,17 +109,21 @@ void write_new_file(const std::string& path, const std::vector<char>& bytes) {
   const std::string tmp = strcat(path, ".tmp.", ::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) fail(strcat("cannot create ", tmp, ": ", std::strerror(errno)));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail(strcat("write failed: ", std::strerror(err)));
+  const ByteSink sink = [&](const void* data, size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    for (size_t done = 0; done < bytes;) {
+      const ssize_t n = ::write(fd, p + done, bytes - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail(strcat("write failed: ", std::strerror(n < 0 ? errno : EIO)));
+      done += size_t(n);
     }
-    done += size_t(n);
+  };
+  try {
+    produce(sink);  // a failed write, or the source's own error (a value not finite, a failed read)
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     const int err = errno;
@@ -147,46 +147,62 @@ void write_new_file(const std::string& path, const std::vector<char>& bytes) {
   }
 }
 
-void append(std::vector<char>& out, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  out.insert(out.end(), c, c + n);
-}
-
-std::vector<char> safetensors_bytes(const ParamLayout& L, const float* master) {
+void write_safetensors(const ByteSink& sink, const ParamLayout& L, TensorSource& src) {
   nlohmann::json header = {{"__metadata__", {{"format", "pt"}, {"producer", "amp_ddp"}}}};
-  std::vector<char> data;
+  size_t at = 0;
   for (const ParamInfo& t : L.tensors) {
     const HfName hf = hf_name(t.name);
-    const std::vector<float> v = as_stored(t, master, hf.transpose);
-    header[hf.name] = {{"dtype", "F32"},
-                       {"shape", hf_shape(t, hf.transpose)},
-                       {"data_offsets", {data.size(), data.size() + v.size() * 4}}};
-    append(data, v.data(), v.size() * 4);
+    const size_t bytes = t.rows * t.cols * 4;
+    header[hf.name] = {{"dtype", "F32"}, {"shape", hf_shape(t, hf.transpose)}, {"data_offsets", {at, at + bytes}}};
+    at += bytes;
   }
   std::string h = header.dump();
   while (h.size() % 8) h += ' ';  // the data starts 8-byte aligned
-  std::vector<char> out;
   const uint64_t n = h.size();
-  append(out, &n, 8);
-  append(out, h.data(), h.size());
-  append(out, data.data(), data.size());
-  return out;
+  sink(&n, 8);
+  sink(h.data(), h.size());
+  std::vector<float> v;
+  for (size_t i = 0; i < L.tensors.size(); ++i) {
+    const ParamInfo& t = L.tensors[i];
+    v.resize(t.rows * t.cols);
+    src.read(i, v.data());
+    if (hf_name(t.name).transpose) v = transposed(t, v.data());
+    sink(v.data(), v.size() * 4);
+  }
 }
 
-std::vector<char> llmc_bytes(const GptOptions& o, const ParamLayout& L, const float* master) {
+void write_llmc(const ByteSink& sink, const GptOptions& o, const ParamLayout& L, TensorSource& src) {
   const size_t vp = llmc_padded_vocab(o.vocab);
   int32_t header[kLlmcHeaderInts] = {};
   header[0] = kLlmcMagic, header[1] = 3, header[2] = int32_t(o.seq_len), header[3] = int32_t(o.vocab);
   header[4] = int32_t(o.n_layer), header[5] = int32_t(o.n_head), header[6] = int32_t(o.n_embd), header[7] = int32_t(vp);
-  std::vector<char> out;
-  append(out, header, sizeof header);
+  sink(header, sizeof header);
+  std::vector<float> v;
   for (int i : llmc_order(L, o.n_layer)) {
     const ParamInfo& t = L.tensors[size_t(i)];
-    append(out, master + t.span.offset, t.rows * t.cols * 4);
-    if (t.name == "wte.weight") out.resize(out.size() + (vp - o.vocab) * o.n_embd * 4, 0);  // zero padding rows
+    v.resize(t.rows * t.cols);
+    src.read(size_t(i), v.data());
+    sink(v.data(), v.size() * 4);
+    if (t.name == "wte.weight") {  // zero padding rows
+      v.assign((vp - o.vocab) * o.n_embd, 0.0f);
+      sink(v.data(), v.size() * 4);
+    }
   }
-  return out;
 }
+
+// Tensors from the flat masters in memory.
+class HostTensors : public TensorSource {
+ public:
+  HostTensors(const ParamLayout& L, const float* master) : layout_(L), master_(master) {}
+  void read(size_t tensor, float* out) override {
+    const TensorSpan& s = layout_.tensors[tensor].span;
+    std::copy_n(master_ + s.offset, s.count, out);
+  }
+
+ private:
+  const ParamLayout& layout_;
+  const float* master_;
+};
 
 const char* const kUntied = " (this GPT's LM head is tied to the token embedding: an untied head cannot be loaded)";
 
@@ -488,7 +504,17 @@ class FileWeights : public WeightPieces {
 
 void write_gpt_weights(const std::string& path, WeightFormat f, const GptOptions& o, const ParamLayout& L,
                        const float* master) {
-  write_new_file(path, f == WeightFormat::Safetensors ? safetensors_bytes(L, master) : llmc_bytes(o, L, master));
+  HostTensors src(L, master);
+  write_gpt_weights(path, f, o, L, src);
+}
+
+void write_gpt_weights(const std::string& path, WeightFormat f, const GptOptions& o, const ParamLayout& L,
+                       TensorSource& src) {
+  write_new_file(path, [&](const ByteSink& sink) {
+    if (f == WeightFormat::Safetensors) write_safetensors(sink, L, src);
+    else write_llmc(sink, o, L, src);
+    src.finish();  // before the file is put in place
+  });
 }
 
 bool looks_like_gpt_weights(const std::string& path) {

@@ -31,6 +31,11 @@ enum class WeightFormat { Safetensors, Llmc };
 // temporary first, then renamed: no half-written file is left). Errors are Output errors.
 void write_gpt_weights(const std::string& path, WeightFormat f, const GptOptions& o, const ParamLayout& L,
                        const float* master);
+// The same from a source read a tensor at a time in the file's order (holding one tensor, twice
+// for one stored transposed); an error of the source (its finish() included, called before the
+// file is put in place) leaves no file.
+void write_gpt_weights(const std::string& path, WeightFormat f, const GptOptions& o, const ParamLayout& L,
+                       TensorSource& src);
 
 // The masters a weights file holds for layout L of a GPT with options o (padding elements 0), a
 // piece at a time: the file's header is checked against the model when it is opened, its values as

@@ -36,13 +36,6 @@ size_t checkpoint_rows(const Checkpoint& ck, const std::string& tensor) {
   return 0;
 }
 
-Checkpoint load_checkpoint_masters(const std::string& path) {
-  SectionStream moments;
-  moments.names = {"state1", "state2"};
-  moments.visit = [](const std::string&, uint64_t, const char*, size_t) {};
-  return load_checkpoint(path, moments);
-}
-
 Checkpoint load_checkpoint_header(const std::string& path) {
   SectionStream weights;
   weights.names = {"master", "state1", "state2"};
@@ -106,20 +99,44 @@ class MasterPieces : public WeightPieces {
   std::vector<float> piece_;
 };
 
-}  // namespace
+class MasterTensors : public TensorSource {
+ public:
+  MasterTensors(const Checkpoint& ck, const ParamLayout& L, std::string context)
+      : ck_(ck), layout_(L), context_(std::move(context)) {
+    const auto it = ck.in_file.find("master");
+    AMP_CHECK(it != ck.in_file.end() && ck.file, "checkpoint_master_tensors: the masters of ", ck.path, " are not left in the file");
+    offset_ = it->second.offset;
+  }
+  void read(size_t tensor, float* out) override {
+    const TensorSpan& s = layout_.tensors[tensor].span;
+    ck_.file->read(offset_ + s.offset * sizeof(float), out, s.count * sizeof(float));
+    check_finite(ck_, layout_, out, s.offset, s.count, context_);
+  }
+  void finish() override {
+    SectionReader in(ck_, "master");
+    std::vector<float> piece(std::min(layout_.total, size_t(16) << 20));
+    for (size_t b = 0; b < layout_.total; b += piece.size())
+      in.read(piece.data(), std::min(piece.size(), layout_.total - b) * sizeof(float));
+    in.finish();
+  }
 
-const float* checkpoint_masters(const Checkpoint& ck, const ParamLayout& L, const std::string& context) {
-  check_layout(ck, L, context);
-  const auto master = ck.sections.find("master");
-  AMP_CHECK(master != ck.sections.end(), "checkpoint_masters: the masters of ", ck.path, " were left in the file");
-  const float* values = reinterpret_cast<const float*>(master->second.data());
-  check_finite(ck, L, values, 0, L.total, context);
-  return values;
-}
+ private:
+  const Checkpoint& ck_;
+  const ParamLayout& layout_;
+  std::string context_;
+  uint64_t offset_ = 0;
+};
+
+}  // namespace
 
 std::unique_ptr<WeightPieces> checkpoint_master_pieces(const Checkpoint& ck, const ParamLayout& L, const std::string& context) {
   check_layout(ck, L, context);
   return std::make_unique<MasterPieces>(ck, L, context);
+}
+
+std::unique_ptr<TensorSource> checkpoint_master_tensors(const Checkpoint& ck, const ParamLayout& L, const std::string& context) {
+  check_layout(ck, L, context);
+  return std::make_unique<MasterTensors>(ck, L, context);
 }
 
 std::vector<float> checkpoint_fp8_scales(const Checkpoint& ck, const std::vector<Fp8Tensor>& tensors, std::string* why,

@@ -17,22 +17,24 @@
 
 namespace amp {
 
-// A checkpoint read for its masters (sample, export): verified whole (the checksum), its optimizer
-// moments left in the file (never held: 8 bytes a parameter with AdamW).
-Checkpoint load_checkpoint_masters(const std::string& path);
-// The same with the masters left in the file too (model.init_from, eval: checkpoint_master_pieces).
+// A checkpoint read for its masters (sample, export, eval, model.init_from): verified whole (the
+// checksum), its weights left in the file (the masters read with checkpoint_master_pieces or
+// checkpoint_master_tensors; the optimizer moments never: 8 bytes a parameter with AdamW).
 Checkpoint load_checkpoint_header(const std::string& path);
 // The config of the run that wrote ck (config_from_values of its header's "config").
 Config checkpoint_config(const Checkpoint& ck, const std::string& context = "");
 // Rows of the named tensor in ck's layout (0 when absent).
 size_t checkpoint_rows(const Checkpoint& ck, const std::string& tensor);
-// ck's FP32 masters, when its layout is L (tensor by tensor: names and shapes).
-const float* checkpoint_masters(const Checkpoint& ck, const ParamLayout& L, const std::string& context = "");
-// The same a piece at a time, for a checkpoint whose masters were left in the file: the layout is
-// checked now, each piece's values as they are read (one that is not finite), and at finish() that
+// ck's FP32 masters, when its layout is L (tensor by tensor: names and shapes), a piece at a time
+// from the file: the layout is checked now, each piece's values as they are read (one that is not finite), and at finish() that
 // the section still hashes as it did when the file was verified. ck and L must outlive the reader.
 std::unique_ptr<WeightPieces> checkpoint_master_pieces(const Checkpoint& ck, const ParamLayout& L,
                                                        const std::string& context = "");
+// The same a tensor at a time in any order (export writes llm.c's): the layout checked now, each
+// tensor's values as read (one that is not finite), and at finish() the whole section read once
+// more to check that it still hashes as it did when the file was verified. ck and L must outlive it.
+std::unique_ptr<TensorSource> checkpoint_master_tensors(const Checkpoint& ck, const ParamLayout& L,
+                                                        const std::string& context = "");
 // The FP8 scales ck's run ended with (precision.compute fp8), one per tensor of `tensors`, when its
 // FP8 tensors are these (by name, in order); each checked to be a power of two in pow2_floor's
 // range (else a Checkpoint error). Empty when ck has none for them, *why then saying so.

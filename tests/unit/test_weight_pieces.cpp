@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
@@ -181,4 +182,50 @@ TEST_CASE("checkpoint masters read a piece at a time: the masters saved, a value
     }
     CHECK_THAT(error_reading(*w, L.total, 16), Catch::Contains("changed while it was read: section \"master\""));
   }
+}
+
+TEST_CASE("export: a checkpoint's masters written a tensor at a time in each file's order read back as saved, and a change "
+          "in place after the checkpoint was verified leaves no file",
+          "[weights][checkpoint]") {
+  const amp::GptOptions o = small_gpt();
+  const ParamLayout L = amp::gpt_layout(o);
+  const std::vector<float> master = random_masters(L, 9);
+  amp::Checkpoint ck;
+  ck.header = {{"program", "amp_ddp"}, {"step", 2}};
+  for (const amp::ParamInfo& t : L.tensors) ck.header["layout"].push_back({{"name", t.name}, {"rows", t.rows}, {"cols", t.cols}});
+  const char* p = reinterpret_cast<const char*>(master.data());
+  ck.sections["master"] = std::vector<char>(p, p + master.size() * sizeof(float));
+  amp_test::TempDir dir;
+  const std::string path = amp::save_checkpoint(dir.path(), ck, 2);
+  for (const auto f : {amp::WeightFormat::Safetensors, amp::WeightFormat::Llmc}) {
+    const std::string out = dir.file(f == amp::WeightFormat::Safetensors ? "out.safetensors" : "out.bin");
+    const amp::Checkpoint held = amp::load_checkpoint_header(path);
+    amp::write_gpt_weights(out, f, o, L, *amp::checkpoint_master_tensors(held, L));
+    const auto back = amp::open_gpt_weights(out, o, L, "key");
+    CHECK(same_bits(amp::read_all(*back, L.total, 1000), master));
+    // The same file as written from the masters in memory.
+    const std::string whole = out + ".whole";
+    amp::write_gpt_weights(whole, f, o, L, master.data());
+    CHECK(amp::read_file_bytes(whole) == amp::read_file_bytes(out));
+  }
+  // A byte of the masters flipped after the checkpoint was verified: export names it and leaves
+  // no file (nor its temporary).
+  const amp::Checkpoint held = amp::load_checkpoint_header(path);
+  {
+    const std::string bytes = amp::read_file_bytes(path);
+    const size_t at = bytes.find(std::string(ck.sections["master"].end() - 8, ck.sections["master"].end()));
+    REQUIRE(at != std::string::npos);
+    std::FILE* f = std::fopen(path.c_str(), "r+b");
+    REQUIRE(f);
+    std::fseek(f, long(at), SEEK_SET);
+    std::fputc(bytes[at] ^ 0x01, f);
+    std::fclose(f);
+  }
+  const std::string out = dir.file("changed.bin");
+  CHECK_THAT(amp_test::error_of(amp::ErrorKind::Checkpoint,
+                                [&] { amp::write_gpt_weights(out, amp::WeightFormat::Llmc, o, L, *amp::checkpoint_master_tensors(held, L)); }),
+             Catch::Contains("changed while it was read: section \"master\""));
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) files += e.path().filename().string().rfind("changed.bin", 0) == 0;
+  CHECK(files == 0);
 }
