@@ -441,8 +441,7 @@ class FileWeights : public WeightPieces {
       const Stored& where = stored_.tensors[s.tensor];
       float* out = piece_.data() + s.at;
       if (where.transpose) {
-        const float* whole = transposed(s.tensor);
-        std::copy_n(whole + s.first, s.count, out);
+        std::copy_n(untransposed(s.tensor) + s.first, s.count, out);
       } else {
         read_values(where, s.first, s.count, out);
       }
@@ -468,7 +467,7 @@ class FileWeights : public WeightPieces {
     convert(bytes_.data(), where.dt, out, DType::F32, count);
   }
   // Tensor t, stored transposed, in our order (read once, kept until another is asked for).
-  const float* transposed(size_t t) {
+  const float* untransposed(size_t t) {
     if (cached_ != t) {
       const ParamInfo& info = layout_.tensors[t];
       std::vector<float> stored(info.rows * info.cols);

@@ -45,8 +45,8 @@ Checkpoint load_checkpoint_header(const std::string& path) {
 
 namespace {
 
-// ck's layout is L (tensor by tensor: names and shapes), its master section the size of L's
-// masters (held, or left in the file).
+// ck's layout is L (tensor by tensor: names and shapes), its master section (left in the file)
+// the size of L's masters.
 void check_layout(const Checkpoint& ck, const ParamLayout& L, const std::string& context) {
   const auto layout = ck.header.find("layout");
   if (layout == ck.header.end() || !layout->is_array()) bad(ck, context, "its header has no layout");
@@ -61,10 +61,8 @@ void check_layout(const Checkpoint& ck, const ParamLayout& L, const std::string&
       bad(ck, context, strcat("its tensor ", i, " is ", i < theirs.size() ? theirs[i] : "missing", ", this model's ",
                               i < ours.size() ? ours[i] : "missing",
                               " (another model: check model.* against the run that wrote it)"));
-  const auto held = ck.sections.find("master");
-  const auto in_file = ck.in_file.find("master");
-  const uint64_t bytes = held != ck.sections.end() ? held->second.size() : in_file != ck.in_file.end() ? in_file->second.bytes : 0;
-  if (bytes != L.total * sizeof(float))
+  const auto master = ck.in_file.find("master");
+  if (master == ck.in_file.end() || master->second.bytes != L.total * sizeof(float))
     bad(ck, context, strcat("its master section does not hold the model's ", L.total, " FP32 weights"));
 }
 

@@ -26,8 +26,9 @@ Config checkpoint_config(const Checkpoint& ck, const std::string& context = "");
 // Rows of the named tensor in ck's layout (0 when absent).
 size_t checkpoint_rows(const Checkpoint& ck, const std::string& tensor);
 // ck's FP32 masters, when its layout is L (tensor by tensor: names and shapes), a piece at a time
-// from the file: the layout is checked now, each piece's values as they are read (one that is not finite), and at finish() that
-// the section still hashes as it did when the file was verified. ck and L must outlive the reader.
+// from the file: the layout is checked now, each piece's values as they are read (one that is not
+// finite), and at finish() that the section still hashes as it did when the file was verified. ck
+// and L must outlive the reader.
 std::unique_ptr<WeightPieces> checkpoint_master_pieces(const Checkpoint& ck, const ParamLayout& L,
                                                        const std::string& context = "");
 // The same a tensor at a time in any order (export writes llm.c's): the layout checked now, each
