@@ -50,6 +50,19 @@ std::vector<float> random_masters(const ParamLayout& L, uint64_t seed) {
   return m;
 }
 
+// Flips `bits` of a byte of ck's masters in its file at path, in place (found by their last 8 bytes).
+void flip_bits_of_masters(const std::string& path, const amp::Checkpoint& ck, int bits) {
+  const std::vector<char>& m = ck.sections.at("master");
+  const std::string bytes = amp::read_file_bytes(path);
+  const size_t at = bytes.find(std::string(m.end() - 8, m.end()));
+  REQUIRE(at != std::string::npos);
+  std::FILE* f = std::fopen(path.c_str(), "r+b");
+  REQUIRE(f);
+  std::fseek(f, long(at), SEEK_SET);
+  std::fputc(bytes[at] ^ bits, f);
+  std::fclose(f);
+}
+
 std::string error_reading(WeightPieces& w, size_t total, size_t piece) {
   return amp_test::error_of(amp::ErrorKind::Checkpoint, [&] { amp::read_all(w, total, piece); });
 }
@@ -170,16 +183,7 @@ TEST_CASE("checkpoint masters read a piece at a time: the masters saved, a value
   SECTION("the file changed in place after it was verified") {
     const amp::Checkpoint held = amp::load_checkpoint_header(path);
     const auto w = amp::checkpoint_master_pieces(held, L);
-    {  // flip a byte of the masters (found by their last 8 bytes) after the file was verified
-      const std::string bytes = amp::read_file_bytes(path);
-      const size_t at = bytes.find(std::string(ck.sections["master"].end() - 8, ck.sections["master"].end()));
-      REQUIRE(at != std::string::npos);
-      std::FILE* f = std::fopen(path.c_str(), "r+b");
-      REQUIRE(f);
-      std::fseek(f, long(at), SEEK_SET);
-      std::fputc(bytes[at] ^ 0x40, f);
-      std::fclose(f);
-    }
+    flip_bits_of_masters(path, ck, 0x40);  // after the file was verified
     CHECK_THAT(error_reading(*w, L.total, 16), Catch::Contains("changed while it was read: section \"master\""));
   }
 }
@@ -211,16 +215,7 @@ TEST_CASE("export: a checkpoint's masters written a tensor at a time in each fil
   // A byte of the masters flipped after the checkpoint was verified: export names it and leaves
   // no file (nor its temporary).
   const amp::Checkpoint held = amp::load_checkpoint_header(path);
-  {
-    const std::string bytes = amp::read_file_bytes(path);
-    const size_t at = bytes.find(std::string(ck.sections["master"].end() - 8, ck.sections["master"].end()));
-    REQUIRE(at != std::string::npos);
-    std::FILE* f = std::fopen(path.c_str(), "r+b");
-    REQUIRE(f);
-    std::fseek(f, long(at), SEEK_SET);
-    std::fputc(bytes[at] ^ 0x01, f);
-    std::fclose(f);
-  }
+  flip_bits_of_masters(path, ck, 0x01);
   const std::string out = dir.file("changed.bin");
   CHECK_THAT(amp_test::error_of(amp::ErrorKind::Checkpoint,
                                 [&] { amp::write_gpt_weights(out, amp::WeightFormat::Llmc, o, L, *amp::checkpoint_master_tensors(held, L)); }),
