@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 
 #include "amp/scaler_resume.h"
 #include "comm/agree.h"
@@ -325,29 +324,19 @@ void CheckpointIO::derive(Resumed& r) const {
 
 // The validated weight sections from rank 0's file to every rank, a piece at a time (collective).
 // A read that fails on rank 0, or a file changed in place since it was verified, is its error,
-// agreed once every piece went out (zeros after the failure): the run stops, nothing trains on them.
+// agreed once every piece of the section went out (broadcast_pieces): the run stops, nothing
+// trains on them.
 void CheckpointIO::load_weights() {
   using Slot = TrainStep::Slot;
-  const bool root = world_.rank() == 0;
-  HeldError failed;  // rank 0's
-  std::vector<float> piece(root ? std::min(layout_.total, TrainStep::kStreamElements) : 0);
   const std::pair<Slot, const char*> slots[] = {{Slot::Masters, "master"}, {Slot::State1, "state1"}, {Slot::State2, "state2"}};
   for (const auto& [slot, name] : slots) {
     if (slot != Slot::Masters && !step_.has_state(slot == Slot::State1 ? 1 : 2)) continue;
-    std::optional<SectionReader> in;
-    if (root) failed.attempt([&] { in.emplace(located_, name); });
-    const PieceSource source = [&](size_t, size_t count) -> const float* {
-      failed.attempt([&] { in->read(piece.data(), count * sizeof(float)); });
-      if (failed) std::fill_n(piece.data(), count, 0.0f);
-      return piece.data();
-    };
-    broadcast_pieces(world_, source, layout_.total,
+    const std::unique_ptr<WeightPieces> in = world_.rank() == 0 ? checkpoint_section_pieces(located_, name) : nullptr;
+    broadcast_pieces(world_, in.get(), layout_.total,
                      [&](size_t begin, const float* v, size_t count) { step_.load(slot, begin, v, count); });
-    if (root) failed.attempt([&] { in->finish(); });
   }
   located_ = Checkpoint{};  // the file closes
   scans_.clear();
-  run_agreed(world_, [&] { failed.rethrow(); });
 }
 
 void CheckpointIO::load(const Resumed& r, RunRecord& record) {

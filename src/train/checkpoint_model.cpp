@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "core/error.h"
@@ -74,25 +75,29 @@ void check_finite(const Checkpoint& ck, const ParamLayout& L, const float* value
                             bad_value.value, " at element ", bad_value.element, ")"));
 }
 
-class MasterPieces : public WeightPieces {
+class SectionPieces : public WeightPieces {
  public:
-  MasterPieces(const Checkpoint& ck, const ParamLayout& L, std::string context)
-      : ck_(ck), layout_(L), context_(std::move(context)), in_(ck, "master") {}
+  SectionPieces(const Checkpoint& ck, std::string name, PieceCheck check)
+      : ck_(ck), name_(std::move(name)), check_(std::move(check)) {}
   const float* next(size_t begin, size_t count) override {
-    AMP_CHECK(begin == end_, "checkpoint masters: piece at ", begin, " asked after ", end_);
+    AMP_CHECK(begin == end_, "checkpoint section \"", name_, "\": piece at ", begin, " asked after ", end_);
     end_ = begin + count;
     piece_.resize(count);
-    in_.read(piece_.data(), count * sizeof(float));
-    check_finite(ck_, layout_, piece_.data(), begin, count, context_);
+    reader().read(piece_.data(), count * sizeof(float));
+    if (check_) check_(begin, piece_.data(), count);
     return piece_.data();
   }
-  void finish() override { in_.finish(); }
+  void finish() override { reader().finish(); }
 
  private:
+  SectionReader& reader() {  // opened at the first piece: an error there is that piece's
+    if (!in_) in_.emplace(ck_, name_);
+    return *in_;
+  }
   const Checkpoint& ck_;
-  const ParamLayout& layout_;
-  std::string context_;
-  SectionReader in_;
+  std::string name_;
+  PieceCheck check_;
+  std::optional<SectionReader> in_;
   size_t end_ = 0;
   std::vector<float> piece_;
 };
@@ -127,9 +132,15 @@ class MasterTensors : public TensorSource {
 
 }  // namespace
 
+std::unique_ptr<WeightPieces> checkpoint_section_pieces(const Checkpoint& ck, const std::string& name, PieceCheck check) {
+  return std::make_unique<SectionPieces>(ck, name, std::move(check));
+}
+
 std::unique_ptr<WeightPieces> checkpoint_master_pieces(const Checkpoint& ck, const ParamLayout& L, const std::string& context) {
   check_layout(ck, L, context);
-  return std::make_unique<MasterPieces>(ck, L, context);
+  return checkpoint_section_pieces(ck, "master", [&ck, &L, context](size_t begin, const float* v, size_t count) {
+    check_finite(ck, L, v, begin, count, context);
+  });
 }
 
 std::unique_ptr<TensorSource> checkpoint_master_tensors(const Checkpoint& ck, const ParamLayout& L, const std::string& context) {

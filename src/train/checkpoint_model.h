@@ -4,6 +4,7 @@
 // "checkpoint error: CONTEXTPATH: what is wrong" (context: where the path came from, or "").
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,13 @@ Checkpoint load_checkpoint_header(const std::string& path);
 Config checkpoint_config(const Checkpoint& ck, const std::string& context = "");
 // Rows of the named tensor in ck's layout (0 when absent).
 size_t checkpoint_rows(const Checkpoint& ck, const std::string& tensor);
+// A section of FP32 values left in ck's file (the masters, a moment), read a piece at a time: the
+// section is opened at the first piece (an error there is that piece's), `check` (when given)
+// sees each piece and may throw; finish() checks that the whole section was read and hashes as it
+// did when the file was verified. ck must outlive the reader.
+using PieceCheck = std::function<void(size_t begin, const float* values, size_t count)>;
+std::unique_ptr<WeightPieces> checkpoint_section_pieces(const Checkpoint& ck, const std::string& name,
+                                                        PieceCheck check = {});
 // ck's FP32 masters, when its layout is L (tensor by tensor: names and shapes), a piece at a time
 // from the file: the layout is checked now, each piece's values as they are read (one that is not
 // finite), and at finish() that the section still hashes as it did when the file was verified. ck

@@ -11,15 +11,8 @@ namespace amp {
 WorkingWeights::WorkingWeights(Backend& be, size_t n, DType compute)
     : mem_(be.memory()), compute_(compute), n_(n), weights_(be.memory().alloc(n * dtype_size(compute))) {}
 
-namespace {
-constexpr size_t kPiece = size_t(16) << 20;
-}  // namespace
-
-WorkingWeights::WorkingWeights(Backend& be, const float* host, size_t n, DType compute) : WorkingWeights(be, n, compute) {
-  for (size_t b = 0; b < n; b += kPiece) load(b, host + b, std::min(kPiece, n - b));
-}
-
 WorkingWeights::WorkingWeights(Backend& be, WeightPieces& src, size_t n, DType compute) : WorkingWeights(be, n, compute) {
+  constexpr size_t kPiece = size_t(16) << 20;  // 64 MiB of FP32
   for (size_t b = 0; b < n; b += kPiece) {
     const size_t c = std::min(kPiece, n - b);
     load(b, src.next(b, c), c);

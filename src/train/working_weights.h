@@ -19,8 +19,6 @@ class WorkingWeights {
   // Room for n weights, loaded a piece at a time (load): FP32 compute keeps them as they are,
   // 16-bit compute only their cast (no FP32 copy in backend memory).
   WorkingWeights(Backend& be, size_t n, DType compute);
-  // The same, loaded from n host values (in pieces: no whole 16-bit copy on the host either).
-  WorkingWeights(Backend& be, const float* host, size_t n, DType compute);
   // The same, loaded from a reader's pieces (then its finish(): what it checks at the end).
   WorkingWeights(Backend& be, WeightPieces& src, size_t n, DType compute);
   // Weights [begin, begin + count) from host values (reusable once this returns).

@@ -329,7 +329,7 @@ TEST_CASE("working weights outside training: loaded in pieces, the backend's cas
           "[amp]") {
   // What `amp_ddp sample` and `eval` compute with: the masters cast as the optimizer casts its
   // working copy. Values of every magnitude, ties between 16-bit neighbours included, loaded
-  // whole and in pieces of 7 in reverse order.
+  // from a reader and in pieces of 7 in reverse order.
   CpuBackend be{1};
   const size_t n = 2003;
   std::vector<float> v = randn(n, 41);
@@ -342,7 +342,15 @@ TEST_CASE("working weights outside training: loaded in pieces, the backend's cas
     const size_t bytes = n * dtype_size(compute);
     Buffer want = be.memory().alloc(bytes);
     be.ops().cast(master.data(), DType::F32, want.data(), compute, n);
-    const WorkingWeights whole(be, v.data(), n, compute);
+    struct HostPieces : WeightPieces {  // sample's path: a reader's pieces, then its finish()
+      const float* values;
+      bool finished = false;
+      explicit HostPieces(const float* p) : values(p) {}
+      const float* next(size_t begin, size_t) override { return values + begin; }
+      void finish() override { finished = true; }
+    } reader(v.data());
+    const WorkingWeights whole(be, reader, n, compute);
+    CHECK(reader.finished);
     WorkingWeights pieces(be, n, compute);
     for (size_t end = n; end > 0;) {
       const size_t begin = end > 7 ? end - 7 : 0;
