@@ -927,70 +927,67 @@ TEST_CASE("tops gelu_tanh: every kernel of this CPU gives the scalar functions' 
     }
 }
 
-TEST_CASE("tops gelu_tanh BF16: the kernels converting in their loops give the widened FP32 kernels' bits, rounded once",
+TEST_CASE("tops gelu_tanh BF16 and FP16: the op gives the specification's bits for every pattern, widened and rounded",
           "[tops]") {
-  // Every BF16 bit pattern as x (signalling and quiet NaNs with payloads, subnormals, infinities),
-  // random dy; the set's BF16 kernels against the scalar specification (widen, the FP32 function,
-  // round once), whole and at short lengths (the partial last vector), in place too.
-  const auto& ks = cpu::available_row_kernels();
-  std::vector<uint16_t> x;
-  for (uint32_t b = 0; b < 65536; ++b) x.push_back(uint16_t(b));
-  Rng rng(79);
-  std::vector<uint16_t> dy(x.size());
-  for (uint16_t& v : dy) v = float_to_bf16_bits(float(rng.normal()) * 4.0f);
-  const auto is_nan = [](uint16_t b) { return (b & 0x7fffu) > 0x7f80u; };
-  const auto same16 = [&](uint16_t a, uint16_t b) { return a == b || (is_nan(a) && is_nan(b)); };
-  std::string ran;
-  for (const cpu::RowKernels& k : ks) {
-    if (!k.gelu_forward_bf16) continue;
-    ran += std::string(ran.empty() ? "" : ", ") + k.isa;
-    for (const int64_t n : {int64_t(x.size()), int64_t(1), int64_t(7), int64_t(15), int64_t(17), int64_t(31)}) {
-      std::vector<uint16_t> y(size_t(n), 0x1234), dx(size_t(n), 0x1234), in_place(x.begin(), x.begin() + n);
-      std::vector<uint16_t> dx_is_dy(dy.begin(), dy.begin() + n);
-      k.gelu_forward_bf16(x.data(), y.data(), n);
-      k.gelu_backward_bf16(x.data(), dy.data(), dx.data(), n);
-      k.gelu_forward_bf16(in_place.data(), in_place.data(), n);
-      k.gelu_backward_bf16(x.data(), dx_is_dy.data(), dx_is_dy.data(), n);
-      size_t wrong = 0, nan_mismatch = 0;
-      std::ostringstream first;
-      for (size_t i = 0; i < size_t(n); ++i) {
-        const float xv = bf16_bits_to_float(x[i]);
-        const uint16_t ry = float_to_bf16_bits(tmath::gelu_tanh(xv));
-        const uint16_t rdx = float_to_bf16_bits(bf16_bits_to_float(dy[i]) * tmath::gelu_tanh_grad(xv));
-        const bool bad = !same16(ry, y[i]) || !same16(rdx, dx[i]) || !same16(ry, in_place[i]) || !same16(rdx, dx_is_dy[i]);
-        if (bad && wrong == 0)
-          first << "x 0x" << std::hex << x[i] << ": gelu 0x" << y[i] << " vs 0x" << ry << ", dy * gelu' 0x" << dx[i]
-                << " vs 0x" << rdx;
-        wrong += bad;
-        nan_mismatch += is_nan(ry) != is_nan(y[i]);
+  // Every 16-bit pattern as x (signalling and quiet NaNs with payloads, subnormals, infinities,
+  // both zeros), random dy with specials; the op (which looks 16-bit results up in tables) against
+  // the scalar specification: widen, the FP32 function, round once. Whole (blocks in parallel),
+  // at short lengths and at a block's edge, from an odd offset, in place.
+  for (const DType t : {DType::BF16, DType::F16}) {
+    const auto widen = [t](uint16_t b) {
+      float f;
+      convert(&b, t, &f, DType::F32, 1);
+      return f;
+    };
+    const auto round = [t](float f) {
+      uint16_t b;
+      convert(&f, DType::F32, &b, t, 1);
+      return b;
+    };
+    const uint16_t exp_mask = t == DType::BF16 ? 0x7f80u : 0x7c00u;
+    const auto is_nan = [exp_mask](uint16_t b) { return (b & 0x7fffu) > exp_mask; };
+    const auto same16 = [&](uint16_t a, uint16_t b) { return a == b || (is_nan(a) && is_nan(b)); };
+    // 3 x 65536 elements: every pattern three times over, so that the op runs more than one block
+    // on every thread it forks.
+    std::vector<uint16_t> x;
+    for (int rep = 0; rep < 3; ++rep)
+      for (uint32_t b = 0; b < 65536; ++b) x.push_back(uint16_t(b));
+    Rng rng(79);
+    std::vector<uint16_t> dy(x.size());
+    for (uint16_t& v : dy) v = round(float(rng.normal()) * 4.0f);
+    const float dy_specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-7f, -3e-8f, 6e4f, 1e30f};
+    for (size_t i = 0; i < std::size(dy_specials); ++i) dy[i * 7919 % dy.size()] = round(dy_specials[i]);
+    cpu::CpuOps ops;
+    for (const int64_t off : {int64_t(0), int64_t(1)})
+      for (const int64_t n : {int64_t(x.size()) - off, int64_t(1), int64_t(7), int64_t(15), int64_t(2047),
+                              int64_t(2049), int64_t(4099)}) {
+        const uint16_t* xs = x.data() + off;
+        const uint16_t* dys = dy.data() + off;
+        std::vector<uint16_t> y(size_t(n), 0x1234), dx(size_t(n), 0x1234), in_place(xs, xs + n), dx_is_dy(dys, dys + n),
+            dx_is_x(xs, xs + n);
+        ops.gelu_tanh_forward(GeluArgs{xs, y.data(), t, n});
+        ops.gelu_tanh_backward(GeluBackwardArgs{xs, dys, dx.data(), t, n});
+        ops.gelu_tanh_forward(GeluArgs{in_place.data(), in_place.data(), t, n});                  // y may be x
+        ops.gelu_tanh_backward(GeluBackwardArgs{xs, dx_is_dy.data(), dx_is_dy.data(), t, n});     // dx may be dy
+        ops.gelu_tanh_backward(GeluBackwardArgs{dx_is_x.data(), dys, dx_is_x.data(), t, n});      // or x
+        size_t wrong = 0, nan_mismatch = 0;
+        std::ostringstream first;
+        for (size_t i = 0; i < size_t(n); ++i) {
+          const float xv = widen(xs[i]);
+          const uint16_t ry = round(tmath::gelu_tanh(xv)), rdx = round(widen(dys[i]) * tmath::gelu_tanh_grad(xv));
+          const bool bad = !same16(ry, y[i]) || !same16(rdx, dx[i]) || !same16(ry, in_place[i]) ||
+                           !same16(rdx, dx_is_dy[i]) || !same16(rdx, dx_is_x[i]);
+          if (bad && wrong == 0)
+            first << "x 0x" << std::hex << xs[i] << " dy 0x" << dys[i] << ": gelu 0x" << y[i] << " vs 0x" << ry
+                  << ", dy * gelu' 0x" << dx[i] << " vs 0x" << rdx;
+          wrong += bad;
+          nan_mismatch += (is_nan(ry) != is_nan(y[i])) + (is_nan(rdx) != is_nan(dx[i]));
+        }
+        INFO(dtype_name(t) << ", " << n << " elements from offset " << off << ": " << first.str());
+        CHECK(wrong == 0);
+        CHECK(nan_mismatch == 0);
       }
-      INFO(k.isa << ", " << n << " elements: " << first.str());
-      CHECK(wrong == 0);
-      CHECK(nan_mismatch == 0);
-    }
   }
-  WARN("BF16 GELU kernels checked against the specification: " << ran << " (active: " << cpu::active_row_kernels().isa
-                                                                  << (cpu::active_row_kernels().gelu_forward_bf16
-                                                                          ? ", converting in its loop)"
-                                                                          : ", converting blocks around its FP32 kernels)"));
-  REQUIRE(ran.rfind("scalar", 0) == 0);
-  // The op on BF16 (whichever way the active set converts) against the FP32 op on the widened
-  // values, rounded once by the bulk conversion: the same bits.
-  cpu::CpuOps ops;
-  const int64_t n = int64_t(x.size());
-  std::vector<float> xf(x.size()), dyf(x.size()), yf(x.size()), dxf(x.size());
-  convert(x.data(), DType::BF16, xf.data(), DType::F32, x.size());
-  convert(dy.data(), DType::BF16, dyf.data(), DType::F32, x.size());
-  ops.gelu_tanh_forward(GeluArgs{xf.data(), yf.data(), DType::F32, n});
-  ops.gelu_tanh_backward(GeluBackwardArgs{xf.data(), dyf.data(), dxf.data(), DType::F32, n});
-  std::vector<uint16_t> want_y(x.size()), want_dx(x.size()), y(x.size()), dx(x.size());
-  convert(yf.data(), DType::F32, want_y.data(), DType::BF16, x.size());
-  convert(dxf.data(), DType::F32, want_dx.data(), DType::BF16, x.size());
-  ops.gelu_tanh_forward(GeluArgs{x.data(), y.data(), DType::BF16, n});
-  ops.gelu_tanh_backward(GeluBackwardArgs{x.data(), dy.data(), dx.data(), DType::BF16, n});
-  size_t wrong = 0;
-  for (size_t i = 0; i < x.size(); ++i) wrong += !same16(want_y[i], y[i]) + !same16(want_dx[i], dx[i]);
-  CHECK(wrong == 0);
 }
 
 // The causal softmax of one row as transformer_args.h specifies it, scalar: lanes of kRowLanes in

@@ -8,7 +8,6 @@
 #include <limits>
 
 #include "backend/cpu/transformer_rows.h"
-#include "core/half.h"
 #include "core/prefetch.h"
 
 namespace amp::cpu {
@@ -23,14 +22,6 @@ void gelu_forward_scalar(const float* x, float* y, int64_t n) {
 }
 void gelu_backward_scalar(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * tmath::gelu_tanh_grad(x[i]);
-}
-
-void gelu_forward_bf16_scalar(const uint16_t* x, uint16_t* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = float_to_bf16_bits(tmath::gelu_tanh(bf16_bits_to_float(x[i])));
-}
-void gelu_backward_bf16_scalar(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    dx[i] = float_to_bf16_bits(bf16_bits_to_float(dy[i]) * tmath::gelu_tanh_grad(bf16_bits_to_float(x[i])));
 }
 
 void softmax_forward_scalar(const float* s, float scale, float* v, int64_t n, float* stats) {
@@ -112,12 +103,11 @@ void exp_nonpositive_avx2(const float* x, float* y, int64_t n) {
 const std::vector<RowKernels>& available_row_kernels() {
   static const std::vector<RowKernels> ks = [] {
     std::vector<RowKernels> v{
-        {"scalar", gelu_forward_scalar, gelu_backward_scalar, gelu_forward_bf16_scalar, gelu_backward_bf16_scalar,
-         softmax_forward_scalar, softmax_backward_scalar, exp_nonpositive_scalar, nullptr, nullptr, nullptr}};
+        {"scalar", gelu_forward_scalar, gelu_backward_scalar, softmax_forward_scalar, softmax_backward_scalar, exp_nonpositive_scalar, nullptr, nullptr, nullptr}};
 #if defined(__AVX2__)
     // __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512 register state.
     if (__builtin_cpu_supports("avx2")) {
-      v.push_back({"avx2", gelu_forward_avx2, gelu_backward_avx2, nullptr, nullptr, softmax_forward_avx2,
+      v.push_back({"avx2", gelu_forward_avx2, gelu_backward_avx2, softmax_forward_avx2,
                    softmax_backward_avx2, exp_nonpositive_avx2, nullptr, nullptr, nullptr});
       if (__builtin_cpu_supports("avx512f")) v.push_back(row_kernels_avx512());
     }

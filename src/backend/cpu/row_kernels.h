@@ -19,12 +19,6 @@ struct RowKernels {
   void (*gelu_forward)(const float* x, float* y, int64_t n);
   // dx = dy * gelu'(x) (tmath::gelu_tanh_grad); dx may be dy or x.
   void (*gelu_backward)(const float* x, const float* dy, float* dx, int64_t n);
-  // The same on BF16 arrays, converting in the loop: each element widened (bf16_bits_to_float),
-  // the FP32 kernel's value, rounded once (float_to_bf16_bits); y may be x, dx may be dy or x.
-  // Null where the set has none: the op then converts blocks around the FP32 kernels (the same
-  // bits, two more passes over each block).
-  void (*gelu_forward_bf16)(const uint16_t* x, uint16_t* y, int64_t n);
-  void (*gelu_backward_bf16)(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n);
   // One causal-softmax row of n elements: v = softmax(scale * s) (causal_softmax_forward's
   // maximum, exp_f32 and sum in the 32 lanes, then one division each); v may be s. A non-null
   // stats receives the row's maximum and sum {m, sum_j exp_f32(scale * s_j - m)} (softmax_xent's

@@ -68,50 +68,13 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
 // 16 BF16 values from p as floats, and 16 floats rounded to BF16 at p (core/bf16_avx512.h). The
 // widening shifts the bits only: bf16_widen_avx512 also quiets signalling NaNs, but every value
 // widened here enters an arithmetic operation first, which quiets a signalling NaN keeping its
-// payload, as that would have (5% off the BF16 GELU kernels; their test runs every BF16 pattern).
+// payload, as that would have.
 __m512 load_bf16(const uint16_t* p) {
   return _mm512_castsi512_ps(
       _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
 }
 void store_bf16(uint16_t* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_bits_avx512(_mm512_castps_si512(v)));
-}
-
-// out = f(the N inputs) 16 elements at a time over n elements of BF16 arrays: full vectors
-// straight from and to the arrays, the last partial one through zero-padded copies (masked 16-bit
-// moves would need AVX-512BW). f is a function, not a lambda: GCC 12 compiles lambdas without the
-// file's target.
-template <int N, __m512 (*f)(const __m512*)>
-void each16_bf16(const uint16_t* const (&ins)[N], uint16_t* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 v[N];
-    for (int k = 0; k < N; ++k) {
-      prefetch_ahead(ins[k] + i);
-      v[k] = load_bf16(ins[k] + i);
-    }
-    store_bf16(out + i, f(v));
-  }
-  if (i < n) {
-    const size_t bytes = size_t(n - i) * 2;
-    alignas(32) uint16_t pad[N][16] = {}, res[16];
-    __m512 v[N];
-    for (int k = 0; k < N; ++k) {
-      std::memcpy(pad[k], ins[k] + i, bytes);
-      v[k] = load_bf16(pad[k]);
-    }
-    store_bf16(res, f(v));
-    std::memcpy(out + i, res, bytes);
-  }
-}
-
-__m512 gelu_of(const __m512* v) { return gelu16(v[0]); }                                   // x
-__m512 dy_gelu_grad_of(const __m512* v) { return _mm512_mul_ps(v[1], gelu_grad16(v[0])); }  // x, dy
-
-void gelu_forward_bf16(const uint16_t* x, uint16_t* y, int64_t n) { each16_bf16<1, gelu_of>({x}, y, n); }
-
-void gelu_backward_bf16(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n) {
-  each16_bf16<2, dy_gelu_grad_of>({x, dy}, dx, n);
 }
 
 // A 32-lane row reduction (transformer_args.h): lanes 0-15 in lo, 16-31 in hi; f(j, mask) gives
@@ -195,7 +158,7 @@ void softmax_backward(const float* p, const float* dp, float scale, float* ds, i
 }
 
 // Every element of a BF16 row, 16 at a time: f(j, mask) -> the 16 floats rounded and stored at j
-// (the last partial vector through a padded copy, as each16_bf16).
+// (the last partial vector through a padded copy: masked 16-bit stores would need AVX-512BW).
 template <typename F>
 void each16_to_bf16(uint16_t* out, int64_t n, F&& f) {
   int64_t j = 0;
@@ -247,8 +210,7 @@ void exp_nonpositive(const float* x, float* y, int64_t n) {
 }  // namespace
 
 const RowKernels& row_kernels_avx512() {
-  static const RowKernels k{"avx512", gelu_forward, gelu_backward, gelu_forward_bf16, gelu_backward_bf16,
-                            softmax_forward, softmax_backward, exp_nonpositive,
+  static const RowKernels k{"avx512", gelu_forward, gelu_backward, softmax_forward, softmax_backward, exp_nonpositive,
                             softmax_forward_bf16, softmax_probs_bf16, softmax_backward_bf16};
   return k;
 }
