@@ -2,6 +2,10 @@
 
 #include "backend/cpu/cpu_ops.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
 #include "backend/cpu/row_kernels.h"
 #include "backend/cpu/transformer_rows.h"
 #include "core/error.h"
@@ -16,7 +20,7 @@ using namespace trows;
 // results up: per type, once per process, the table of the specification's gelu(x) rounded to the
 // type and of gelu'(x) in FP32 for every bit pattern of x (those kernels on the widened patterns).
 // The forward is then one load per element, the backward one load and one product (dy widened,
-// times gelu'(x), rounded once): the bits of widening, the FP32 kernels and rounding, at 1.6-2x
+// times gelu'(x), rounded once): the bits of widening, the FP32 kernels and rounding, at 1.6-1.8x
 // their speed (docs/benchmarks.md). Every pattern of both types is checked against the scalar
 // specification by tests/unit/test_ops_transformer.cpp.
 
