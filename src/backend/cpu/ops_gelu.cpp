@@ -73,52 +73,46 @@ void backward_16(const GeluTable& t, DType type, const uint16_t* x, const uint16
   }
 }
 
+// fn(offset, length) for each block of kBlock elements of n, in parallel where n is large enough.
+template <typename F>
+void for_blocks(int64_t n, const F& fn) {
+  const int64_t nb = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t blk = 0; blk < nb; ++blk) fn(blk * kBlock, std::min(kBlock, n - blk * kBlock));
+}
+
 }  // namespace
 
 void CpuOps::gelu_tanh_forward(const GeluArgs& a) {
   check_args(a);
-  const int64_t n = a.n, nb = (n + kBlock - 1) / kBlock;
   if (is_16bit(a.type)) {
     const GeluTable& t = gelu_table(a.type);
     const auto* x = static_cast<const uint16_t*>(a.x);
     auto* y = static_cast<uint16_t*>(a.y);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-    for (int64_t blk = 0; blk < nb; ++blk)
-      forward_16(t, x + blk * kBlock, y + blk * kBlock, std::min(kBlock, n - blk * kBlock));
+    for_blocks(a.n, [&](int64_t off, int64_t len) { forward_16(t, x + off, y + off, len); });
     return;
   }
   const RowKernels& kern = active_row_kernels();  // FP32: y may be x
   const auto* x = static_cast<const float*>(a.x);
   auto* y = static_cast<float*>(a.y);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t blk = 0; blk < nb; ++blk)
-    kern.gelu_forward(x + blk * kBlock, y + blk * kBlock, std::min(kBlock, n - blk * kBlock));
+  for_blocks(a.n, [&](int64_t off, int64_t len) { kern.gelu_forward(x + off, y + off, len); });
 }
 
 void CpuOps::gelu_tanh_backward(const GeluBackwardArgs& a) {
   check_args(a);
-  const int64_t n = a.n, nb = (n + kBlock - 1) / kBlock;
   if (is_16bit(a.type)) {
     const GeluTable& t = gelu_table(a.type);
     const auto* x = static_cast<const uint16_t*>(a.x);
     const auto* dy = static_cast<const uint16_t*>(a.dy);
     auto* dx = static_cast<uint16_t*>(a.dx);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-    for (int64_t blk = 0; blk < nb; ++blk) {
-      const int64_t off = blk * kBlock;
-      backward_16(t, a.type, x + off, dy + off, dx + off, std::min(kBlock, n - off));
-    }
+    for_blocks(a.n, [&](int64_t off, int64_t len) { backward_16(t, a.type, x + off, dy + off, dx + off, len); });
     return;
   }
   const RowKernels& kern = active_row_kernels();  // FP32: dx may be dy or x
   const auto* x = static_cast<const float*>(a.x);
   const auto* dy = static_cast<const float*>(a.dy);
   auto* dx = static_cast<float*>(a.dx);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t blk = 0; blk < nb; ++blk) {
-    const int64_t off = blk * kBlock;
-    kern.gelu_backward(x + off, dy + off, dx + off, std::min(kBlock, n - off));
-  }
+  for_blocks(a.n, [&](int64_t off, int64_t len) { kern.gelu_backward(x + off, dy + off, dx + off, len); });
 }
 
 }  // namespace amp::cpu
