@@ -3,8 +3,8 @@
 // transformer_args.h), its AVX2 form (row_kernels.cpp) and its AVX-512F form
 // (row_kernels_avx512.cpp), chosen at run time. Every set gives the specification's bits;
 // tests/unit/test_ops_transformer.cpp runs each one the CPU has against the scalar one. The ops
-// (ops_gelu.cpp, ops_softmax.cpp) convert 16-bit rows to FP32 around them and split the work
-// between threads.
+// split the work between threads; ops_softmax.cpp converts 16-bit rows to FP32 around them, and
+// ops_gelu.cpp tabulates their values for every 16-bit pattern once and looks them up.
 #pragma once
 
 #include <cstdint>
