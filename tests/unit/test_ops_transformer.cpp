@@ -1517,11 +1517,17 @@ TEST_CASE("tops embedding_backward: every position the same token, and the reser
 // same bits.
 TEST_CASE("tops determinism: two runs and 1, 2, 3, 4 or 16 OpenMP threads give the same bits", "[tops]") {
   const DType t = DType::BF16;
-  // 1100 rows: the layer norm's dgamma/dbeta over three segments of row_sum's order (one pass at 1,
-  // 2, 4 and 16 threads, two passes at 3).
-  const int64_t rows = 1100, C = 512, batch = 4, T = 128, n = 50000, B = 4, Tt = 64, Ce = 192, V = 37;
+  // 1100 rows: the layer norm's dgamma/dbeta over three segments of row_sum's order, the last one
+  // short (one pass by segments at 1 thread, by lanes at 2, 4 and 16, two passes at 3); 2048 rows:
+  // four whole segments (one pass by segments at 1, 2 and 4 threads, by lanes at 16, two at 3).
+  const int64_t rows = 1100, rows2 = 2048, C = 512, batch = 4, T = 128, n = 50000, B = 4, Tt = 64, Ce = 192, V = 37;
   const Raw x = random_raw(t, size_t(rows * C), 1, 2.0, 1.5), g = random_raw(t, size_t(C), 2, 0.5, 1.0);
   const Raw b = random_raw(t, size_t(C), 3), dy = random_raw(t, size_t(rows * C), 4);
+  // The 2048 rows in FP32, where a change in any lane's order shows in dgamma's bits (rounded to
+  // BF16 it mostly would not).
+  const DType f = DType::F32;
+  const Raw x2 = random_raw(f, size_t(rows2 * C), 14, 2.0, 1.5), dy2 = random_raw(f, size_t(rows2 * C), 15);
+  const Raw g2 = random_raw(f, size_t(C), 16, 0.5, 1.0), b2 = random_raw(f, size_t(C), 17);
   const Raw s = random_raw(DType::F32, size_t(batch * T * T), 5, 4.0), dp = random_raw(t, size_t(batch * T * T), 6);
   const Raw gx = random_raw(t, size_t(n), 7, 3.0), gdy = random_raw(t, size_t(n), 8);
   const std::vector<int32_t> tok = random_tokens(B * Tt, V, 9, 5);
@@ -1540,6 +1546,8 @@ TEST_CASE("tops determinism: two runs and 1, 2, 3, 4 or 16 OpenMP threads give t
     std::copy(fwd.rstd.begin(), fwd.rstd.end(), reinterpret_cast<float*>(stats.data()) + fwd.mean.size());
     const Raw old_dx = random_raw(t, size_t(rows * C), 13);
     const LnGrads grads = run_ln_backward(ops, dy, x, g, fwd, rows, C, &old_dx, nullptr, nullptr);
+    const LnGrads grads2 = run_ln_backward(ops, dy2, x2, g2, run_ln_forward(ops, x2, g2, b2, rows2, C), rows2, C,
+                                           nullptr, nullptr, nullptr);
     const Raw p = run_softmax(ops, s, t, batch, T, 0.125f);
     const Raw ds = run_softmax_backward(ops, p, dp, t, batch, T, 0.125f);
     Raw y(t, size_t(n)), gd(t, size_t(n));
@@ -1555,15 +1563,17 @@ TEST_CASE("tops determinism: two runs and 1, 2, 3, 4 or 16 OpenMP threads give t
     eb.B = B, eb.T = Tt, eb.C = Ce, eb.vocab = V, eb.max_positions = Tt, eb.type = t, eb.tokens = tok.data();
     eb.dx = edx.data(), eb.dwte = dwte.data(), eb.dwpe = dwpe.data();
     ops.embedding_backward(eb);
-    out = {fwd.y, stats, grads.dx, grads.dgamma, grads.dbeta, p, ds, y, gd, ex, dwte, dwpe};
+    out = {fwd.y, stats, grads.dx, grads.dgamma, grads.dbeta, grads2.dx, grads2.dgamma, grads2.dbeta, p, ds, y, gd,
+           ex, dwte, dwpe};
     omp_set_num_threads(saved);
     return out;
   };
-  const char* names[] = {"ln y", "ln mean/rstd", "ln dx", "ln dgamma", "ln dbeta", "softmax P", "softmax dS",
+  const char* names[] = {"ln y", "ln mean/rstd", "ln dx", "ln dgamma", "ln dbeta", "ln dx (2048 rows)",
+                         "ln dgamma (2048 rows)", "ln dbeta (2048 rows)", "softmax P", "softmax dS",
                          "gelu y", "gelu dx", "embedding x", "dwte", "dwpe"};
   const auto one = run_all(1), two = run_all(2), again = run_all(2), three = run_all(3);
   const auto four = run_all(4), sixteen = run_all(16);
-  REQUIRE(one.size() == 12);
+  REQUIRE(one.size() == std::size(names));
   for (size_t k = 0; k < one.size(); ++k) {
     INFO(names[k]);
     REQUIRE(one[k].bytes == two[k].bytes);

@@ -16,7 +16,7 @@ using namespace trows;
 
 // LayerNorm forward and backward (transformer_args.h): rows in parallel, row sums in the 32
 // lanes; the backward's dgamma/dbeta by row lanes in row_sum's order, in the same pass as dx
-// where the lanes share the threads evenly.
+// where whole segments of that order, or else the lanes, share the threads evenly.
 
 void CpuOps::layernorm_forward(const LayerNormArgs& a) {
   check_args(a);
@@ -138,7 +138,24 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs& a) {
   aligned_vector<float> pg(row_sum_partials(rows, C), 0.0f), pb(pg.size(), 0.0f);
   const bool parallel = rows * C >= kParallelMin && rows > 1;
   const int threads = parallel ? omp_get_max_threads() : 1;
-  if (rows >= L && L % threads == 0) {
+  const int64_t segments = row_sum_segments(rows);
+  if (threads == 1 || (segments % threads == 0 && rows % kRowSumSegment == 0)) {
+    // One pass, whole segments per thread, each visiting its rows in increasing order (so each
+    // lane adds its rows in increasing order): a thread reads contiguous rows, as the ops before
+    // it split them. With the lanes split between the threads instead (below), the op ran slower
+    // on 2 threads than on 1 (8.2 against 5.8 ms a step at the char shape in BF16; 5.4-5.8 ms
+    // this way; docs/benchmarks.md).
+#pragma omp parallel if (parallel)
+    {
+      LnBackwardRows rb(a, gamma.data());
+#pragma omp for schedule(static)
+      for (int64_t seg = 0; seg < segments; ++seg)
+        for (int64_t r = seg * kRowSumSegment; r < std::min(rows, (seg + 1) * kRowSumSegment); ++r) {
+          rb.dx(r);
+          rb.add_param_terms(row_sum_lane(pg.data(), r, C), row_sum_lane(pb.data(), r, C));
+        }
+    }
+  } else if (rows >= L && L % threads == 0) {
     // One pass over x and dy: each thread owns a contiguous range of lanes and computes its
     // lanes' rows' dx too, visiting its rows in increasing order (each lane still adds its rows in
     // increasing order). Lane by lane, rows L apart, the reads missed the cache on every row.
