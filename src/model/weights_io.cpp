@@ -63,11 +63,12 @@ std::vector<int> llmc_order(const ParamLayout& L, size_t n_layer) {
   return order;
 }
 
-// A tensor's values (ours, rows x cols) as HF stores them when it transposes it.
-std::vector<float> transposed(const ParamInfo& t, const float* ours) {
-  std::vector<float> v(t.rows * t.cols);
-  for (size_t r = 0; r < t.rows; ++r)
-    for (size_t c = 0; c < t.cols; ++c) v[c * t.rows + r] = ours[r * t.cols + c];
+// The cols x rows transpose of a rows x cols matrix: a tensor of ours as HF stores it when it
+// transposes it, and back (with rows and cols swapped).
+std::vector<float> transposed(const float* m, size_t rows, size_t cols) {
+  std::vector<float> v(rows * cols);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) v[c * rows + r] = m[r * cols + c];
   return v;
 }
 
@@ -166,7 +167,7 @@ void write_safetensors(const ByteSink& sink, const ParamLayout& L, TensorSource&
     const ParamInfo& t = L.tensors[i];
     v.resize(t.rows * t.cols);
     src.read(i, v.data());
-    if (hf_name(t.name).transpose) v = transposed(t, v.data());
+    if (hf_name(t.name).transpose) v = transposed(v.data(), t.rows, t.cols);
     sink(v.data(), v.size() * 4);
   }
 }
@@ -472,9 +473,7 @@ class FileWeights : public WeightPieces {
       const ParamInfo& info = layout_.tensors[t];
       std::vector<float> stored(info.rows * info.cols);
       read_values(stored_.tensors[t], 0, stored.size(), stored.data());
-      cache_.resize(stored.size());
-      for (size_t r = 0; r < info.rows; ++r)
-        for (size_t c = 0; c < info.cols; ++c) cache_[r * info.cols + c] = stored[c * info.rows + r];
+      cache_ = transposed(stored.data(), info.cols, info.rows);
       cached_ = t;
     }
     return cache_.data();

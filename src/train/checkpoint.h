@@ -35,7 +35,6 @@ namespace amp {
 
 constexpr uint32_t kCheckpointFormat = 1;
 
-
 // A section a reader left in the file (load_checkpoint's SectionStream): where it lies and the
 // hash64 of its bytes when the file was verified.
 struct FileSection {

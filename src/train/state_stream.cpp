@@ -37,8 +37,4 @@ void broadcast_pieces(Communicator& world, WeightPieces* src, size_t n, const Tr
   run_agreed(world, [&] { failed.rethrow(); });
 }
 
-void broadcast_pieces(Communicator& world, const float* src, size_t n, const TrainStep::PieceFn& fn, size_t piece) {
-  broadcast_pieces(world, [src](size_t begin, size_t) { return src + begin; }, n, fn, piece);
-}
-
 }  // namespace amp

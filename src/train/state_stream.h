@@ -25,8 +25,5 @@ void broadcast_pieces(Communicator& world, const PieceSource& source, size_t n, 
 // pieces go out (zeros), then thrown on every rank (run_agreed), never leaving a rank waiting.
 void broadcast_pieces(Communicator& world, WeightPieces* src, size_t n, const TrainStep::PieceFn& fn,
                       size_t piece = TrainStep::kStreamElements);
-// The same from rank 0's n values `src` (ignored elsewhere, may be null there).
-void broadcast_pieces(Communicator& world, const float* src, size_t n, const TrainStep::PieceFn& fn,
-                      size_t piece = TrainStep::kStreamElements);
 
 }  // namespace amp

@@ -178,7 +178,7 @@ TEST_CASE("the training state moves to and from the shards in pieces of any size
     for (float& v : neg) v = -v;
     const std::vector<float>* sources[] = {&neg, &whole};
     for (const std::vector<float>* src : sources) {
-      broadcast_pieces(world(), root ? src->data() : nullptr, n,
+      broadcast_pieces(world(), PieceSource([src](size_t begin, size_t) { return src->data() + begin; }), n,
                        [&](size_t begin, const float* v, size_t count) { s.load(slot, begin, v, count); }, 5);
       CHECK(s.read_whole(slot) == *src);
     }
