@@ -33,24 +33,31 @@ void f32_to_bf16_scalar(const float* src, uint16_t* dst, size_t n) {
 void bf16_to_f32_scalar(const uint16_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_float(src[i]);
 }
+void f16_widen_add_scalar(const uint16_t* src, float* acc, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] += half_bits_to_float(src[i]);
+}
+void bf16_widen_add_scalar(const uint16_t* src, float* acc, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] += bf16_bits_to_float(src[i]);
+}
 
 
 std::vector<ConvertKernels> detect_kernels() {
   std::vector<ConvertKernels> ks;
-  ks.push_back({"scalar", f32_to_f16_scalar, f16_to_f32_scalar, f32_to_bf16_scalar,
-                bf16_to_f32_scalar});
+  ks.push_back({"scalar", f32_to_f16_scalar, f16_to_f32_scalar, f32_to_bf16_scalar, bf16_to_f32_scalar,
+                f16_widen_add_scalar, bf16_widen_add_scalar});
 #if AMP_CONVERT_X86
   // __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512 register state.
   __builtin_cpu_init();  // harmless if done already; needed when called from a static initializer
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
-    ks.push_back({"f16c", f32_to_f16_f16c, f16_to_f32_f16c, f32_to_bf16_f16c, bf16_to_f32_f16c});
+    ks.push_back({"f16c", f32_to_f16_f16c, f16_to_f32_f16c, f32_to_bf16_f16c, bf16_to_f32_f16c, f16_widen_add_f16c,
+                  bf16_widen_add_f16c});
   if (avx512)
-    ks.push_back({"avx512", f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512,
-                  bf16_to_f32_avx512});
+    ks.push_back({"avx512", f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512, bf16_to_f32_avx512,
+                  f16_widen_add_avx512, bf16_widen_add_avx512});
   if (avx512 && __builtin_cpu_supports("avx512bf16"))
-    ks.push_back({"avx512bf16", f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512bf16,
-                  bf16_to_f32_avx512});
+    ks.push_back({"avx512bf16", f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512bf16, bf16_to_f32_avx512,
+                  f16_widen_add_avx512, bf16_widen_add_avx512});
 #endif
   return ks;
 }
@@ -120,6 +127,17 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t 
       from_f32(buf, d + i, m);
     }
   }
+}
+
+void widen_add(const void* src, DType src_type, float* acc, size_t n) {
+  check_dtypes(src_type, DType::F32);
+  if (src_type == DType::F32) {
+    const float* x = static_cast<const float*>(src);
+    for (size_t i = 0; i < n; ++i) acc[i] += x[i];
+    return;
+  }
+  const ConvertKernels& k = active_convert_kernels();
+  (src_type == DType::F16 ? k.f16_widen_add : k.bf16_widen_add)(static_cast<const uint16_t*>(src), acc, n);
 }
 
 void convert_parallel(const void* src, DType src_type, void* dst, DType dst_type, size_t n) {

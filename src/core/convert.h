@@ -24,6 +24,12 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t 
 // The same, split over the OpenMP threads of the caller for large n.
 void convert_parallel(const void* src, DType src_type, void* dst, DType dst_type, size_t n);
 
+// acc[i] += float(src[i]) (one FP32 addition each) for src f32, f16 or bf16: a column sum's step
+// over one row (bias and embedding gradients, row_sum) without widening the row into a buffer
+// first. The widened value is the bulk conversion's, so the bits are those of convert() followed
+// by the addition.
+void widen_add(const void* src, DType src_type, float* acc, size_t n);
+
 // b[i] = round(float(a[i]) + float(b[i])) for 16-bit a, b: the combining step of a 16-bit sum
 // (FP32 arithmetic, one rounding), as the all-reduce's user-defined MPI ops use it. Bit-identical
 // to the scalar conversions of core/half.h around a float addition.
@@ -37,6 +43,9 @@ struct ConvertKernels {
   void (*f16_to_f32)(const uint16_t*, float*, size_t);
   void (*f32_to_bf16)(const float*, uint16_t*, size_t);
   void (*bf16_to_f32)(const uint16_t*, float*, size_t);
+  // acc[i] += the widened src[i] (widen_add's 16-bit cases).
+  void (*f16_widen_add)(const uint16_t* src, float* acc, size_t n);
+  void (*bf16_widen_add)(const uint16_t* src, float* acc, size_t n);
 };
 
 // Every path the running CPU supports, slowest (scalar) first.

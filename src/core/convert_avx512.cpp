@@ -224,6 +224,35 @@ void f16_add_avx512(const uint16_t* a, uint16_t* b, size_t n) { f16_add_run(a, b
 void bf16_add_avx512(const uint16_t* a, uint16_t* b, size_t n) { bf16_add_run<false>(a, b, n); }
 void bf16_add_avx512bf16(const uint16_t* a, uint16_t* b, size_t n) { bf16_add_run<true>(a, b, n); }
 
+// acc += widened src, 16 lanes (the widening of f16_to_f32_avx512_run / bf16_to_f32_avx512_run):
+// plain loads and stores in the body, masked ones for the tail only (masked stores in every step
+// ran at a third of the speed on Zen 5).
+AMP_TARGET_AVX512 void f16_widen_add_avx512(const uint16_t* src, float* acc, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    _mm512_storeu_ps(acc + i, _mm512_add_ps(_mm512_loadu_ps(acc + i), x));
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask16(n - i);
+    const __m512 x = _mm512_cvtph_ps(load_16x16(src + i, m));
+    _mm512_mask_storeu_ps(acc + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, acc + i), x));
+  }
+}
+
+AMP_TARGET_AVX512 void bf16_widen_add_avx512(const uint16_t* src, float* acc, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_castsi512_ps(bf16_widen_avx512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+    _mm512_storeu_ps(acc + i, _mm512_add_ps(_mm512_loadu_ps(acc + i), x));
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask16(n - i);
+    const __m512 x = _mm512_castsi512_ps(bf16_widen_avx512(load_16x16(src + i, m)));
+    _mm512_mask_storeu_ps(acc + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, acc + i), x));
+  }
+}
+
 }  // namespace amp::convert_detail
 
 #endif  // AMP_CONVERT_X86

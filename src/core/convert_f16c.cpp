@@ -131,6 +131,25 @@ void bf16_to_f32_f16c(const uint16_t* src, float* dst, size_t n) {
     bf16_to_f32_f16c_run<false>(src, dst, n);
 }
 
+// acc += widened src, 8 lanes (the conversions' widening above), the tail by the scalar reference.
+AMP_TARGET_F16C void f16_widen_add_f16c(const uint16_t* src, float* acc, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), x));
+  }
+  for (; i < n; ++i) acc[i] += half_bits_to_float(src[i]);
+}
+
+AMP_TARGET_F16C void bf16_widen_add_f16c(const uint16_t* src, float* acc, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_castsi256_ps(bf16_widen_avx2(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), x));
+  }
+  for (; i < n; ++i) acc[i] += bf16_bits_to_float(src[i]);
+}
+
 }  // namespace amp::convert_detail
 
 #endif  // AMP_CONVERT_X86

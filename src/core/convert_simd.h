@@ -59,6 +59,8 @@ void f32_to_f16_f16c(const float* src, uint16_t* dst, size_t n);
 void f16_to_f32_f16c(const uint16_t* src, float* dst, size_t n);
 void f32_to_bf16_f16c(const float* src, uint16_t* dst, size_t n);
 void bf16_to_f32_f16c(const uint16_t* src, float* dst, size_t n);
+void f16_widen_add_f16c(const uint16_t* src, float* acc, size_t n);
+void bf16_widen_add_f16c(const uint16_t* src, float* acc, size_t n);
 
 // AVX-512F/BW and AVX-512-BF16 (convert_avx512.cpp)
 void f32_to_f16_avx512(const float* src, uint16_t* dst, size_t n);
@@ -66,6 +68,8 @@ void f16_to_f32_avx512(const uint16_t* src, float* dst, size_t n);
 void f32_to_bf16_avx512(const float* src, uint16_t* dst, size_t n);
 void bf16_to_f32_avx512(const uint16_t* src, float* dst, size_t n);
 void f32_to_bf16_avx512bf16(const float* src, uint16_t* dst, size_t n);
+void f16_widen_add_avx512(const uint16_t* src, float* acc, size_t n);
+void bf16_widen_add_avx512(const uint16_t* src, float* acc, size_t n);
 // b = round(a + b) in 16 lanes: FP16; BF16 with the integer rounding or vcvtneps2bf16.
 void f16_add_avx512(const uint16_t* a, uint16_t* b, size_t n);
 void bf16_add_avx512(const uint16_t* a, uint16_t* b, size_t n);

@@ -169,7 +169,9 @@ std::vector<uint16_t> random_16(size_t n, uint64_t seed) {
 // Every path plus the public entry points, which must behave as the active path.
 std::vector<ConvertKernels> all_paths() {
   std::vector<ConvertKernels> ks = available_convert_kernels();
-  ks.push_back({"public", f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32});
+  ks.push_back({"public", f32_to_f16, f16_to_f32, f32_to_bf16, bf16_to_f32,
+                [](const uint16_t* x, float* acc, size_t n) { widen_add(x, DType::F16, acc, n); },
+                [](const uint16_t* x, float* acc, size_t n) { widen_add(x, DType::BF16, acc, n); }});
   return ks;
 }
 
@@ -492,6 +494,69 @@ TEST_CASE("every path matches the scalar path bit for bit, unaligned, every leng
     INFO("path " << k.name);
     CHECK_NO_MISMATCH(bad);
   }
+}
+
+TEST_CASE("widen_add: every path adds the scalar path's widened values, every 16-bit pattern, every length",
+          "[convert]") {
+  // acc[i] + widen(x[i]) in FP32 on every pattern of both formats against random accumulators
+  // (zeros, subnormals, infinities and NaN among them), and at every length up to 70 at unaligned
+  // offsets (vector bodies and tails). The same bits as the scalar reference, whose value is the
+  // widening of core/half.h plus one FP32 addition; where that is NaN, a NaN (its payload, from
+  // whichever operand was NaN, is not specified).
+  const size_t n = 65536 + 37;
+  std::vector<uint16_t> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = uint16_t(i * 40503u);  // every pattern once in the first 65536
+  const std::vector<float> acc0 = random_floats(n, 21);
+  const ConvertKernels& scalar = available_convert_kernels().front();
+  std::string ran;
+  for (int bf = 0; bf < 2; ++bf) {
+    std::vector<float> want = acc0;
+    (bf ? scalar.bf16_widen_add : scalar.f16_widen_add)(x.data(), want.data(), n);
+    for (size_t i = 0; i < 2000; ++i) {  // the scalar path is the header's widening plus one addition
+      const float w = acc0[i] + (bf ? bf16_bits_to_float(x[i]) : half_bits_to_float(x[i]));
+      REQUIRE((bits_of(want[i]) == bits_of(w) || (std::isnan(want[i]) && std::isnan(w))));
+    }
+    for (const auto& k : all_paths()) {
+      if (bf == 0) ran += (ran.empty() ? "" : ", ") + k.name;
+      const auto fn = bf ? k.bf16_widen_add : k.f16_widen_add;
+      Mismatches bad;
+      const auto same = [&](const float* got, const float* expect, size_t len, const std::string& where) {
+        for (size_t i = 0; i < len; ++i)
+          if (bits_of(got[i]) != bits_of(expect[i]) && !(std::isnan(got[i]) && std::isnan(expect[i]))) {
+            bad.add(where + " element " + std::to_string(i) + ": " + hex(bits_of(got[i]), 8) + ", want " +
+                    hex(bits_of(expect[i]), 8));
+            return;
+          }
+      };
+      std::vector<float> acc = acc0;
+      fn(x.data(), acc.data(), n);
+      same(acc.data(), want.data(), n, "whole");
+      const float sentinel = float_of(0x5a5a5a5au);
+      for (size_t len = 0; len <= 70; ++len)
+        for (size_t off = 0; off < 4; ++off) {
+          std::vector<float> a(len + 8, sentinel), e(len + 8, sentinel);
+          std::copy(acc0.begin() + off, acc0.begin() + off + len, a.begin() + 1);
+          std::copy(acc0.begin() + off, acc0.begin() + off + len, e.begin() + 1);
+          (bf ? scalar.bf16_widen_add : scalar.f16_widen_add)(x.data() + off, e.data() + 1, len);
+          fn(x.data() + off, a.data() + 1, len);
+          same(a.data(), e.data(), len + 8, "length " + std::to_string(len) + " offset " + std::to_string(off));
+        }
+      INFO("path " << k.name << (bf ? ", bf16" : ", f16"));
+      CHECK_NO_MISMATCH(bad);
+    }
+  }
+  // F32: acc[i] + x[i], in place of the conversion.
+  const std::vector<float> y = random_floats(1000, 22);
+  std::vector<float> acc(acc0.begin(), acc0.begin() + 1000);
+  widen_add(y.data(), DType::F32, acc.data(), acc.size());
+  size_t f32_bad = 0;
+  for (size_t i = 0; i < acc.size(); ++i) {
+    const float w = acc0[i] + y[i];
+    f32_bad += bits_of(acc[i]) != bits_of(w) && !(std::isnan(acc[i]) && std::isnan(w));
+  }
+  CHECK(f32_bad == 0);
+  CHECK_THROWS_AS(widen_add(y.data(), DType::I32, acc.data(), 1), Error);
+  WARN("widen_add checked on the paths: " << ran << " (active: " << active_convert_kernels().name << ")");
 }
 
 TEST_CASE("paths give the same bits with MXCSR DAZ and FTZ set", "[convert]") {

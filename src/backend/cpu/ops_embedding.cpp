@@ -61,13 +61,10 @@ void CpuOps::embedding_backward(const EmbeddingBackwardArgs& a) {
 #pragma omp parallel for schedule(static) if (a.max_positions * C >= kParallelMin && items > 1)
     for (int64_t w = 0; w < items; ++w) {
       const int64_t t = w / tiles, c0 = (w % tiles) * kTile, len = std::min(kTile, C - c0);
-      alignas(64) float acc[kTile], v[kTile];
+      alignas(64) float acc[kTile];
       std::fill(acc, acc + len, 0.0f);
       if (t < T)
-        for (int64_t b = 0; b < a.B; ++b) {
-          load(a.dx, a.type, (b * T + t) * C + c0, len, v);
-          for (int64_t j = 0; j < len; ++j) acc[j] += v[j];
-        }
+        for (int64_t b = 0; b < a.B; ++b) widen_add(at(a.dx, a.type, (b * T + t) * C + c0), a.type, acc, size_t(len));
       store(acc, a.dwpe, a.type, t * C + c0, len);
     }
   }

@@ -345,14 +345,12 @@ void CpuOps::row_sum(const RowSumArgs& r) {
   for (int64_t w = 0; w < items; ++w) {
     const int64_t l0 = (w / ranges) * per_group, range = w % ranges;
     const int64_t t0 = tiles * range / ranges, t1 = tiles * (range + 1) / ranges;
-    alignas(64) float v[kTile];
     for (int64_t base = 0; base < r.rows; base += L)
       for (int64_t lane = l0; lane < l0 + per_group && base + lane < r.rows; ++lane)
         for (int64_t tile = t0; tile < t1; ++tile) {
           const int64_t i = base + lane, c0 = tile * kTile, len = std::min(kTile, r.cols - c0);
           float* acc = row_sum_lane(partial.data(), i, r.cols) + c0;
-          convert(at(r.x, r.x_type, i * r.ldx + c0), r.x_type, v, DType::F32, size_t(len));
-          for (int64_t j = 0; j < len; ++j) acc[j] += v[j];
+          widen_add(at(r.x, r.x_type, i * r.ldx + c0), r.x_type, acc, size_t(len));
         }
   }
   aligned_vector<float> sum(size_t(r.cols));
