@@ -28,7 +28,8 @@
 // outputs alone, in the fixed order. Per-element and per-row math of GELU and the softmax runs in
 // the widest kernel set of row_kernels.h the CPU has.
 //
-// Shared scratch (the GEMMs' widening buffers, embedding_backward's sort) is guarded by mutexes:
+// Shared scratch (the GEMMs' widening buffers, embedding_backward's sort, layernorm_backward's
+// partials) is guarded by mutexes:
 // calls of one object may come from several threads. embedding_backward needs
 // reserve_embedding(max_tokens, vocab) first, as on the CUDA twin.
 #pragma once
@@ -120,6 +121,14 @@ class CpuOps final : public ComputeOps {
     std::vector<int32_t> present;  // tokens that occur, increasing
   };
 
+  // layernorm_backward's dgamma/dbeta partials (ops_layernorm.cpp), kept between calls: allocated
+  // afresh, 100-200 KB a call were returned to the system and faulted back in every time (on 2
+  // threads the op's own work was half its time).
+  struct LayerNormScratch {
+    std::mutex mu;
+    aligned_vector<float> pg, pb;
+  };
+
   bool bf16_native_ = false;  // oneDNN has a BF16 matmul on this CPU
   bool exact_attention_ = false;
   bool attention_matmul_ = false;  // oneDNN runs the attention's BF16 tile products on AMX
@@ -128,6 +137,7 @@ class CpuOps final : public ComputeOps {
   aligned_vector<float> scratch_[4];
   std::unique_ptr<GemmPlans, GemmPlansDeleter> plans_;
   EmbeddingScratch embedding_;
+  LayerNormScratch layernorm_;
 };
 
 }  // namespace amp::cpu

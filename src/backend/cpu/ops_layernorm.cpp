@@ -135,7 +135,11 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs& a) {
   // rows l, l + L, ... in increasing order (row_sum's order, row_sum_order.h), each lane's partials
   // by one thread.
   constexpr int64_t L = kRowSumLanes;
-  aligned_vector<float> pg(row_sum_partials(rows, C), 0.0f), pb(pg.size(), 0.0f);
+  std::lock_guard<std::mutex> lock(layernorm_.mu);
+  aligned_vector<float>& pg = layernorm_.pg;
+  aligned_vector<float>& pb = layernorm_.pb;
+  pg.assign(row_sum_partials(rows, C), 0.0f);  // within the capacity after the first call: no allocation
+  pb.assign(pg.size(), 0.0f);
   const bool parallel = rows * C >= kParallelMin && rows > 1;
   const int threads = parallel ? omp_get_max_threads() : 1;
   const int64_t segments = row_sum_segments(rows);
