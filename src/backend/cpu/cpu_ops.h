@@ -122,8 +122,8 @@ class CpuOps final : public ComputeOps {
   };
 
   // layernorm_backward's dgamma/dbeta partials (ops_layernorm.cpp), kept between calls: allocated
-  // afresh, 100-200 KB a call were returned to the system and faulted back in every time (on 2
-  // threads the op's own work was half its time).
+  // afresh (100-200 KB a call), a small process's heap gave them back and faulted them in again at
+  // every call, half the op's time on 2 threads (docs/benchmarks.md).
   struct LayerNormScratch {
     std::mutex mu;
     aligned_vector<float> pg, pb;
