@@ -224,34 +224,31 @@ void f16_add_avx512(const uint16_t* a, uint16_t* b, size_t n) { f16_add_run(a, b
 void bf16_add_avx512(const uint16_t* a, uint16_t* b, size_t n) { bf16_add_run<false>(a, b, n); }
 void bf16_add_avx512bf16(const uint16_t* a, uint16_t* b, size_t n) { bf16_add_run<true>(a, b, n); }
 
-// acc += widened src, 16 lanes (the widening of f16_to_f32_avx512_run / bf16_to_f32_avx512_run):
+// acc += widen(16 values of src) (the widening of f16_to_f32_avx512_run / bf16_to_f32_avx512_run):
 // plain loads and stores in the body, masked ones for the tail only (masked stores in every step
 // ran at a third of the speed on Zen 5).
-AMP_TARGET_AVX512 void f16_widen_add_avx512(const uint16_t* src, float* acc, size_t n) {
+namespace {  // this ISA's own (no inline function merged with another file's)
+
+AMP_TARGET_AVX512 inline __m512 widen_f16(__m256i h) { return _mm512_cvtph_ps(h); }
+AMP_TARGET_AVX512 inline __m512 widen_bf16(__m256i b) { return _mm512_castsi512_ps(bf16_widen_avx512(b)); }
+
+template <__m512 (*Widen)(__m256i)>
+AMP_TARGET_AVX512 void widen_add_run(const uint16_t* src, float* acc, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m512 x = Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
     _mm512_storeu_ps(acc + i, _mm512_add_ps(_mm512_loadu_ps(acc + i), x));
   }
   if (i < n) {
     const __mmask16 m = tail_mask16(n - i);
-    const __m512 x = _mm512_cvtph_ps(load_16x16(src + i, m));
-    _mm512_mask_storeu_ps(acc + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, acc + i), x));
+    _mm512_mask_storeu_ps(acc + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, acc + i), Widen(load_16x16(src + i, m))));
   }
 }
 
-AMP_TARGET_AVX512 void bf16_widen_add_avx512(const uint16_t* src, float* acc, size_t n) {
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 x = _mm512_castsi512_ps(bf16_widen_avx512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
-    _mm512_storeu_ps(acc + i, _mm512_add_ps(_mm512_loadu_ps(acc + i), x));
-  }
-  if (i < n) {
-    const __mmask16 m = tail_mask16(n - i);
-    const __m512 x = _mm512_castsi512_ps(bf16_widen_avx512(load_16x16(src + i, m)));
-    _mm512_mask_storeu_ps(acc + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, acc + i), x));
-  }
-}
+}  // namespace
+
+void f16_widen_add_avx512(const uint16_t* src, float* acc, size_t n) { widen_add_run<widen_f16>(src, acc, n); }
+void bf16_widen_add_avx512(const uint16_t* src, float* acc, size_t n) { widen_add_run<widen_bf16>(src, acc, n); }
 
 }  // namespace amp::convert_detail
 

@@ -131,23 +131,30 @@ void bf16_to_f32_f16c(const uint16_t* src, float* dst, size_t n) {
     bf16_to_f32_f16c_run<false>(src, dst, n);
 }
 
-// acc += widened src, 8 lanes (the conversions' widening above), the tail by the scalar reference.
-AMP_TARGET_F16C void f16_widen_add_f16c(const uint16_t* src, float* acc, size_t n) {
+// acc += widen(8 values of src) (the conversions' widening above), the tail by the scalar
+// reference.
+namespace {  // this ISA's own (no inline function merged with another file's)
+
+AMP_TARGET_F16C inline __m256 widen_f16(__m128i h) { return _mm256_cvtph_ps(h); }
+AMP_TARGET_F16C inline __m256 widen_bf16(__m128i b) { return _mm256_castsi256_ps(bf16_widen_avx2(b)); }
+
+template <__m256 (*Widen)(__m128i), float (*Scalar)(uint16_t)>
+AMP_TARGET_F16C void widen_add_run(const uint16_t* src, float* acc, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    const __m256 x = Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
     _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), x));
   }
-  for (; i < n; ++i) acc[i] += half_bits_to_float(src[i]);
+  for (; i < n; ++i) acc[i] += Scalar(src[i]);
 }
 
-AMP_TARGET_F16C void bf16_widen_add_f16c(const uint16_t* src, float* acc, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_castsi256_ps(bf16_widen_avx2(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), x));
-  }
-  for (; i < n; ++i) acc[i] += bf16_bits_to_float(src[i]);
+}  // namespace
+
+void f16_widen_add_f16c(const uint16_t* src, float* acc, size_t n) {
+  widen_add_run<widen_f16, half_bits_to_float>(src, acc, n);
+}
+void bf16_widen_add_f16c(const uint16_t* src, float* acc, size_t n) {
+  widen_add_run<widen_bf16, bf16_bits_to_float>(src, acc, n);
 }
 
 }  // namespace amp::convert_detail
