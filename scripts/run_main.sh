@@ -6,9 +6,23 @@
 # (scripts/plot_runs.py). Idempotent.
 # Extra arguments go to amp_ddp (e.g. --set run.epochs=1); the run folder is the resolved
 # run.out_dir (default runs/<run.name>), so overriding it moves the plot too. The exit code is
-# training's; a failed plot only prints a warning.
+# training's; a failed plot only prints a warning. --help prints this and, once amp_ddp is built,
+# its options, and sets nothing up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for a in "$@"; do  # help sets nothing up: this script's usage, and amp_ddp's where it is built
+  case "$a" in
+    -h|--help)
+      sed -n '2,/^set -euo pipefail$/p' scripts/run_main.sh | sed -e '$d' -e 's/^# \{0,1\}//'
+      echo
+      if [ -x build/amp_ddp ]; then
+        build/amp_ddp --help
+      else
+        echo "amp_ddp's own options: build/amp_ddp --help, once this script (or scripts/setup.sh) has built it."
+      fi
+      exit 0 ;;
+  esac
+done
 scripts/setup.sh --main
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 train=(build/amp_ddp configs/gpt_fortunes_fp16.yaml "$@")
@@ -17,7 +31,7 @@ scripts/mpirun.sh -np 2 "${train[@]}" || rc=$?
 ((rc == 0)) || exit "$rc"
 
 for a in "$@"; do   # nothing was trained: nothing to plot
-  case "$a" in --dry-run|--help|-h|--version) exit 0 ;; esac
+  case "$a" in --dry-run|--version) exit 0 ;; esac
 done
 # The run folder as amp_ddp resolves it: run.out_dir, or runs/<run.name> when it is empty.
 run_dir=$("${train[@]}" --dry-run 2>/dev/null | python3 -c '

@@ -1,6 +1,8 @@
 """The user-facing scripts' arguments: help and bad arguments end with a usage message and a
 non-zero exit before any set-up, submission or deletion runs, and a table never shows a value that
 was not measured as a number.
+  - run_main.sh --help: its usage and, where amp_ddp is built, amp_ddp's options; exit 0 and no
+    set-up (it runs from a tree without scripts/setup.sh, which any set-up would fail on);
   - gpt2_walkthrough.sh --help: usage, exit 0, nothing set up or removed; an unknown argument: exit 2;
   - plan_largest_gpt.sh: --help; a budget, rank count or context that is not a positive number:
     exit 2 naming it; amp_ddp's own refusal (a context beyond model.seq_len's range) passed through;
@@ -10,6 +12,7 @@ was not measured as a number.
     a jobs.tsv line of another shape and a missing folder are errors naming them."""
 import json
 import os
+import shutil
 import subprocess
 from e2e_util import args, check, done, source, tmpdir
 
@@ -22,6 +25,20 @@ def sh(*argv, env=None):
                        env=dict(os.environ, **(env or {})))
     return p.returncode, p.stdout, p.stderr
 
+
+# run_main.sh copied into trees of its own without setup.sh, one with build/amp_ddp (this build's)
+# and one without it.
+for built in (True, False):
+    tree = os.path.join(base, "main_built" if built else "main_bare")
+    os.makedirs(os.path.join(tree, "scripts"))
+    shutil.copy(source("scripts", "run_main.sh"), os.path.join(tree, "scripts"))
+    if built:
+        os.makedirs(os.path.join(tree, "build"))
+        os.symlink(os.path.abspath(args().binary), os.path.join(tree, "build", "amp_ddp"))
+    rc, out, err = sh("bash", os.path.join(tree, "scripts", "run_main.sh"), "--help")
+    want = "Usage: amp_ddp" if built else "once this script (or scripts/setup.sh) has built it"
+    check(rc == 0 and out.startswith("The main job: set up what it runs") and want in out and "setup" not in err,
+          f"run_main.sh --help ({'built' if built else 'not built'}): usage, exit 0, no set-up ({rc}: {out[-200:]} {err[-200:]})")
 
 walk = source("scripts", "gpt2_walkthrough.sh")
 rc, out, err = sh("bash", walk, "--help")
