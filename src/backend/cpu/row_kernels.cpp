@@ -103,7 +103,8 @@ void exp_nonpositive_avx2(const float* x, float* y, int64_t n) {
 const std::vector<RowKernels>& available_row_kernels() {
   static const std::vector<RowKernels> ks = [] {
     std::vector<RowKernels> v{
-        {"scalar", gelu_forward_scalar, gelu_backward_scalar, softmax_forward_scalar, softmax_backward_scalar, exp_nonpositive_scalar, nullptr, nullptr, nullptr}};
+        {"scalar", gelu_forward_scalar, gelu_backward_scalar, softmax_forward_scalar, softmax_backward_scalar,
+         exp_nonpositive_scalar, nullptr, nullptr, nullptr}};
 #if defined(__AVX2__)
     // __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512 register state.
     if (__builtin_cpu_supports("avx2")) {
