@@ -90,11 +90,15 @@ int main(int argc, char** argv) {
   const DType dt = prec == "fp32" ? DType::F32 : prec == "fp16" ? DType::F16 : DType::BF16;
   std::unique_ptr<Backend> backend = make_backend(device, 0, threads);
   Backend& be = *backend;
-  // Which fused-attention path runs (the CPU's BF16 matmul path, or the specification's kernels).
+  // Which fused-attention path runs (the CPU's BF16 matmul path, its kernels' BF16 products, or
+  // the specification's kernels).
   std::string attention_path;
   if (auto* cpu = dynamic_cast<CpuBackend*>(&be)) {
+    const cpu::CpuOps& ops = cpu->cpu_ops();
     cpu->cpu_ops().set_exact_attention(exact_attention);
-    attention_path = cpu->cpu_ops().attention_on_matmul(dt) ? " on the BF16 matmul" : " on the specification's kernels";
+    attention_path = ops.attention_on_matmul(dt)       ? " on the BF16 matmul"
+                     : ops.attention_bf16_products(dt) ? " on the kernels' BF16 products"
+                                                       : " on the specification's kernels";
   } else if (exact_attention) {
     std::fprintf(stderr, "bench_gpt_step: --attention exact is for the CPU backend\n");
     return 2;

@@ -44,19 +44,24 @@
 //   dqkv is written entirely (no accumulation): every query, key and value column of every head.
 // Every output element is one fixed chain, so the result does not depend on the thread count, the
 // CPU's vector width or the CUDA launch shape: the twins give the same bits (NaN payloads aside).
-// Two exceptions by default, deterministic and within the rounding of P and dS to the type of this
+// Three exceptions by default, deterministic and within the rounding of P and dS to the type of this
 // specification: the CUDA backend runs F16 and BF16 at D = 64 on tensor cores (cuda/attention_tc.h:
-// P and dS rounded to the type before their products, the hardware's sums), and the CPU backend
-// runs BF16 on oneDNN's BF16 matmul where that runs on AMX (src/backend/cpu/ops_attention_matmul.cpp:
+// P and dS rounded to the type before their products, the hardware's sums); the CPU backend runs
+// BF16 on oneDNN's BF16 matmul where that runs on AMX (src/backend/cpu/ops_attention_matmul.cpp:
 // a query tile's scores against its keys in one product, the explicit path's row softmax, P and dS
-// rounded before their products, oneDNN's sums). CudaOps::set_exact_attention(true) and
+// rounded before their products, oneDNN's sums), and elsewhere with AVX-512-BF16 on the kernels'
+// BF16 products (src/backend/cpu/attention_pairs.h: the scores, m, l, delta and the FP32 P and dS
+// as above; P and dS then rounded to BF16, and out's acc_d, dq, dk and dv chains over pairs of
+// terms, one VDPBF16PS lane a pair, for heads whose inputs all allow native products as above; the
+// other heads run this specification). CudaOps::set_exact_attention(true) and
 // CpuOps::set_exact_attention(true) run this specification there too.
 // Non-finite values propagate as in the explicit path: an inf or NaN score makes its row NaN, and
 // the step's overflow check sees it.
 //
 // Memory per call: forward writes out and 2 floats per (b, h, i); backward needs delta (1 float per
 // (b, h, i)); the CPU twin's per-thread scratch is about 8 * T * D floats (the head's Q, K, V, dO
-// widened to FP32 and dQ's accumulator; the BF16 matmul path's about 5.5 * T * D floats and
+// widened to FP32 and dQ's accumulator; for native BF16 products and the BF16 products about
+// 5 * T * D floats more: the head's BF16 rows, pairs and row pairs; the BF16 matmul path's about 5.5 * T * D floats and
 // 3 * 64 * T: the head's BF16 rows, dK's and dV's sums, a query tile's scores and dP (FP32) and
 // P and dS (BF16)),
 // the CUDA twin's none (its kernels tile through shared memory).

@@ -8,6 +8,9 @@
 // - the op in the QKV layout against a float64 reference of softmax(QK^T * scale) V and its
 //   gradients, for F32, F16 and BF16 (FP32 error plus one rounding to the output's dtype);
 // - the causal mask: keys after a query are never read; non-finite values make their rows NaN;
+// - the paths that round P and dS to BF16 (the matmul on AMX, the kernels' BF16 products on
+//   AVX-512-BF16) within that rounding of the float64 reference, the same bits at any thread count;
+//   the BF16 products only for heads whose inputs allow them (the others the specification's bits);
 // - the same bits on 1 and 2 OpenMP threads; invalid arguments refused.
 // The model-level checks (fused attention against the float64 PyTorch GPT, recomputation) are in
 // test_gpt.cpp; the CUDA twin's bit-identity in tests/gpu/test_ops_transformer.cpp.
@@ -382,29 +385,38 @@ TEST_CASE("attention: BF16 heads follow the specification's pair order through t
   CHECK(differ_natural > 0);
 }
 
-TEST_CASE("attention: BF16 on the matmul within the rounding of P and dS, the same bits at 1, 2 and 3 threads",
+TEST_CASE("attention: BF16 with P and dS rounded (the matmul on AMX, the BF16 products on AVX-512-BF16) within "
+          "their rounding, the same bits at 1, 2 and 3 threads",
           "[attention]") {
-  // The path CpuOps takes for BF16 where oneDNN runs BF16 products on AMX (ops_attention_matmul.cpp):
-  // against the float64 reference within the bound of a path that rounds P and dS to BF16 before
-  // their products (the CUDA tensor-core path's bound, attention_ref::check_bound); the same bits
-  // at 1, 2 and 3 threads and on a second run; lengths across the 64-query tile, head dimensions 64
-  // and 20.
+  // The paths CpuOps takes for BF16 by default: oneDNN's BF16 matmul where it runs on AMX
+  // (ops_attention_matmul.cpp), else the kernels' BF16 products where the CPU has AVX-512-BF16
+  // (attention_pairs.h). Against the float64 reference within the bound of a path that rounds P
+  // and dS to BF16 before their products (the CUDA tensor-core path's bound,
+  // attention_ref::check_bound); the same bits at 1, 2 and 3 threads and on a second run; lengths
+  // across the 64-query tile and odd (the row pairs' padding), head dimensions 64, 20 and 18 (pairs
+  // of columns not filling a 16-column vector).
   cpu::CpuOps ops;
-  if (!ops.attention_on_matmul(DType::BF16)) {
-    WARN("SKIPPED: oneDNN runs no BF16 products on AMX on this CPU; BF16 attention runs the specification's kernels");
+  if (ops.attention_exact(DType::BF16)) {
+    WARN("SKIPPED: this CPU has neither AMX nor AVX-512-BF16 (kernels " << ops.attention_isa()
+                                                                        << "); BF16 attention runs the specification's kernels");
     return;
   }
+  const bool matmul = ops.attention_on_matmul(DType::BF16);
+  WARN("BF16 attention ran on " << (matmul ? "the BF16 matmul (AMX)" : "the kernels' BF16 products (AVX-512-BF16)"));
   struct Shape {
     int64_t B, T, H, D;
   };
-  const Shape shapes[] = {{1, 1, 1, 64}, {2, 37, 3, 64}, {1, 130, 2, 64}, {2, 70, 2, 20}, {1, 257, 1, 64}};
+  const Shape shapes[] = {{1, 1, 1, 64}, {2, 37, 3, 64}, {1, 130, 2, 64}, {2, 70, 2, 20},
+                          {1, 257, 1, 64}, {2, 45, 2, 18}};
   uint64_t seed = 900;
   const int threads = omp_get_max_threads();
   for (const Shape& s : shapes) {
     const OpCase c(s.B, s.T, s.H, s.D, DType::BF16, seed += 2);
     INFO("B " << s.B << " T " << s.T << " H " << s.H << " D " << s.D);
     omp_set_num_threads(1);
+    const int64_t heads_before = cpu::attention_bf16_product_heads();
     const OpResult first = run_op(ops, c);
+    if (!matmul) CHECK(cpu::attention_bf16_product_heads() - heads_before == 2 * s.B * s.H);  // forward, backward
     attention_ref::check_bound(s.B, s.T, s.H, s.D, c.scale(), c.qkv, c.dout, first.out, first.dqkv);
     for (size_t i = 0; i < first.row_sum.size(); ++i) {  // every statistic written, the sums at least 1
       REQUIRE(std::isfinite(first.row_max[i]));
@@ -421,6 +433,48 @@ TEST_CASE("attention: BF16 on the matmul within the rounding of P and dS, the sa
     }
   }
   omp_set_num_threads(threads);
+}
+
+TEST_CASE("attention: the BF16 products run per head where its inputs allow them, the others keep the "
+          "specification's bits",
+          "[attention]") {
+  // A value below 2^-55 in one head (bf16_dots_allowed refuses it): that head runs the
+  // specification's kernels, every output bit as with set_exact_attention(true); every other head
+  // runs the BF16 products, and some of their bits differ from the specification's (the test
+  // could not tell the paths apart otherwise).
+  cpu::CpuOps ops;
+  if (!ops.attention_bf16_products(DType::BF16)) {
+    WARN("SKIPPED: BF16 attention runs no BF16 products on this CPU (kernels " << ops.attention_isa()
+                                                                               << (ops.attention_on_matmul(DType::BF16) ? ", the matmul on AMX" : "") << ")");
+    return;
+  }
+  const int64_t B = 2, T = 75, H = 3, D = 32, C = H * D, tiny_b = 1, tiny_h = 2;
+  OpCase c(B, T, H, D, DType::BF16, 61);
+  c.qkv.set(size_t((tiny_b * T + 40) * 3 * C + 2 * C + tiny_h * D + 7), 3e-20f);
+  const int64_t before = cpu::attention_bf16_product_heads();
+  const OpResult got = run_op(ops, c);
+  CHECK(cpu::attention_bf16_product_heads() - before == 2 * (B * H - 1));
+  ops.set_exact_attention(true);
+  const OpResult want = run_op(ops, c);
+  size_t differ_elsewhere = 0, differ_tiny = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      size_t differ = 0;
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t o = size_t((b * T + i) * C + h * D + d), row = size_t((b * T + i) * 3 * C);
+          differ += got.out.bits(o) != want.out.bits(o);
+          for (int64_t part = 0; part < 3; ++part) {
+            const size_t g = row + size_t(part * C + h * D + d);
+            differ += got.dqkv.bits(g) != want.dqkv.bits(g);
+          }
+        }
+      (b == tiny_b && h == tiny_h ? differ_tiny : differ_elsewhere) += differ;
+    }
+  CHECK(differ_tiny == 0);
+  CHECK(differ_elsewhere > 0);
+  CHECK(got.row_max == want.row_max);  // the forward's statistics are the specification's on either path
+  CHECK(got.row_sum == want.row_sum);
 }
 
 TEST_CASE("attention: keys after a query are never read, non-finite values make rows NaN", "[attention]") {

@@ -79,6 +79,19 @@ struct AttnV16Bf16 : AttnV16 {
   }
   // Lane l: fma(a0, b0, fma(a1, b1, acc)) of the lane's pairs (under bf16_dots_allowed's inputs).
   static Vec dot_pairs(Vec acc, Words a, Words b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+  // What the BF16 products add (attention_pairs.h):
+  static void store_words(uint32_t* p, Words w) { _mm512_storeu_si512(p, w); }
+  // Lane l: the pair (lo_l, hi_l) of two vectors of 16 BF16 values.
+  static Words pair_words(__m256i lo, __m256i hi) {
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+  }
+  // 16 floats rounded to BF16 (to nearest even; VCVTNEPS2BF16 flushes subnormals to zero).
+  static __m256i round16(Vec x) { return (__m256i)_mm512_cvtneps_pbh(x); }
+  // x with the lanes from `keep` on (keep <= 0: all of them) set to +0.
+  static Vec first_lanes(Vec x, int keep) {
+    const __mmask16 m = keep >= 16 ? __mmask16(0xffff) : keep <= 0 ? __mmask16(0) : __mmask16((1u << keep) - 1);
+    return _mm512_maskz_mov_ps(m, x);
+  }
 };
 
 #include "backend/cpu/attention_tiles.h"
@@ -88,6 +101,12 @@ struct AttnV16Bf16 : AttnV16 {
 
 void attention_forward_avx512bf16(const AttnHead& h) { native_bf16::AttnTiles<native_bf16::AttnV16Bf16>::forward(h); }
 void attention_backward_avx512bf16(const AttnHead& h) { native_bf16::AttnTiles<native_bf16::AttnV16Bf16>::backward(h); }
+void attention_forward_avx512bf16_products(const AttnHead& h) {
+  native_bf16::AttnTiles<native_bf16::AttnV16Bf16>::forward_bf16_products(h);
+}
+void attention_backward_avx512bf16_products(const AttnHead& h) {
+  native_bf16::AttnTiles<native_bf16::AttnV16Bf16>::backward_bf16_products(h);
+}
 
 bool bf16_dot_pairs_match() {
   // Random normal BF16 values of mixed signs and magnitudes 2^-20 .. 2^20, and random
@@ -124,6 +143,8 @@ void attention_forward_avx512(const AttnHead&) {}
 void attention_backward_avx512(const AttnHead&) {}
 void attention_forward_avx512bf16(const AttnHead&) {}
 void attention_backward_avx512bf16(const AttnHead&) {}
+void attention_forward_avx512bf16_products(const AttnHead&) {}
+void attention_backward_avx512bf16_products(const AttnHead&) {}
 bool bf16_dot_pairs_match() { return false; }
 }  // namespace amp::cpu
 

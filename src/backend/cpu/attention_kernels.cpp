@@ -128,7 +128,8 @@ const std::vector<AttnKernels>& available_attention_kernels() {
       v.push_back({"avx2", forward_avx2, backward_avx2});
       if (__builtin_cpu_supports("avx512f")) v.push_back({"avx512", attention_forward_avx512, attention_backward_avx512});
       if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") && bf16_dot_pairs_match())
-        v.push_back({"avx512bf16", attention_forward_avx512bf16, attention_backward_avx512bf16, true});
+        v.push_back({"avx512bf16", attention_forward_avx512bf16, attention_backward_avx512bf16, true,
+                     attention_forward_avx512bf16_products, attention_backward_avx512bf16_products});
     }
 #endif
     return v;

@@ -24,6 +24,8 @@
 #define AMP_TILE_LOOP __attribute__((noinline))
 #endif
 
+#include "backend/cpu/attention_pairs.h"
+
 template <class V>
 struct AttnTiles {
   using Vec = typename V::Vec;
@@ -325,10 +327,19 @@ struct AttnTiles {
   // tile's keys and values are read from the L1 cache by every register block after the first.
   static constexpr int SB = 4, RF = SB * R;
 
-  static void forward(const AttnHead& h) {
+  static void forward(const AttnHead& h) { forward_with<false>(h); }
+  // The BF16 products (attention_pairs.h): P rounded, P V on VDPBF16PS. Only for V::kBf16Dots,
+  // with h.q16, h.kp16, h.v16 and h.pairs.
+  static void forward_bf16_products(const AttnHead& h) { forward_with<true>(h); }
+
+  template <bool kPairs>
+  static void forward_with(const AttnHead& h) {
     const int64_t T = h.T, Dp = h.Dp, Tp = h.Tp;
     alignas(64) float s[R][KT];
     alignas(64) float p[R][KT];
+    [[maybe_unused]] alignas(64) uint16_t p16[kPairs ? R : 1][KT];  // P rounded (kPairs)
+    [[maybe_unused]] const uint32_t* v_pairs = h.pairs;              // V's rows paired (kPairs)
+    if constexpr (kPairs) AttnPairs<V>::pair_rows(h.v16, T, Dp, h.pairs);
     for (int64_t f0 = 0; f0 < T; f0 += RF) {
       const int nf = int(T - f0 < RF ? T - f0 : RF);
       // The block's accumulators start at +0 here, where the first tile reads them (not in one
@@ -349,7 +360,12 @@ struct AttnTiles {
           const int keys = n[nr - 1];  // the block's last row sees the most keys
           dots(h.q, Dp, i0, nr, h.kt, Tp, j0, h.D, h.pair_dots, h.q16, h.kp16, true, h.scale, keys, s);
           online_softmax(s, p, n, extent(keys), m + b * R, l + b * R, corr);
-          accumulate_rows(h.out + i0 * Dp, Dp, nr, corr, p, n, h.v + j0 * Dp);
+          if constexpr (kPairs) {
+            AttnPairs<V>::round_rows(p, nr, n, R, extent(keys), p16);
+            AttnPairs<V>::template rows<R>(h.out + i0 * Dp, nr, corr, p16, (keys + 1) / 2, v_pairs + j0 / 2 * Dp, Dp);
+          } else {
+            accumulate_rows(h.out + i0 * Dp, Dp, nr, corr, p, n, h.v + j0 * Dp);
+          }
         }
       }
       for (int r = 0; r < nf; ++r) {
@@ -368,11 +384,28 @@ struct AttnTiles {
   // accumulators go back to memory). The two tiles of the block, 2 * RB * KT floats, stay in L1.
   static constexpr int RB = 8 * R;
 
-  static void backward(const AttnHead& h) {
+  static void backward(const AttnHead& h) { backward_with<false>(h); }
+  // The BF16 products: P and dS rounded, dQ, dK and dV on VDPBF16PS. Only for V::kBf16Dots, with
+  // h.q16, h.kp16, h.dout16, h.vp16, h.k16 and h.pairs.
+  static void backward_bf16_products(const AttnHead& h) { backward_with<true>(h); }
+
+  template <bool kPairs>
+  static void backward_with(const AttnHead& h) {
     const int64_t T = h.T, D = h.D, Dp = h.Dp, Tp = h.Tp;
     row_dots(h.dout, h.o, T, D, Dp, h.pair_dots, h.delta);
     alignas(64) float p[RB][KT];   // the scores, then P
     alignas(64) float ds[RB][KT];  // dP, then dS
+    // kPairs: Q's, K's and dO's rows paired; a block's dS rows rounded; P and dS paired by columns.
+    [[maybe_unused]] const uint32_t *q_pairs = nullptr, *k_pairs = nullptr, *dout_pairs = nullptr;
+    [[maybe_unused]] alignas(64) uint16_t ds16[kPairs ? RB : 1][KT];
+    [[maybe_unused]] alignas(64) uint32_t by_columns[kPairs ? RB / 2 : 1][KT];
+    if constexpr (kPairs) {
+      const int64_t paired = (T + 1) / 2 * Dp;  // words per paired operand
+      AttnPairs<V>::pair_rows(h.q16, T, Dp, h.pairs);
+      AttnPairs<V>::pair_rows(h.k16, T, Dp, h.pairs + paired);
+      AttnPairs<V>::pair_rows(h.dout16, T, Dp, h.pairs + 2 * paired);
+      q_pairs = h.pairs, k_pairs = h.pairs + paired, dout_pairs = h.pairs + 2 * paired;
+    }
     const Vec vscale = V::set1(h.scale);
     // The accumulators start at +0 where they are first used, while they are in the caches: dK's
     // and dV's rows of a key tile before the tile (only it writes them), dQ's rows of a block in
@@ -411,14 +444,28 @@ struct AttnTiles {
             V::store(&ds[r][c], V::mul(V::mul(vscale, V::load(&p[r][c])), V::sub(V::load(&ds[r][c]), vdelta)));
           for (int c = n[r]; c < kc; ++c) p[r][c] = 0.0f, ds[r][c] = 0.0f;
         }
-        for (int g = 0; g * R < nr; ++g) {
-          const int nh = nr - g * R < R ? nr - g * R : R;
-          accumulate_rows(h.dq + (i0 + g * R) * Dp, Dp, nh, nullptr, ds + g * R, n + g * R, h.k + j0 * Dp);
-        }
         int r_start[KT];
         for (int c = 0; c < nk; ++c) r_start[c] = int(j0 + c - i0 > 0 ? j0 + c - i0 : 0);
-        accumulate_columns(h.dv + j0 * Dp, Dp, nk, p, r_start, nr, h.dout + i0 * Dp, Dp);
-        accumulate_columns(h.dk + j0 * Dp, Dp, nk, ds, r_start, nr, h.q + i0 * Dp, Dp);
+        if constexpr (kPairs) {
+          using Pairs = AttnPairs<V>;
+          for (int g = 0; g * R < nr; ++g) {
+            const int nh = nr - g * R < R ? nr - g * R : R, keys = n[g * R + nh - 1];
+            Pairs::round_rows(ds + g * R, nh, n + g * R, R, extent(keys), ds16 + g * R);
+            Pairs::template rows<R>(h.dq + (i0 + g * R) * Dp, nh, nullptr, ds16 + g * R, (keys + 1) / 2,
+                                    k_pairs + j0 / 2 * Dp, Dp);
+          }
+          Pairs::pack_columns(p, nr, i0, j0, nk, by_columns);
+          Pairs::columns(h.dv + j0 * Dp, Dp, nk, by_columns, r_start, nr, dout_pairs + i0 / 2 * Dp);
+          Pairs::pack_columns(ds, nr, i0, j0, nk, by_columns);
+          Pairs::columns(h.dk + j0 * Dp, Dp, nk, by_columns, r_start, nr, q_pairs + i0 / 2 * Dp);
+        } else {
+          for (int g = 0; g * R < nr; ++g) {
+            const int nh = nr - g * R < R ? nr - g * R : R;
+            accumulate_rows(h.dq + (i0 + g * R) * Dp, Dp, nh, nullptr, ds + g * R, n + g * R, h.k + j0 * Dp);
+          }
+          accumulate_columns(h.dv + j0 * Dp, Dp, nk, p, r_start, nr, h.dout + i0 * Dp, Dp);
+          accumulate_columns(h.dk + j0 * Dp, Dp, nk, ds, r_start, nr, h.q + i0 * Dp, Dp);
+        }
       }
     }
   }

@@ -83,11 +83,16 @@ class CpuOps final : public ComputeOps {
   bool bf16_native() const { return bf16_native_; }
   // The instruction set of the fused attention's kernels ("avx512", "avx2" or "scalar").
   const char* attention_isa() const;
-  // The fused attention's paths: BF16 runs its products on oneDNN's BF16 matmul where that runs on
-  // AMX (ops_attention_matmul.cpp: P and dS rounded to BF16, as the CUDA twin's tensor cores),
-  // unless set_exact_attention(true); every other case, and that one, the specification's kernels.
+  // The fused attention's paths, unless set_exact_attention(true): BF16 runs its products on
+  // oneDNN's BF16 matmul where that runs on AMX (ops_attention_matmul.cpp), else on the kernels'
+  // BF16 products where the CPU has AVX-512-BF16 (attention_pairs.h); both round P and dS to BF16,
+  // as the CUDA twin's tensor cores. Every other case, and those with set_exact_attention(true),
+  // the specification's kernels.
   void set_exact_attention(bool on) { exact_attention_ = on; }
   bool attention_on_matmul(DType type) const;
+  bool attention_bf16_products(DType type) const;  // (heads with inputs bf16_dots_allowed refuses: exact)
+  // Whether attention of this type computes the specification's bits (neither path above).
+  bool attention_exact(DType type) const { return !attention_on_matmul(type) && !attention_bf16_products(type); }
   // How gemm() runs these arguments: oneDNN's implementation name, followed by " (direct)" when it
   // reads and writes the caller's memory, or " (widened to f32)" when it goes through FP32 scratch.
   std::string gemm_implementation(const GemmArgs& g);

@@ -4,8 +4,10 @@
 // rounds its outputs once. Where those products run natively in BF16 (the kernels can and
 // bf16_dots_allowed holds for both operands) they read Q's and dO's BF16 rows and K's and V's BF16
 // pairs instead, and the FP32 copies only they would read are not made (K's in the forward, K
-// transposed and V in the backward). Work items write disjoint outputs, each element by its fixed
-// chain, so the bits do not depend on the thread count.
+// transposed and V in the backward). Where the kernels have BF16 products (CpuOps::
+// attention_bf16_products) and all of a head's inputs allow them, the head runs on them: its K and
+// V rows (and dO's) kept in BF16 for the kernels to pair, Q and K never widened. Work items write
+// disjoint outputs, each element by its fixed chain, so the bits do not depend on the thread count.
 #include "backend/cpu/no_fp_contract.h"  // first: no FMA contraction in this file
 
 #if defined(__AVX2__)
@@ -41,6 +43,9 @@ struct HeadScratch {
   // For native BF16 dot products (AttnHead::q16 ...): Q's and dO's BF16 rows, K's and V's pairs.
   aligned_vector<uint16_t> q16, dout16;  // [T][Dp]
   aligned_vector<uint32_t> kp, vp;       // [Dp/2][Tp]
+  // For the BF16 products (AttnHead::k16 ...): K's and V's BF16 rows and the kernels' row pairs.
+  aligned_vector<uint16_t> k16, v16;   // [T][Dp]
+  aligned_vector<uint32_t> row_pairs;  // [ceil(T/2)][Dp] once (forward), three times (backward)
 
   void size(int64_t T_, int64_t D_, bool backward) {
     if (T_ == T && D_ == D && (has_backward || !backward) && !q.empty()) return;
@@ -54,9 +59,10 @@ struct HeadScratch {
     const size_t pairs = size_t(Dp / 2 * Tp);
     q.assign(rows, 0.0f), kt.assign(cols, 0.0f), a.assign(rows, 0.0f), half.assign(rows, 0);
     v.assign(rows, 0.0f), q16.assign(rows, 0), kp.assign(pairs, 0);
+    v16.assign(rows, 0), row_pairs.assign(size_t((T + 1) / 2 * Dp * (backward ? 3 : 1)), 0);
     if (!backward) return;
     k.assign(rows, 0.0f), vt.assign(cols, 0.0f), o.assign(rows, 0.0f), dout.assign(rows, 0.0f);
-    b.assign(rows, 0.0f), c.assign(rows, 0.0f), dout16.assign(rows, 0), vp.assign(pairs, 0);
+    b.assign(rows, 0.0f), c.assign(rows, 0.0f), dout16.assign(rows, 0), vp.assign(pairs, 0), k16.assign(rows, 0);
   }
 };
 
@@ -145,8 +151,9 @@ bool native_bf16(const AttnKernels& kern, DType type, int64_t D) {
   return kern.bf16_dots && type == DType::BF16 && D % 2 == 0;
 }
 
-// Native BF16 dot products run (pairs of operands given to the kernels), for tests.
-std::atomic<int64_t> native_products{0};
+// Native BF16 dot products run (pairs of operands given to the kernels), and heads run on the
+// BF16 products, for tests.
+std::atomic<int64_t> native_products{0}, bf16_product_heads{0};
 
 // The inverse for outputs: src [T][Dp] rounded once into the head's columns.
 void scatter(const float* src, void* dst, DType type, int64_t ld, int64_t b, int64_t col, HeadScratch& s) {
@@ -168,7 +175,13 @@ void scatter(const float* src, void* dst, DType type, int64_t ld, int64_t b, int
 
 const char* CpuOps::attention_isa() const { return active_attention_kernels().isa; }
 
+bool CpuOps::attention_bf16_products(DType type) const {
+  return !exact_attention_ && type == DType::BF16 && !attention_matmul_ &&
+         active_attention_kernels().forward_bf16_products != nullptr;
+}
+
 int64_t attention_native_bf16_products() { return native_products.load(std::memory_order_relaxed); }
+int64_t attention_bf16_product_heads() { return bf16_product_heads.load(std::memory_order_relaxed); }
 
 void CpuOps::attention_forward(const AttentionArgs& a) {
   check_args(a);
@@ -177,6 +190,7 @@ void CpuOps::attention_forward(const AttentionArgs& a) {
   const AttnKernels& kern = active_attention_kernels();
   const int64_t C = a.H * a.D, items = a.B * a.H;
   const bool native = native_bf16(kern, a.type, a.D);
+  const bool products = native && attention_bf16_products(a.type);
 #pragma omp parallel if (items > 1 && a.T * a.T * a.D >= 4096)
   {
     static thread_local HeadScratch s;
@@ -186,14 +200,16 @@ void CpuOps::attention_forward(const AttentionArgs& a) {
       const int64_t b = item / a.H, h = item % a.H;
       // The score product: natively from Q's BF16 rows and K's pairs where both may (then neither
       // is widened: the forward reads K only in that product), else in FP32 from Q's rows and K
-      // transposed.
-      bool use_native = false;
+      // transposed. With the BF16 products, where V may too, P V from V's BF16 rows (V never
+      // widened).
+      bool use_native = false, use_products = false;
       if (native) {
         const bool q_ok = copy_rows16(a.qkv, 3 * C, b, h * a.D, s, s.q16.data());
         const bool k_ok = copy_rows16(a.qkv, 3 * C, b, C + h * a.D, s, s.half.data());
         use_native = q_ok && k_ok;
         if (use_native) {
           pair_columns(s.half.data(), s, s.kp.data());
+          use_products = products && copy_rows16(a.qkv, 3 * C, b, 2 * C + h * a.D, s, s.v16.data());
         } else {
           widen_rows16(s.q16.data(), s, s.q.data(), nullptr);
           widen_rows16(s.half.data(), s, s.a.data(), s.kt.data());  // K only transposed
@@ -202,14 +218,15 @@ void CpuOps::attention_forward(const AttentionArgs& a) {
         gather(a.qkv, a.type, 3 * C, b, h * a.D, s, s.q.data(), nullptr);
         gather(a.qkv, a.type, 3 * C, b, C + h * a.D, s, s.a.data(), s.kt.data());  // K only transposed
       }
-      gather(a.qkv, a.type, 3 * C, b, 2 * C + h * a.D, s, s.v.data(), nullptr);
+      if (!use_products) gather(a.qkv, a.type, 3 * C, b, 2 * C + h * a.D, s, s.v.data(), nullptr);
       AttnHead head;
       head.T = s.T, head.D = s.D, head.Dp = s.Dp, head.Tp = s.Tp, head.scale = a.scale;
       head.q = s.q.data(), head.kt = s.kt.data(), head.v = s.v.data();
       head.pair_dots = a.type == DType::BF16;
       if (use_native) head.q16 = s.q16.data(), head.kp16 = s.kp.data(), ++native_products;
+      if (use_products) head.v16 = s.v16.data(), head.pairs = s.row_pairs.data(), ++bf16_product_heads;
       head.out = s.a.data(), head.m_out = a.row_max + item * a.T, head.l_out = a.row_sum + item * a.T;
-      kern.forward(head);
+      (use_products ? kern.forward_bf16_products : kern.forward)(head);
       scatter(s.a.data(), a.out, a.type, C, b, h * a.D, s);
     }
   }
@@ -222,6 +239,7 @@ void CpuOps::attention_backward(const AttentionBackwardArgs& a) {
   const AttnKernels& kern = active_attention_kernels();
   const int64_t C = a.H * a.D, items = a.B * a.H;
   const bool native = native_bf16(kern, a.type, a.D);
+  const bool products = native && attention_bf16_products(a.type);
 #pragma omp parallel if (items > 1 && a.T * a.T * a.D >= 4096)
   {
     static thread_local HeadScratch s;
@@ -232,19 +250,23 @@ void CpuOps::attention_backward(const AttentionBackwardArgs& a) {
       // Q's, K's and dO's rows are read in FP32 (dK's, dQ's and dV's products), V's only by the dP
       // product. The score product runs natively from Q's BF16 rows and K's pairs where both may,
       // dP from dO's rows and V's pairs (then V is never widened); otherwise from K and V
-      // transposed in FP32.
-      bool qk_native = false, dv_native = false;
+      // transposed in FP32. With the BF16 products, where all four may, dQ, dK and dV from the
+      // BF16 rows of K, Q and dO (Q and K never widened; dO is, for delta).
+      bool qk_native = false, dv_native = false, use_products = false;
       if (native) {
         const bool q_ok = copy_rows16(a.qkv, 3 * C, b, h * a.D, s, s.q16.data());
-        widen_rows16(s.q16.data(), s, s.q.data(), nullptr);
-        const bool k_ok = copy_rows16(a.qkv, 3 * C, b, C + h * a.D, s, s.half.data());
-        qk_native = q_ok && k_ok;
-        widen_rows16(s.half.data(), s, s.k.data(), qk_native ? nullptr : s.kt.data());
-        if (qk_native) pair_columns(s.half.data(), s, s.kp.data());
+        const bool k_ok = copy_rows16(a.qkv, 3 * C, b, C + h * a.D, s, s.k16.data());
         const bool do_ok = copy_rows16(a.dout, C, b, h * a.D, s, s.dout16.data());
-        widen_rows16(s.dout16.data(), s, s.dout.data(), nullptr);
         const bool v_ok = copy_rows16(a.qkv, 3 * C, b, 2 * C + h * a.D, s, s.half.data());
+        qk_native = q_ok && k_ok;
         dv_native = do_ok && v_ok;
+        use_products = products && qk_native && dv_native;
+        if (!use_products) {
+          widen_rows16(s.q16.data(), s, s.q.data(), nullptr);
+          widen_rows16(s.k16.data(), s, s.k.data(), qk_native ? nullptr : s.kt.data());
+        }
+        if (qk_native) pair_columns(s.k16.data(), s, s.kp.data());
+        widen_rows16(s.dout16.data(), s, s.dout.data(), nullptr);
         if (dv_native)
           pair_columns(s.half.data(), s, s.vp.data());
         else
@@ -263,9 +285,10 @@ void CpuOps::attention_backward(const AttentionBackwardArgs& a) {
       head.pair_dots = a.type == DType::BF16;
       if (qk_native) head.q16 = s.q16.data(), head.kp16 = s.kp.data(), ++native_products;
       if (dv_native) head.dout16 = s.dout16.data(), head.vp16 = s.vp.data(), ++native_products;
+      if (use_products) head.k16 = s.k16.data(), head.pairs = s.row_pairs.data(), ++bf16_product_heads;
       head.m = a.row_max + item * a.T, head.l = a.row_sum + item * a.T, head.delta = a.delta + item * a.T;
       head.dq = s.a.data(), head.dk = s.b.data(), head.dv = s.c.data();
-      kern.backward(head);
+      (use_products ? kern.backward_bf16_products : kern.backward)(head);
       scatter(s.a.data(), a.dqkv, a.type, 3 * C, b, h * a.D, s);
       scatter(s.b.data(), a.dqkv, a.type, 3 * C, b, C + h * a.D, s);
       scatter(s.c.data(), a.dqkv, a.type, 3 * C, b, 2 * C + h * a.D, s);
