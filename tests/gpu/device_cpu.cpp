@@ -15,7 +15,10 @@ std::vector<std::string> gemm_paths() { return {"oneDNN"}; }
 void select_gemm_path(amp::Backend& /*dev*/, size_t i) { REQUIRE(i == 0); }
 
 std::vector<AttentionPath> attention_paths() {
-  return {{"BF16 products on the matmul on AMX CPUs (else the specification)", false}, {"the specification", true}};
+  return {{"BF16 with P and dS rounded: on the matmul on AMX CPUs, the kernels' BF16 products on AVX-512-BF16 ones "
+           "(else the specification)",
+           false},
+          {"the specification", true}};
 }
 
 void select_attention_path(amp::Backend& dev, size_t i) {

@@ -50,7 +50,8 @@ void select_gemm_path(amp::Backend& dev, size_t i);
 std::string gemm_path(amp::Backend& dev, const amp::GemmArgs& g);
 // The device's fused-attention paths a test can force, in order (CUDA: tensor cores where they
 // take the shape (F16/BF16, head dimension 64, cuda/attention_tc.h), then the specification's
-// chains everywhere; CPU: BF16 on the matmul on AMX CPUs, then the specification); exact: the
+// chains everywhere; CPU: BF16 on the matmul on AMX CPUs or on the kernels' BF16 products on
+// AVX-512-BF16 ones, then the specification); exact: the
 // path gives the CPU twin's bits.
 // select_attention_path makes the i-th the device's from now on.
 struct AttentionPath {
