@@ -7,7 +7,8 @@
 //                  [--precision fp32] [--threads 1] [--steps 20] [--rounds 3]
 //                  [--attention explicit|fused|exact] [--recompute none|attention|mlp|block] [--device cpu|cuda]
 // (--attention exact: the fused op on the specification's kernels, where the CPU backend would run
-// BF16 on the matmul, src/backend/cpu/ops_attention_matmul.cpp; CPU only)
+// BF16 with P and dS rounded: on the matmul, src/backend/cpu/ops_attention_matmul.cpp, or on the
+// kernels' BF16 products, attention_pairs.h; CPU only)
 // On a GPU every op and phase waits for the device before its time is read (nothing overlaps, no
 // CUDA graph): the per-op table is each kernel's own time plus a launch and a wait.
 // Each round times `steps` steps, then every bare GEMM (median of `steps`), so a ratio compares

@@ -9,7 +9,8 @@
 # shared VM's speed drifts by tens of percent between runs a minute apart).
 # Usage: scripts/bench_attention.sh [precision (fp32)] [threads (1)] [steps (5)] [repeats (1)] [fused (fused)]
 # (fused: `fused`, the op as the trainer runs it, or `exact`, the CPU's specification kernels where
-# the trainer would run BF16 on the matmul: bench_gpt_step --attention)
+# the trainer would run BF16 with P and dS rounded, on the matmul or the kernels' BF16 products:
+# bench_gpt_step --attention)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prec=${1:-fp32}
