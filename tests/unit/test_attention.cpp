@@ -397,8 +397,8 @@ TEST_CASE("attention: BF16 with P and dS rounded (the matmul on AMX, the BF16 pr
   // of columns not filling a 16-column vector).
   cpu::CpuOps ops;
   if (ops.attention_exact(DType::BF16)) {
-    WARN("SKIPPED: this CPU has neither AMX nor AVX-512-BF16 (kernels " << ops.attention_isa()
-                                                                        << "); BF16 attention runs the specification's kernels");
+    WARN("SKIPPED: this CPU has neither AMX nor AVX-512-BF16 (kernels "
+         << ops.attention_isa() << "); BF16 attention runs the specification's kernels");
     return;
   }
   const bool matmul = ops.attention_on_matmul(DType::BF16);
@@ -444,8 +444,8 @@ TEST_CASE("attention: the BF16 products run per head where its inputs allow them
   // could not tell the paths apart otherwise).
   cpu::CpuOps ops;
   if (!ops.attention_bf16_products(DType::BF16)) {
-    WARN("SKIPPED: BF16 attention runs no BF16 products on this CPU (kernels " << ops.attention_isa()
-                                                                               << (ops.attention_on_matmul(DType::BF16) ? ", the matmul on AMX" : "") << ")");
+    const char* matmul = ops.attention_on_matmul(DType::BF16) ? ", the matmul on AMX" : "";
+    WARN("SKIPPED: BF16 attention runs no BF16 products on this CPU (kernels " << ops.attention_isa() << matmul << ")");
     return;
   }
   const int64_t B = 2, T = 75, H = 3, D = 32, C = H * D, tiny_b = 1, tiny_h = 2;

@@ -20,7 +20,7 @@
 // weights paired along a column (for dK and dV, over queries) are packed [row pair][column].
 //
 // No includes: attention_tiles.h includes this file where it is itself included (an anonymous
-// namespace compiled for one ISA).
+// namespace compiled for one ISA), after defining AMP_TILE_LOOP.
 
 template <class V>
 struct AttnPairs {
@@ -48,7 +48,8 @@ struct AttnPairs {
     for (int r = 0; r < rows; ++r)
       for (int c = 0; c < kc; c += W) {
         const int keep = r < nr ? n[r] - c : 0;
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&w16[r][c]), V::round16(V::first_lanes(V::load(&w[r][c]), keep)));
+        const __m256i rounded = V::round16(V::first_lanes(V::load(&w[r][c]), keep));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&w16[r][c]), rounded);
       }
   }
 
@@ -73,9 +74,8 @@ struct AttnPairs {
   // pairs t < np of row r's weights w16[r] (over keys) against pairs [t][Dp] (rows of the keys).
   // Every one of the R rows' weights must be set (round_rows: +0 past a row's keys).
   template <int R, int G>
-  __attribute__((noinline)) static void rows_block(float* acc, int64_t ld_acc, int nr, const float* mul,
-                                                   const uint16_t (*w16)[KT], int np, const uint32_t* pairs,
-                                                   int64_t Dp, int64_t k) {
+  AMP_TILE_LOOP static void rows_block(float* acc, int64_t ld_acc, int nr, const float* mul, const uint16_t (*w16)[KT],
+                                       int np, const uint32_t* pairs, int64_t Dp, int64_t k) {
     Vec a[R][G];
     for (int r = 0; r < R; ++r)
       for (int g = 0; g < G; ++g) {
@@ -106,8 +106,8 @@ struct AttnPairs {
   // dst rows c .. c + X - 1 (keys; stride Dp, columns k .. k + G*W) over row pairs t0 .. t1 - 1 of
   // the block: wq[t][c + x] against pairs [t][Dp] (the block's rows paired).
   template <int X, int G>
-  __attribute__((noinline)) static void columns_block(float* dst, int64_t Dp, int64_t k, const uint32_t (*wq)[KT], int c,
-                                                      int t0, int t1, const uint32_t* pairs) {
+  AMP_TILE_LOOP static void columns_block(float* dst, int64_t Dp, int64_t k, const uint32_t (*wq)[KT], int c, int t0,
+                                          int t1, const uint32_t* pairs) {
     Vec a[X][G];
     for (int x = 0; x < X; ++x)
       for (int g = 0; g < G; ++g) a[x][g] = V::load(dst + x * Dp + k + g * W);

@@ -81,7 +81,7 @@ class CpuOps final : public ComputeOps {
 
   // Whether oneDNN multiplies BF16 operands natively on this CPU (else they are widened to FP32).
   bool bf16_native() const { return bf16_native_; }
-  // The instruction set of the fused attention's kernels ("avx512", "avx2" or "scalar").
+  // The instruction set of the fused attention's kernels ("avx512bf16", "avx512", "avx2" or "scalar").
   const char* attention_isa() const;
   // The fused attention's paths, unless set_exact_attention(true): BF16 runs its products on
   // oneDNN's BF16 matmul where that runs on AMX (ops_attention_matmul.cpp), else on the kernels'
@@ -90,7 +90,7 @@ class CpuOps final : public ComputeOps {
   // the specification's kernels.
   void set_exact_attention(bool on) { exact_attention_ = on; }
   bool attention_on_matmul(DType type) const;
-  bool attention_bf16_products(DType type) const;  // (heads with inputs bf16_dots_allowed refuses: exact)
+  bool attention_bf16_products(DType type) const;  // a head whose inputs bf16_dots_allowed refuses: exact
   // Whether attention of this type computes the specification's bits (neither path above).
   bool attention_exact(DType type) const { return !attention_on_matmul(type) && !attention_bf16_products(type); }
   // How gemm() runs these arguments: oneDNN's implementation name, followed by " (direct)" when it
