@@ -60,11 +60,10 @@
 //
 // Memory per call: forward writes out and 2 floats per (b, h, i); backward needs delta (1 float per
 // (b, h, i)); the CPU twin's per-thread scratch is about 8 * T * D floats (the head's Q, K, V, dO
-// widened to FP32 and dQ's accumulator; for native BF16 products and the BF16 products about
-// 5 * T * D floats more: the head's BF16 rows, pairs and row pairs; the BF16 matmul path's about 5.5 * T * D floats and
+// widened to FP32 and dQ's accumulator; with native BF16 products about 5 * T * D floats more:
+// the head's BF16 rows, pairs and row pairs; the BF16 matmul path's about 5.5 * T * D floats and
 // 3 * 64 * T: the head's BF16 rows, dK's and dV's sums, a query tile's scores and dP (FP32) and
-// P and dS (BF16)),
-// the CUDA twin's none (its kernels tile through shared memory).
+// P and dS (BF16)), the CUDA twin's none (its kernels tile through shared memory).
 #pragma once
 
 #include <cstdint>

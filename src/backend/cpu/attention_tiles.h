@@ -436,13 +436,15 @@ struct AttnTiles {
           const int kc = extent(n[r]);
           const Vec vm = V::set1(h.m[i]), vl = V::set1(h.l[i]);
           // s - m <= 0 or NaN for the keys up to the query (the forward's maximum of the same
-          // scores' bits); the later columns are zeroed below.
+          // scores' bits); the later columns are zeroed below (the BF16 products mask them instead,
+          // rounding P and dS).
           for (int c = 0; c < kc; c += W)
             V::store(&p[r][c], V::div(V::exp_nonpositive(V::sub(V::load(&p[r][c]), vm)), vl));
           const Vec vdelta = V::set1(h.delta[i]);
           for (int c = 0; c < kc; c += W)  // softmax_ds: (scale * P) * (dP - delta)
             V::store(&ds[r][c], V::mul(V::mul(vscale, V::load(&p[r][c])), V::sub(V::load(&ds[r][c]), vdelta)));
-          for (int c = n[r]; c < kc; ++c) p[r][c] = 0.0f, ds[r][c] = 0.0f;
+          if constexpr (!kPairs)
+            for (int c = n[r]; c < kc; ++c) p[r][c] = 0.0f, ds[r][c] = 0.0f;
         }
         int r_start[KT];
         for (int c = 0; c < nk; ++c) r_start[c] = int(j0 + c - i0 > 0 ? j0 + c - i0 : 0);
