@@ -1288,78 +1288,102 @@ TEST_CASE("tops softmax_xent: the specification's bits at any thread count, with
   }
 }
 
-// LayerNorm forward and backward (FP32, accumulating and not) against transformer_args.h's
-// specification computed here in scalar code: the kernels' vector path must give its bits.
-TEST_CASE("tops layernorm: the kernels' vector path gives the scalar specification's bits", "[tops]") {
+// LayerNorm forward and backward (FP32 and BF16, accumulating and not) against
+// transformer_args.h's specification computed here in scalar code: the kernels' vector path must
+// give its bits. BF16 data is widened, the FP32 specification applied, each result rounded once
+// (the BF16 row kernels of row_kernels.h where the CPU has them, else conversions around the FP32
+// path: the test says which ran).
+TEST_CASE("tops layernorm: the kernels' vector path gives the scalar specification's bits, FP32 and BF16", "[tops]") {
   cpu::CpuOps ops;
+  WARN("layernorm BF16 rows: " << (cpu::active_row_kernels().layernorm_forward_bf16
+                                       ? std::string(cpu::active_row_kernels().isa) + " row kernels"
+                                       : std::string("converted to FP32 rows")));
   Rng rng(93);
-  for (int64_t C : {1, 7, 8, 31, 32, 33, 64, 100, 128, 257}) {
-    // 37 rows: the backward's one pass over the 16 row lanes; 5 (fewer than the lanes): two passes;
-    // 1100 (C = 33, 100): three segments of row_sum's order, the last one short.
-    const int64_t rows = C == 33 || C == 100 ? 1100 : C % 2 ? 37 : 5;
-    INFO("C " << C << " rows " << rows);
-    std::vector<float> x(static_cast<size_t>(rows * C)), dy(x.size()), gamma(static_cast<size_t>(C)), beta(gamma.size());
-    for (auto& v : x) v = float(1.5 + 3.0 * rng.normal());
-    for (auto& v : dy) v = float(rng.normal());
-    for (auto& v : gamma) v = float(1.0 + 0.3 * rng.normal());
-    for (auto& v : beta) v = float(0.2 * rng.normal());
-    std::vector<float> y(x.size()), mean(static_cast<size_t>(rows)), rstd(mean.size());
-    LayerNormArgs f;
-    f.rows = rows, f.C = C, f.type = DType::F32, f.x = x.data(), f.gamma = gamma.data(), f.beta = beta.data();
-    f.y = y.data(), f.mean = mean.data(), f.rstd = rstd.data();
-    ops.layernorm_forward(f);
-    for (bool acc : {false, true}) {
-      std::vector<float> dx(x.size()), dg(gamma.size()), db(gamma.size());
-      for (auto& v : dx) v = float(rng.normal());
-      for (auto& v : dg) v = float(rng.normal());
-      for (auto& v : db) v = float(rng.normal());
-      const std::vector<float> dx0 = dx, dg0 = dg, db0 = db;
-      LayerNormBackwardArgs b;
-      b.rows = rows, b.C = C, b.type = DType::F32, b.x = x.data(), b.dy = dy.data(), b.gamma = gamma.data();
-      b.mean = mean.data(), b.rstd = rstd.data(), b.dx = dx.data(), b.accumulate_dx = acc;
-      b.dgamma = dg.data(), b.dbeta = db.data(), b.accumulate_dparams = acc;
-      ops.layernorm_backward(b);
-      size_t wrong = 0;
-      std::ostringstream first;
-      auto expect = [&](const char* what, int64_t r, int64_t j, float got, float want) {
-        if (f32_bits(got) != f32_bits(want) && wrong++ == 0)
-          first << what << " row " << r << " col " << j << ": " << got << " vs " << want;
+  for (const DType t : {DType::F32, DType::BF16})
+    for (int64_t C : {1, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 128, 257, 384}) {
+      // 37 rows: the backward's one pass over the 16 row lanes; 5 (fewer than the lanes): two passes;
+      // 1100 (C = 33, 100): three segments of row_sum's order, the last one short.
+      const int64_t rows = C == 33 || C == 100 ? 1100 : C % 2 ? 37 : 5;
+      INFO(dtype_name(t) << " C " << C << " rows " << rows);
+      // v as the type holds it (FP32: v itself), and as an array of the type
+      const auto in_type = [t](float v) { return t == DType::F32 ? v : bf16_bits_to_float(float_to_bf16_bits(v)); };
+      const auto typed = [t](const std::vector<float>& v) {
+        Raw r(t, v.size());
+        for (size_t i = 0; i < v.size(); ++i) r.set(i, v[i]);
+        return r;
       };
-      std::vector<float> prods(x.size());  // n_rj * dy_rj, dgamma's terms
-      for (int64_t r = 0; r < rows; ++r) {
-        std::vector<float> xr(x.begin() + r * C, x.begin() + (r + 1) * C), d2(gamma.size());
-        const float m = spec_lane(xr, C, 0.0f, false) / float(C);
-        for (int64_t j = 0; j < C; ++j) {
-          const float d = xr[size_t(j)] - m;
-          d2[size_t(j)] = d * d;
+      const auto values = [](const Raw& r) {
+        std::vector<float> v(r.size());
+        for (size_t i = 0; i < v.size(); ++i) v[i] = r.get(i);
+        return v;
+      };
+      auto random = [&](size_t n, double mean, double sd) {
+        std::vector<float> v(n);
+        for (auto& e : v) e = in_type(float(mean + sd * rng.normal()));
+        return v;
+      };
+      const std::vector<float> x = random(size_t(rows * C), 1.5, 3.0), dy = random(x.size(), 0.0, 1.0),
+                               gamma = random(size_t(C), 1.0, 0.3), beta = random(size_t(C), 0.0, 0.2);
+      const Raw xt = typed(x), dyt = typed(dy), gt = typed(gamma), bt = typed(beta);
+      Raw yt(t, x.size());
+      std::vector<float> mean(static_cast<size_t>(rows)), rstd(mean.size());
+      LayerNormArgs f;
+      f.rows = rows, f.C = C, f.type = t, f.x = xt.data(), f.gamma = gt.data(), f.beta = bt.data();
+      f.y = yt.data(), f.mean = mean.data(), f.rstd = rstd.data();
+      ops.layernorm_forward(f);
+      const std::vector<float> y = values(yt);
+      for (bool acc : {false, true}) {
+        const std::vector<float> dx0 = random(x.size(), 0.0, 1.0), dg0 = random(gamma.size(), 0.0, 1.0),
+                                 db0 = random(gamma.size(), 0.0, 1.0);
+        Raw dxt = typed(dx0), dgt = typed(dg0), dbt = typed(db0);
+        LayerNormBackwardArgs b;
+        b.rows = rows, b.C = C, b.type = t, b.x = xt.data(), b.dy = dyt.data(), b.gamma = gt.data();
+        b.mean = mean.data(), b.rstd = rstd.data(), b.dx = dxt.data(), b.accumulate_dx = acc;
+        b.dgamma = dgt.data(), b.dbeta = dbt.data(), b.accumulate_dparams = acc;
+        ops.layernorm_backward(b);
+        const std::vector<float> dx = values(dxt), dg = values(dgt), db = values(dbt);
+        size_t wrong = 0;
+        std::ostringstream first;
+        auto expect = [&](const char* what, int64_t r, int64_t j, float got, float want) {
+          if (f32_bits(got) != f32_bits(want) && wrong++ == 0)
+            first << what << " row " << r << " col " << j << ": " << got << " vs " << want;
+        };
+        std::vector<float> prods(x.size());  // n_rj * dy_rj, dgamma's terms
+        for (int64_t r = 0; r < rows; ++r) {
+          std::vector<float> xr(x.begin() + r * C, x.begin() + (r + 1) * C), d2(gamma.size());
+          const float m = spec_lane(xr, C, 0.0f, false) / float(C);
+          for (int64_t j = 0; j < C; ++j) {
+            const float d = xr[size_t(j)] - m;
+            d2[size_t(j)] = d * d;
+          }
+          const float var = spec_lane(d2, C, 0.0f, false) / float(C);
+          const float rs = tmath::ln_rstd(var, kLayerNormEps);
+          if (!acc) expect("mean", r, 0, mean[size_t(r)], m), expect("rstd", r, 0, rstd[size_t(r)], rs);
+          std::vector<float> n(gamma.size()), dn(gamma.size()), dnn(gamma.size());
+          for (int64_t j = 0; j < C; ++j) {
+            n[size_t(j)] = tmath::ln_norm(xr[size_t(j)], m, rs);
+            if (!acc)
+              expect("y", r, j, y[size_t(r * C + j)], in_type(tmath::ln_out(n[size_t(j)], gamma[size_t(j)], beta[size_t(j)])));
+            dn[size_t(j)] = gamma[size_t(j)] * dy[size_t(r * C + j)];
+            dnn[size_t(j)] = dn[size_t(j)] * n[size_t(j)];
+            prods[size_t(r * C + j)] = n[size_t(j)] * dy[size_t(r * C + j)];
+          }
+          const float a = spec_lane(dn, C, 0.0f, false) / float(C), bb = spec_lane(dnn, C, 0.0f, false) / float(C);
+          for (int64_t j = 0; j < C; ++j) {
+            const float v = tmath::ln_dx(dn[size_t(j)], a, n[size_t(j)], bb, rs);
+            expect("dx", r, j, dx[size_t(r * C + j)], in_type(acc ? dx0[size_t(r * C + j)] + v : v));
+          }
         }
-        const float var = spec_lane(d2, C, 0.0f, false) / float(C);
-        const float rs = tmath::ln_rstd(var, kLayerNormEps);
-        if (!acc) expect("mean", r, 0, mean[size_t(r)], m), expect("rstd", r, 0, rstd[size_t(r)], rs);
-        std::vector<float> n(gamma.size()), dn(gamma.size()), dnn(gamma.size());
         for (int64_t j = 0; j < C; ++j) {
-          n[size_t(j)] = tmath::ln_norm(xr[size_t(j)], m, rs);
-          if (!acc) expect("y", r, j, y[size_t(r * C + j)], tmath::ln_out(n[size_t(j)], gamma[size_t(j)], beta[size_t(j)]));
-          dn[size_t(j)] = gamma[size_t(j)] * dy[size_t(r * C + j)];
-          dnn[size_t(j)] = dn[size_t(j)] * n[size_t(j)];
-          prods[size_t(r * C + j)] = n[size_t(j)] * dy[size_t(r * C + j)];
+          const float g = ops_ref::row_sum_order(rows, [&](int64_t r) { return prods[size_t(r * C + j)]; });
+          const float bs = ops_ref::row_sum_order(rows, [&](int64_t r) { return dy[size_t(r * C + j)]; });
+          expect("dgamma", -1, j, dg[size_t(j)], in_type(acc ? dg0[size_t(j)] + g : g));
+          expect("dbeta", -1, j, db[size_t(j)], in_type(acc ? db0[size_t(j)] + bs : bs));
         }
-        const float a = spec_lane(dn, C, 0.0f, false) / float(C), bb = spec_lane(dnn, C, 0.0f, false) / float(C);
-        for (int64_t j = 0; j < C; ++j) {
-          const float v = tmath::ln_dx(dn[size_t(j)], a, n[size_t(j)], bb, rs);
-          expect("dx", r, j, dx[size_t(r * C + j)], acc ? dx0[size_t(r * C + j)] + v : v);
-        }
+        INFO("accumulate " << acc << ": " << first.str());
+        CHECK(wrong == 0);
       }
-      for (int64_t j = 0; j < C; ++j) {
-        const float g = ops_ref::row_sum_order(rows, [&](int64_t r) { return prods[size_t(r * C + j)]; });
-        const float bs = ops_ref::row_sum_order(rows, [&](int64_t r) { return dy[size_t(r * C + j)]; });
-        expect("dgamma", -1, j, dg[size_t(j)], acc ? dg0[size_t(j)] + g : g);
-        expect("dbeta", -1, j, db[size_t(j)], acc ? db0[size_t(j)] + bs : bs);
-      }
-      INFO("accumulate " << acc << ": " << first.str());
-      CHECK(wrong == 0);
     }
-  }
 }
 
 // ---------------------------------------------------------------- embedding

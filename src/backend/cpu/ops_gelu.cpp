@@ -21,7 +21,9 @@ using namespace trows;
 // type and of gelu'(x) in FP32 for every bit pattern of x (those kernels on the widened patterns).
 // The forward is then one load per element, the backward one load and one product (dy widened,
 // times gelu'(x), rounded once): the bits of widening, the FP32 kernels and rounding, at 1.6-1.8x
-// their speed (docs/benchmarks.md). Every pattern of both types is checked against the scalar
+// their speed (docs/benchmarks.md). For BF16 where the CPU has AVX-512F the backward is one pass
+// (a gather of gelu'(x), 1.5x the chunked loop below); the forward stays a scalar loop (the same
+// gather was 1.1-1.5x slower than it on the AMD EPYC of docs/benchmarks.md). Every pattern of both types is checked against the scalar
 // specification by tests/unit/test_ops_transformer.cpp.
 
 namespace {
@@ -105,7 +107,13 @@ void CpuOps::gelu_tanh_backward(const GeluBackwardArgs& a) {
     const auto* x = static_cast<const uint16_t*>(a.x);
     const auto* dy = static_cast<const uint16_t*>(a.dy);
     auto* dx = static_cast<uint16_t*>(a.dx);
-    for_blocks(a.n, [&](int64_t off, int64_t len) { backward_16(t, a.type, x + off, dy + off, dx + off, len); });
+    const auto bf16 = a.type == DType::BF16 ? active_row_kernels().gelu_backward_bf16_table : nullptr;
+    for_blocks(a.n, [&](int64_t off, int64_t len) {
+      if (bf16)  // the same product and rounding in one pass (row_kernels.h)
+        bf16(t.grad.data(), x + off, dy + off, dx + off, len);
+      else
+        backward_16(t, a.type, x + off, dy + off, dx + off, len);
+    });
     return;
   }
   const RowKernels& kern = active_row_kernels();  // FP32: dx may be dy or x

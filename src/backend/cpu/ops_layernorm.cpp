@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include "backend/cpu/row_kernels.h"
 #include "backend/cpu/row_sum_order.h"
 #include "backend/cpu/transformer_rows.h"
 #include "core/aligned_vector.h"
@@ -25,6 +26,8 @@ void CpuOps::layernorm_forward(const LayerNormArgs& a) {
   const aligned_vector<float> gamma = to_floats(a.gamma, a.type, C), beta = to_floats(a.beta, a.type, C);
   const float c_den = float(C);
   const int64_t es = int64_t(dtype_size(a.type));
+  const RowKernels& kern = active_row_kernels();
+  const bool bf16_rows = a.type == DType::BF16 && kern.layernorm_forward_bf16;
 #pragma omp parallel if (a.rows * C >= kParallelMin && a.rows > 1)
   {
     // The elementwise loops below vectorize (no contraction in this file: each lane rounds as the
@@ -35,6 +38,13 @@ void CpuOps::layernorm_forward(const LayerNormArgs& a) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < a.rows; ++r) {
       if (r + 1 < a.rows) prefetch_row(at(a.x, a.type, (r + 1) * C), C * es);  // the next row (prefetch.h)
+      if (bf16_rows) {  // the same bits from the 16-bit row (row_kernels.h)
+        float st[2];
+        kern.layernorm_forward_bf16(static_cast<const uint16_t*>(a.x) + r * C, g, be, a.eps,
+                                    static_cast<uint16_t*>(a.y) + r * C, C, st);
+        if (a.mean) a.mean[r] = st[0], a.rstd[r] = st[1];
+        continue;
+      }
       const float* x = row_in(a.x, a.type, r * C, C, v.data());
       const float mean = lanes_sum(x, C) / c_den;
       float* d2 = sq.data();
@@ -57,15 +67,33 @@ void CpuOps::layernorm_forward(const LayerNormArgs& a) {
 
 namespace {
 
-// One thread's rows of the layer norm backward: dx of row r (transformer_args.h), leaving the
-// row's normalized values n and dy as floats for the dgamma/dbeta partials. As the forward:
-// vectorizing elementwise loops, row_sum's lanes; FP32 dx in place.
+// One thread's rows of the layer norm backward: row(r, ag, ab) gives dx of row r
+// (transformer_args.h) and, where ag is not null, adds the row's dgamma/dbeta terms to those
+// partials. BF16 rows through the row kernels where the CPU has them (row_kernels.h); otherwise as
+// the forward: vectorizing elementwise loops on FP32 rows, row_sum's lanes; FP32 dx in place.
 class LnBackwardRows {
  public:
   LnBackwardRows(const LayerNormBackwardArgs& a, const float* gamma)
-      : a_(a), g_(gamma), c_(size_t(a.C)), xin_(c_), dyin_(c_), n_(c_), dn_(c_), prod_(c_), out_(c_),
-        old_(a.accumulate_dx ? c_ : 0) {}
+      : a_(a), g_(gamma), c_(size_t(a.C)),
+        bf16_(a.type == DType::BF16 && active_row_kernels().layernorm_backward_bf16
+                  ? active_row_kernels().layernorm_backward_bf16
+                  : nullptr),
+        xin_(bf16_ ? 0 : c_), dyin_(xin_.size()), n_(xin_.size()), dn_(xin_.size()), prod_(xin_.size()),
+        out_(xin_.size()), old_(a.accumulate_dx ? xin_.size() : 0) {}
 
+  void row(int64_t r, float* ag, float* ab) {
+    if (bf16_) {
+      prefetch_next(r + 1);
+      const int64_t off = r * a_.C;
+      bf16_(static_cast<const uint16_t*>(a_.x) + off, static_cast<const uint16_t*>(a_.dy) + off, g_, a_.mean[r],
+            a_.rstd[r], static_cast<uint16_t*>(a_.dx) + off, a_.accumulate_dx, ag, ab, a_.C);
+      return;
+    }
+    dx(r);
+    if (ag) add_param_terms(ag, ab);
+  }
+
+ private:
   void dx(int64_t r) {
     const int64_t C = a_.C;
     const float c_den = float(C);
@@ -116,10 +144,10 @@ class LnBackwardRows {
     }
   }
 
- private:
   const LayerNormBackwardArgs& a_;
   const float* g_;
   size_t c_;
+  decltype(RowKernels::layernorm_backward_bf16) bf16_;
   aligned_vector<float> xin_, dyin_, n_, dn_, prod_, out_, old_;
   const float* dy_ = nullptr;
 };
@@ -155,8 +183,7 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs& a) {
 #pragma omp for schedule(static)
       for (int64_t seg = 0; seg < segments; ++seg)
         for (int64_t r = seg * kRowSumSegment; r < std::min(rows, (seg + 1) * kRowSumSegment); ++r) {
-          rb.dx(r);
-          rb.add_param_terms(row_sum_lane(pg.data(), r, C), row_sum_lane(pb.data(), r, C));
+          rb.row(r, row_sum_lane(pg.data(), r, C), row_sum_lane(pb.data(), r, C));
         }
     }
   } else if (rows >= L && L % threads == 0) {
@@ -170,8 +197,7 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs& a) {
       const int64_t l0 = L * t / nt, l1 = L * (t + 1) / nt;
       for (int64_t base = 0; base < rows; base += L)
         for (int64_t lane = l0; lane < l1 && base + lane < rows; ++lane) {
-          rb.dx(base + lane);
-          rb.add_param_terms(row_sum_lane(pg.data(), base + lane, C), row_sum_lane(pb.data(), base + lane, C));
+          rb.row(base + lane, row_sum_lane(pg.data(), base + lane, C), row_sum_lane(pb.data(), base + lane, C));
         }
     }
   } else if (rows > 0) {
@@ -199,7 +225,7 @@ void CpuOps::layernorm_backward(const LayerNormBackwardArgs& a) {
     {
       LnBackwardRows rb(a, gamma.data());
 #pragma omp for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) rb.dx(r);
+      for (int64_t r = 0; r < rows; ++r) rb.row(r, nullptr, nullptr);
     }
   }
   aligned_vector<float> sg(static_cast<size_t>(C)), sb(static_cast<size_t>(C));

@@ -104,12 +104,13 @@ const std::vector<RowKernels>& available_row_kernels() {
   static const std::vector<RowKernels> ks = [] {
     std::vector<RowKernels> v{
         {"scalar", gelu_forward_scalar, gelu_backward_scalar, softmax_forward_scalar, softmax_backward_scalar,
-         exp_nonpositive_scalar, nullptr, nullptr, nullptr}};
+         exp_nonpositive_scalar, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}};
 #if defined(__AVX2__)
     // __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512 register state.
     if (__builtin_cpu_supports("avx2")) {
       v.push_back({"avx2", gelu_forward_avx2, gelu_backward_avx2, softmax_forward_avx2,
-                   softmax_backward_avx2, exp_nonpositive_avx2, nullptr, nullptr, nullptr});
+                   softmax_backward_avx2, exp_nonpositive_avx2, nullptr, nullptr, nullptr, nullptr, nullptr,
+                   nullptr});
       if (__builtin_cpu_supports("avx512f")) v.push_back(row_kernels_avx512());
     }
 #endif

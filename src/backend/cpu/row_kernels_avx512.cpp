@@ -189,17 +189,85 @@ void softmax_probs_bf16(const float* s, float scale, float m, float sum, uint16_
   });
 }
 
+// A BF16 row of n elements read 16 at a time as floats, at j = 0, 16, ...: the last partial vector
+// from a zero-padded copy taken at construction (masked 16-bit loads need AVX-512BW), so the row
+// may be overwritten chunk by chunk once each chunk is read.
+class Bf16Row {
+ public:
+  Bf16Row(const uint16_t* p, int64_t n) : p_(p), full_(n / 16 * 16) {
+    if (full_ < n) std::memcpy(pad_, p + full_, size_t(n - full_) * 2);
+  }
+  __m512 operator()(int64_t j) const { return load_bf16(j < full_ ? p_ + j : pad_); }
+
+ private:
+  const uint16_t* p_;
+  int64_t full_;
+  alignas(32) uint16_t pad_[16] = {};
+};
+
 void softmax_backward_bf16(const uint16_t* p16, const float* dp, float scale, uint16_t* ds16, int64_t n) {
-  // p16's last partial vector widened from a zero-padded copy (masked 16-bit loads need AVX-512BW)
-  alignas(32) uint16_t pad[16] = {};
-  const int64_t full = n / 16 * 16;
-  if (full < n) std::memcpy(pad, p16 + full, size_t(n - full) * 2);
-  auto p = [&](int64_t j) { return load_bf16(j < full ? p16 + j : pad); };
+  const Bf16Row p(p16, n);
   const __m512 vdot = _mm512_set1_ps(reduce32(
       n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dp + j), p(j)); }, add16));
   const __m512 vscale = _mm512_set1_ps(scale);
   each16_to_bf16(ds16, n, [&](int64_t j, __mmask16 m) {  // tmath::softmax_ds: scale * p * (dp - dot)
     return _mm512_mul_ps(_mm512_mul_ps(vscale, p(j)), _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dp + j), vdot));
+  });
+}
+
+// layernorm_forward's row (ops_layernorm.cpp, transformer_args.h) on the widened BF16 row: mean =
+// lanes_sum(x) / n, var = lanes_sum((x - mean)^2) / n, rstd = ln_rstd(var, eps), y =
+// ln_out(ln_norm(x, mean, rstd), gamma, beta) rounded. Three passes over the row in L1.
+void layernorm_forward_bf16(const uint16_t* x16, const float* gamma, const float* beta, float eps, uint16_t* y,
+                            int64_t n, float* stats) {
+  const Bf16Row x(x16, n);
+  const float mean = reduce32(n, 0.0f, [&](int64_t j, __mmask16) { return x(j); }, add16) / float(n);
+  const __m512 vmean = _mm512_set1_ps(mean);
+  const float var = reduce32(n, 0.0f, [&](int64_t j, __mmask16) {
+                      const __m512 d = _mm512_sub_ps(x(j), vmean);
+                      return _mm512_mul_ps(d, d);
+                    }, add16) / float(n);
+  const float rstd = tmath::ln_rstd(var, eps);
+  const __m512 vrstd = _mm512_set1_ps(rstd);
+  each16_to_bf16(y, n, [&](int64_t j, __mmask16 m) {  // ln_out(ln_norm(x)): (x - mean) * rstd * gamma + beta
+    const __m512 nrm = _mm512_mul_ps(_mm512_sub_ps(x(j), vmean), vrstd);
+    return _mm512_add_ps(_mm512_mul_ps(nrm, _mm512_maskz_loadu_ps(m, gamma + j)), _mm512_maskz_loadu_ps(m, beta + j));
+  });
+  stats[0] = mean;
+  stats[1] = rstd;
+}
+
+// layernorm_backward's row: n = ln_norm(x), dn = gamma * dy, a = lanes_sum(dn) / C, b = lanes_sum(dn
+// * n) / C, dx = [dx_old +] ln_dx(dn, a, n, b, rstd) rounded; the dgamma/dbeta terms in the last
+// pass. n and dn are recomputed in each pass from the row in L1 instead of stored.
+void layernorm_backward_bf16(const uint16_t* x16, const uint16_t* dy16, const float* gamma, float mean, float rstd,
+                             uint16_t* dx, bool accumulate_dx, float* ag, float* ab, int64_t n) {
+  const Bf16Row x(x16, n), dy(dy16, n);
+  const __m512 vmean = _mm512_set1_ps(mean), vrstd = _mm512_set1_ps(rstd);
+  auto norm = [&](int64_t j) { return _mm512_mul_ps(_mm512_sub_ps(x(j), vmean), vrstd); };
+  auto dnorm = [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, gamma + j), dy(j)); };
+  const __m512 va = _mm512_set1_ps(reduce32(n, 0.0f, dnorm, add16) / float(n));
+  const __m512 vb = _mm512_set1_ps(
+      reduce32(n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(dnorm(j, m), norm(j)); }, add16) /
+      float(n));
+  const Bf16Row old(accumulate_dx ? dx : dy16, accumulate_dx ? n : 0);  // read before dx's chunk is written
+  each16_to_bf16(dx, n, [&](int64_t j, __mmask16 m) {
+    const __m512 nj = norm(j), dyj = dy(j), dn = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, gamma + j), dyj);
+    const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_sub_ps(dn, va), _mm512_mul_ps(nj, vb)), vrstd);
+    if (ag) {
+      _mm512_mask_storeu_ps(ag + j, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, ag + j), _mm512_mul_ps(nj, dyj)));
+      _mm512_mask_storeu_ps(ab + j, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, ab + j), dyj));
+    }
+    return accumulate_dx ? _mm512_add_ps(old(j), d) : d;
+  });
+}
+
+// dx[i] = round(widen(dy[i]) * grad[x[i]]) (ops_gelu.cpp's backward_16 product and rounding).
+void gelu_backward_bf16_table(const float* grad, const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n) {
+  const Bf16Row d(dy, n), xs(x, n);  // xs: x's last partial vector
+  each16_to_bf16(dx, n, [&](int64_t j, __mmask16) {
+    const __m512i idx = _mm512_srli_epi32(_mm512_castps_si512(xs(j)), 16);  // the 16-bit patterns again
+    return _mm512_mul_ps(d(j), _mm512_i32gather_ps(idx, grad, 4));
   });
 }
 
@@ -211,7 +279,8 @@ void exp_nonpositive(const float* x, float* y, int64_t n) {
 
 const RowKernels& row_kernels_avx512() {
   static const RowKernels k{"avx512", gelu_forward, gelu_backward, softmax_forward, softmax_backward, exp_nonpositive,
-                            softmax_forward_bf16, softmax_probs_bf16, softmax_backward_bf16};
+                            softmax_forward_bf16, softmax_probs_bf16, softmax_backward_bf16,
+                            layernorm_forward_bf16, layernorm_backward_bf16, gelu_backward_bf16_table};
   return k;
 }
 
