@@ -162,9 +162,10 @@ void convert_parallel(const void* src, DType src_type, void* dst, DType dst_type
 }
 
 namespace {
-// Portable path: widen chunks with the active converters, add, round back.
+// Portable path: widen chunks with the active converters, add, round back (out may be a or b:
+// each chunk is read whole before it is written).
 template <bool kBf16>
-void add16_portable(const uint16_t* a, uint16_t* b, size_t n) {
+void add16_portable(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n) {
   constexpr size_t kChunk = 256;
   alignas(64) float fa[kChunk], fb[kChunk];
   for (size_t off = 0; off < n; off += kChunk) {
@@ -172,11 +173,11 @@ void add16_portable(const uint16_t* a, uint16_t* b, size_t n) {
     (kBf16 ? bf16_to_f32 : f16_to_f32)(a + off, fa, len);
     (kBf16 ? bf16_to_f32 : f16_to_f32)(b + off, fb, len);
     for (size_t i = 0; i < len; ++i) fb[i] = fa[i] + fb[i];
-    (kBf16 ? f32_to_bf16 : f32_to_f16)(fb, b + off, len);
+    (kBf16 ? f32_to_bf16 : f32_to_f16)(fb, out + off, len);
   }
 }
 
-using AddFn = void (*)(const uint16_t*, uint16_t*, size_t);
+using AddFn = void (*)(const uint16_t*, const uint16_t*, uint16_t*, size_t);
 AddFn pick_add(bool bf16) {
 #if AMP_CONVERT_X86
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
@@ -189,14 +190,14 @@ AddFn pick_add(bool bf16) {
 }
 }  // namespace
 
-void f16_add(const uint16_t* a, uint16_t* b, size_t n) {
+void f16_sum(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n) {
   static const AddFn fn = pick_add(false);
-  fn(a, b, n);
+  fn(a, b, out, n);
 }
 
-void bf16_add(const uint16_t* a, uint16_t* b, size_t n) {
+void bf16_sum(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n) {
   static const AddFn fn = pick_add(true);
-  fn(a, b, n);
+  fn(a, b, out, n);
 }
 
 }  // namespace amp

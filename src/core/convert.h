@@ -30,11 +30,14 @@ void convert_parallel(const void* src, DType src_type, void* dst, DType dst_type
 // by the addition.
 void widen_add(const void* src, DType src_type, float* acc, size_t n);
 
-// b[i] = round(float(a[i]) + float(b[i])) for 16-bit a, b: the combining step of a 16-bit sum
-// (FP32 arithmetic, one rounding), as the all-reduce's user-defined MPI ops use it. Bit-identical
-// to the scalar conversions of core/half.h around a float addition.
-void f16_add(const uint16_t* a, uint16_t* b, size_t n);
-void bf16_add(const uint16_t* a, uint16_t* b, size_t n);
+// out[i] = round(float(a[i]) + float(b[i])) for 16-bit a, b (out may be a or b): the combining step
+// of a 16-bit sum (FP32 arithmetic, one rounding) as the all-reduce's user-defined MPI ops use it
+// (f16_add, bf16_add: b += a), and the CPU add op's 16-bit sums. Bit-identical to the scalar
+// conversions of core/half.h around a float addition.
+void f16_sum(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n);
+void bf16_sum(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n);
+inline void f16_add(const uint16_t* a, uint16_t* b, size_t n) { f16_sum(a, b, b, n); }
+inline void bf16_add(const uint16_t* a, uint16_t* b, size_t n) { bf16_sum(a, b, b, n); }
 
 // One set of conversion kernels; tests and benchmarks iterate over every path this CPU runs.
 struct ConvertKernels {

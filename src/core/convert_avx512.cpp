@@ -142,23 +142,23 @@ AMP_TARGET_AVX512BF16 void f32_to_bf16_avx512bf16_run(const float* src, uint16_t
   }
 }
 
-// ---- 16-bit sums: b = round(a + b), widening both, adding in FP32, rounding once -------------
+// ---- 16-bit sums: out = round(a + b), widening both, adding in FP32, rounding once -------------
 // Full vectors use plain loads and stores: masked 16-bit stores are slow on some CPUs (Zen 4),
 // so masks only serve the tail.
 AMP_TARGET_AVX512 inline __m512 add16_lanes_f16(__m256i a, __m256i b) {
   return _mm512_add_ps(_mm512_cvtph_ps(a), _mm512_cvtph_ps(b));
 }
 
-AMP_TARGET_AVX512 void f16_add_run(const uint16_t* a, uint16_t* b, size_t n) {
+AMP_TARGET_AVX512 void f16_add_run(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 s = add16_lanes_f16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)),
                                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b + i), _mm512_cvtps_ph(s, kRne));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtps_ph(s, kRne));
   }
   if (i < n) {
     const __mmask16 m = tail_mask16(n - i);
-    store_16x16(b + i, m, _mm512_cvtps_ph(add16_lanes_f16(load_16x16(a + i, m), load_16x16(b + i, m)), kRne));
+    store_16x16(out + i, m, _mm512_cvtps_ph(add16_lanes_f16(load_16x16(a + i, m), load_16x16(b + i, m)), kRne));
   }
 }
 
@@ -176,17 +176,17 @@ AMP_TARGET_AVX512BF16 inline __m256i round_bf16_lanes(__m512i x) {
 }
 
 template <bool kHw>
-AMP_TARGET_AVX512BF16 void bf16_add_run(const uint16_t* a, uint16_t* b, size_t n) {
+AMP_TARGET_AVX512BF16 void bf16_add_run(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 s = _mm512_add_ps(bf16_lanes_for_add(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i))),
                                    bf16_lanes_for_add(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i))));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b + i), round_bf16_lanes<kHw>(_mm512_castps_si512(s)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), round_bf16_lanes<kHw>(_mm512_castps_si512(s)));
   }
   if (i < n) {
     const __mmask16 m = tail_mask16(n - i);
     const __m512 s = _mm512_add_ps(bf16_lanes_for_add(load_16x16(a + i, m)), bf16_lanes_for_add(load_16x16(b + i, m)));
-    store_16x16(b + i, m, round_bf16_lanes<kHw>(_mm512_castps_si512(s)));
+    store_16x16(out + i, m, round_bf16_lanes<kHw>(_mm512_castps_si512(s)));
   }
 }
 
@@ -220,9 +220,13 @@ void f32_to_bf16_avx512bf16(const float* src, uint16_t* dst, size_t n) {
     f32_to_bf16_avx512bf16_run<false>(src, dst, n);
 }
 
-void f16_add_avx512(const uint16_t* a, uint16_t* b, size_t n) { f16_add_run(a, b, n); }
-void bf16_add_avx512(const uint16_t* a, uint16_t* b, size_t n) { bf16_add_run<false>(a, b, n); }
-void bf16_add_avx512bf16(const uint16_t* a, uint16_t* b, size_t n) { bf16_add_run<true>(a, b, n); }
+void f16_add_avx512(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n) { f16_add_run(a, b, out, n); }
+void bf16_add_avx512(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n) {
+  bf16_add_run<false>(a, b, out, n);
+}
+void bf16_add_avx512bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n) {
+  bf16_add_run<true>(a, b, out, n);
+}
 
 // acc += widen(16 values of src) (the widening of f16_to_f32_avx512_run / bf16_to_f32_avx512_run):
 // plain loads and stores in the body, masked ones for the tail only (masked stores in every step

@@ -1,4 +1,5 @@
-// The 16-bit combining sums of the all-reduce (f16_add, bf16_add) against the scalar reference:
+// The 16-bit combining sums of the all-reduce (f16_add, bf16_add) and of the add op (f16_sum,
+// bf16_sum: out = a + b) against the scalar reference:
 // random bit patterns including NaN, inf and subnormals, every length up to 70 and a large one.
 #include <catch2/catch.hpp>
 
@@ -27,14 +28,25 @@ TEST_CASE("16-bit sums are float additions rounded once, bit for bit", "[convert
         expect[i] = bf16 ? float_to_bf16_bits(s) : float_to_half_bits(s);
       }
       (bf16 ? bf16_add : f16_add)(a.data(), got.data(), n);
-      size_t wrong = 0;
+      // the three-operand form (the add op's): a and b kept, the sum in a third array
+      std::vector<uint16_t> out(n + 1, 0x1234);
+      const std::vector<uint16_t> a0 = a, b0 = b;
+      (bf16 ? bf16_sum : f16_sum)(a.data(), b.data(), out.data(), n);
+      size_t wrong = 0, wrong_out = 0;
       for (size_t i = 0; i < n; ++i) {
         const bool nan_e = bf16 ? (expect[i] & 0x7fff) > 0x7f80 : (expect[i] & 0x7fff) > 0x7c00;
-        const bool nan_g = bf16 ? (got[i] & 0x7fff) > 0x7f80 : (got[i] & 0x7fff) > 0x7c00;
-        wrong += nan_e ? !nan_g : got[i] != expect[i];  // NaN payloads may differ; NaN-ness may not
+        const auto wrong_bits = [&](uint16_t g) {
+          const bool nan_g = bf16 ? (g & 0x7fff) > 0x7f80 : (g & 0x7fff) > 0x7c00;
+          return nan_e ? !nan_g : g != expect[i];  // NaN payloads may differ; NaN-ness may not
+        };
+        wrong += wrong_bits(got[i]);
+        wrong_out += wrong_bits(out[i]);
       }
       INFO((bf16 ? "bf16" : "f16") << " n=" << n);
       CHECK(wrong == 0);
+      CHECK(wrong_out == 0);
+      CHECK(out[n] == 0x1234);  // nothing past n
+      CHECK((a == a0 && b == b0));
     }
   }
   // Overflow to inf and exact small sums.

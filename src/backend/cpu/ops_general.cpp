@@ -304,6 +304,22 @@ void CpuOps::gemm(const GemmArgs& g) {
 void CpuOps::add(const AddArgs& a) {
   check_args(a);
   const int64_t n = a.n, nb = (n + kBlock - 1) / kBlock;
+  // One 16-bit type throughout and no scale: core/convert.h's 16-bit sums, one pass with the same
+  // bits (1.8-2.5x a copy through the FP32 blocks below in a BF16 GPT step).
+  const bool same16 = (a.a_type == DType::BF16 || a.a_type == DType::F16) && a.b_type == a.a_type &&
+                      a.out_type == a.a_type && a.scale == 1.0f;
+  if (same16) {
+    const auto* x = static_cast<const uint16_t*>(a.a);
+    const auto* y = static_cast<const uint16_t*>(a.b);
+    auto* out = static_cast<uint16_t*>(a.out);
+    const auto sum = a.a_type == DType::BF16 ? bf16_sum : f16_sum;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      const int64_t off = blk * kBlock;
+      sum(x + off, y + off, out + off, size_t(std::min(kBlock, n - off)));
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t blk = 0; blk < nb; ++blk) {
     alignas(64) float va[kBlock], vb[kBlock];
