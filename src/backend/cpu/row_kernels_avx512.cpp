@@ -77,6 +77,17 @@ void store_bf16(uint16_t* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_bits_avx512(_mm512_castps_si512(v)));
 }
 
+// tmath::lane_tree on lanes 0-15 in lo, 16-31 in hi.
+template <typename Op>
+float lane_tree32(__m512 lo, __m512 hi, Op&& op) {
+  __m512 v = op(lo, __mmask16(0xffff), hi);                              // h = 16
+  v = op(v, __mmask16(0x00ff), _mm512_shuffle_f32x4(v, v, 0x4E));          // h = 8: 256-bit halves swapped
+  v = op(v, __mmask16(0x000f), _mm512_shuffle_f32x4(v, v, 0xB1));          // h = 4: 128-bit blocks swapped
+  v = op(v, __mmask16(0x0003), _mm512_permute_ps(v, 0x4E));                // h = 2
+  v = op(v, __mmask16(0x0001), _mm512_permute_ps(v, 0xB1));                // h = 1
+  return _mm512_cvtss_f32(v);
+}
+
 // A 32-lane row reduction (transformer_args.h): lanes 0-15 in lo, 16-31 in hi; f(j, mask) gives
 // the 16 values at element j (masked lanes may hold anything), op(acc, mask, x) combines the lanes
 // of the mask. Full chunks of 32, then the partial one, then the butterfly tree (tmath::lane_tree)
@@ -98,12 +109,7 @@ float reduce32(int64_t n, float init, F&& f, Op&& op) {
       hi = op(hi, mhi, f(j + 16, mhi));
     }
   }
-  __m512 v = op(lo, __mmask16(0xffff), hi);                              // h = 16
-  v = op(v, __mmask16(0x00ff), _mm512_shuffle_f32x4(v, v, 0x4E));          // h = 8: 256-bit halves swapped
-  v = op(v, __mmask16(0x000f), _mm512_shuffle_f32x4(v, v, 0xB1));          // h = 4: 128-bit blocks swapped
-  v = op(v, __mmask16(0x0003), _mm512_permute_ps(v, 0x4E));                // h = 2
-  v = op(v, __mmask16(0x0001), _mm512_permute_ps(v, 0xB1));                // h = 1
-  return _mm512_cvtss_f32(v);
+  return lane_tree32(lo, hi, op);
 }
 
 // fmax(acc, x) in the mask's lanes as trows::fmax8: a NaN x keeps acc; max_ps(acc, x) gives x on ties.
@@ -111,6 +117,27 @@ __m512 fmax16(__m512 acc, __mmask16 m, __m512 x) {
   return _mm512_mask_max_ps(acc, m & _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), acc, x);
 }
 __m512 add16(__m512 acc, __mmask16 m, __m512 x) { return _mm512_mask_add_ps(acc, m, acc, x); }
+
+// Two sums of the 32 lanes in one pass: f(j, mask, &a, &b) gives the 16 values of each at
+// element j; the same order as reduce32 with add16 on each.
+template <typename F>
+void sums32x2(int64_t n, F&& f, float* sa, float* sb) {
+  __m512 a[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, b[2] = {a[0], a[0]};
+  auto add_at = [&](int h, int64_t j, __mmask16 m) {
+    __m512 va, vb;
+    f(j, m, &va, &vb);
+    a[h] = add16(a[h], m, va);
+    b[h] = add16(b[h], m, vb);
+  };
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) add_at(0, j, __mmask16(0xffff)), add_at(1, j + 16, __mmask16(0xffff));
+  if (j < n) {
+    add_at(0, j, tail_mask(n - j));
+    if (n - j > 16) add_at(1, j + 16, tail_mask(n - j - 16));
+  }
+  *sa = lane_tree32(a[0], a[1], add16);
+  *sb = lane_tree32(b[0], b[1], add16);
+}
 
 // Every element of the row, 16 at a time: f(j, mask) -> the values to store at j.
 template <typename F>
@@ -238,18 +265,20 @@ void layernorm_forward_bf16(const uint16_t* x16, const float* gamma, const float
 }
 
 // layernorm_backward's row: n = ln_norm(x), dn = gamma * dy, a = lanes_sum(dn) / C, b = lanes_sum(dn
-// * n) / C, dx = [dx_old +] ln_dx(dn, a, n, b, rstd) rounded; the dgamma/dbeta terms in the last
-// pass. n and dn are recomputed in each pass from the row in L1 instead of stored.
+// * n) / C (one pass), dx = [dx_old +] ln_dx(dn, a, n, b, rstd) rounded with the dgamma/dbeta
+// terms (a second pass): n and dn are recomputed from the row in L1 instead of stored.
 void layernorm_backward_bf16(const uint16_t* x16, const uint16_t* dy16, const float* gamma, float mean, float rstd,
                              uint16_t* dx, bool accumulate_dx, float* ag, float* ab, int64_t n) {
   const Bf16Row x(x16, n), dy(dy16, n);
   const __m512 vmean = _mm512_set1_ps(mean), vrstd = _mm512_set1_ps(rstd);
   auto norm = [&](int64_t j) { return _mm512_mul_ps(_mm512_sub_ps(x(j), vmean), vrstd); };
   auto dnorm = [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, gamma + j), dy(j)); };
-  const __m512 va = _mm512_set1_ps(reduce32(n, 0.0f, dnorm, add16) / float(n));
-  const __m512 vb = _mm512_set1_ps(
-      reduce32(n, 0.0f, [&](int64_t j, __mmask16 m) { return _mm512_mul_ps(dnorm(j, m), norm(j)); }, add16) /
-      float(n));
+  float suma, sumb;
+  sums32x2(n, [&](int64_t j, __mmask16 m, __m512* dn, __m512* dnn) {
+    *dn = dnorm(j, m);
+    *dnn = _mm512_mul_ps(*dn, norm(j));
+  }, &suma, &sumb);
+  const __m512 va = _mm512_set1_ps(suma / float(n)), vb = _mm512_set1_ps(sumb / float(n));
   const Bf16Row old(accumulate_dx ? dx : dy16, accumulate_dx ? n : 0);  // read before dx's chunk is written
   each16_to_bf16(dx, n, [&](int64_t j, __mmask16 m) {
     const __m512 nj = norm(j), dyj = dy(j), dn = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, gamma + j), dyj);
