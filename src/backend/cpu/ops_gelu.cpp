@@ -22,8 +22,8 @@ using namespace trows;
 // The forward is then one load per element, the backward one load and one product (dy widened,
 // times gelu'(x), rounded once): the bits of widening, the FP32 kernels and rounding, at 1.6-1.8x
 // their speed (docs/benchmarks.md). For BF16 where the CPU has AVX-512F the backward's chunks
-// widen, multiply and round in registers (RowKernels::gelu_backward_bf16_table). Every pattern of both types is checked against the scalar
-// specification by tests/unit/test_ops_transformer.cpp.
+// widen, multiply and round in registers (RowKernels::gelu_backward_bf16_table). Every pattern of
+// both types is checked against the scalar specification by tests/unit/test_ops_transformer.cpp.
 
 namespace {
 

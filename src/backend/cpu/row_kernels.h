@@ -40,16 +40,16 @@ struct RowKernels {
   void (*softmax_probs_bf16)(const float* s, float scale, float m, float sum, uint16_t* p16, int64_t n);
   // softmax_backward_bf16: softmax_backward of the widened p16 (bf16_bits_to_float), rounded into ds16.
   void (*softmax_backward_bf16)(const uint16_t* p16, const float* dp, float scale, uint16_t* ds16, int64_t n);
-  // The BF16 rows of the layer norm and GELU ops, in one pass or two over the 16-bit data instead of
-  // conversions to FP32 scratch rows and back, with the bits of those (widen, the FP32 kernels'
-  // arithmetic, round once). Only the AVX-512 set has them (null in the others: the ops convert).
-  // layernorm_forward_bf16: one row of layernorm_forward (transformer_args.h): stats = {mean, rstd},
-  // y rounded; y may be x.
+  // The BF16 rows of the layer norm and the GELU backward, widened, computed and rounded in
+  // registers (passes over a row in L1) instead of converted to FP32 scratch rows and back, with the
+  // bits of that path (widen, the FP32 arithmetic of transformer_args.h, round once). Only the
+  // AVX-512 set has them (null in the others: the ops convert).
+  // layernorm_forward_bf16: one row of layernorm_forward: stats = {mean, rstd}, y rounded; y may be x.
   void (*layernorm_forward_bf16)(const uint16_t* x, const float* gamma, const float* beta, float eps, uint16_t* y,
                                  int64_t n, float* stats);
   // layernorm_backward_bf16: one row of layernorm_backward: dx = [dx +] ln_dx(...) rounded, and where
   // ag is not null the row's dgamma and dbeta terms added to the partials: ag += n * dy, ab += dy.
-  // dx may be dy.
+  // dx may be x or dy (each chunk is read before dx's is written).
   void (*layernorm_backward_bf16)(const uint16_t* x, const uint16_t* dy, const float* gamma, float mean, float rstd,
                                   uint16_t* dx, bool accumulate_dx, float* ag, float* ab, int64_t n);
   // gelu_backward_bf16_table: dx[i] = round(widen(dy[i]) * grad[x[i]]) for a table of 65536 floats
