@@ -101,6 +101,26 @@ bool unscale_block(const void* g, DType t, size_t begin, size_t len, float inv, 
   return bad != 0;
 }
 
+// out = float(g[0..len)) * inv: unscale_block's values without its checks and squares, which
+// the optimizer's passes (after the fused check) do not use: the BF16 char GPT's optimizer phase
+// 6.0-6.4 -> 5.8-6.2 ms at 2 threads (alternating runs).
+void unscale_values(const void* g, DType t, size_t begin, size_t len, float inv, float* __restrict out) {
+  size_t j = 0;
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const char* bytes = static_cast<const char*>(g) + begin * dtype_size(t);
+  for (; j + 8 <= len; j += 8) {
+    prefetch_ahead(bytes + j * dtype_size(t));
+    _mm256_storeu_ps(out + j, _mm256_mul_ps(load8(g, t, begin + j), vinv));
+  }
+#endif
+  for (; j < len; ++j) {
+    float v;
+    convert(static_cast<const char*>(g) + (begin + j) * dtype_size(t), t, &v, DType::F32, 1);
+    out[j] = v * inv;
+  }
+}
+
 // Work list: (tensor, begin, end) chunks of at most kBlock elements, in tensor order.
 struct Chunk {
   int32_t tensor;
@@ -291,8 +311,7 @@ void unscale(const void* grads, DType dtype, size_t n, float scale, float* out32
 #pragma omp parallel for schedule(static) if (blocks >= 4)
   for (size_t b = 0; b < blocks; ++b) {
     const size_t begin = b * kBlock, len = std::min(kBlock, n - begin);
-    double unused = 0.0;
-    unscale_block(grads, dtype, begin, len, inv, out32 + begin, &unused);
+    unscale_values(grads, dtype, begin, len, inv, out32 + begin);
   }
 }
 
