@@ -37,7 +37,7 @@ namespace {
 // write zeros there in their outputs.
 struct HeadScratch {
   int64_t T = 0, D = 0, Dp = 0, Tp = 0;
-  bool has_backward = false;
+  bool has_backward = false, has_native = false, has_products = false;
   aligned_vector<float> q, k, kt, v, vt, o, dout, a, b, c;
   aligned_vector<uint16_t> half;  // [T][Dp]: 16-bit rows on their way in or out
   // For native BF16 dot products (AttnHead::q16 ...): Q's and dO's BF16 rows, K's and V's pairs.
@@ -47,22 +47,29 @@ struct HeadScratch {
   aligned_vector<uint16_t> k16, v16;   // [T][Dp]
   aligned_vector<uint32_t> row_pairs;  // [ceil(T/2)][Dp] once (forward), three times (backward)
 
-  void size(int64_t T_, int64_t D_, bool backward) {
-    if (T_ == T && D_ == D && (has_backward || !backward) && !q.empty()) return;
-    has_backward = has_backward || backward;
-    backward = has_backward;
+  // The buffers of the FP32 path, and those of the native BF16 products (native) and of the BF16
+  // products (products) only where a call may use them: once a thread has them, they stay.
+  void size(int64_t T_, int64_t D_, bool backward, bool native, bool products) {
+    if (T_ == T && D_ == D && (has_backward || !backward) && (has_native || !native) &&
+        (has_products || !products) && !q.empty())
+      return;
+    has_backward = has_backward || backward, has_native = has_native || native;
+    has_products = has_products || products;
+    backward = has_backward, native = has_native, products = has_products;
     // Tp, the transposed arrays' row stride: T rounded up to the key tile, plus 16 floats, so that
     // the D rows of a tile do not all fall into one set of the L1 cache (a 4 KiB stride would).
     T = T_, D = D_, Dp = (D + kAttnPad - 1) / kAttnPad * kAttnPad;
     Tp = (T + kAttnKeyTile - 1) / kAttnKeyTile * kAttnKeyTile + 16;
     const size_t rows = size_t(T * Dp), cols = size_t(D * Tp);
     const size_t pairs = size_t(Dp / 2 * Tp);
-    q.assign(rows, 0.0f), kt.assign(cols, 0.0f), a.assign(rows, 0.0f), half.assign(rows, 0);
-    v.assign(rows, 0.0f), q16.assign(rows, 0), kp.assign(pairs, 0);
-    v16.assign(rows, 0), row_pairs.assign(size_t((T + 1) / 2 * Dp * (backward ? 3 : 1)), 0);
+    const auto sized = [](auto& v, bool wanted, size_t n) { v.assign(wanted ? n : 0, 0); };
+    q.assign(rows, 0.0f), kt.assign(cols, 0.0f), a.assign(rows, 0.0f), half.assign(rows, 0), v.assign(rows, 0.0f);
+    sized(q16, native, rows), sized(kp, native, pairs);
+    sized(v16, products, rows), sized(row_pairs, products, size_t((T + 1) / 2 * Dp * (backward ? 3 : 1)));
     if (!backward) return;
     k.assign(rows, 0.0f), vt.assign(cols, 0.0f), o.assign(rows, 0.0f), dout.assign(rows, 0.0f);
-    b.assign(rows, 0.0f), c.assign(rows, 0.0f), dout16.assign(rows, 0), vp.assign(pairs, 0), k16.assign(rows, 0);
+    b.assign(rows, 0.0f), c.assign(rows, 0.0f);
+    sized(dout16, native, rows), sized(vp, native, pairs), sized(k16, native, rows);
   }
 };
 
@@ -194,7 +201,7 @@ void CpuOps::attention_forward(const AttentionArgs& a) {
 #pragma omp parallel if (items > 1 && a.T * a.T * a.D >= 4096)
   {
     static thread_local HeadScratch s;
-    s.size(a.T, a.D, false);
+    s.size(a.T, a.D, false, native, products);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t b = item / a.H, h = item % a.H;
@@ -243,7 +250,7 @@ void CpuOps::attention_backward(const AttentionBackwardArgs& a) {
 #pragma omp parallel if (items > 1 && a.T * a.T * a.D >= 4096)
   {
     static thread_local HeadScratch s;
-    s.size(a.T, a.D, true);
+    s.size(a.T, a.D, true, native, products);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t b = item / a.H, h = item % a.H;
