@@ -108,9 +108,10 @@ void unscale_values(const void* g, DType t, size_t begin, size_t len, float inv,
   size_t j = 0;
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
   const __m256 vinv = _mm256_set1_ps(inv);
-  const char* bytes = static_cast<const char*>(g) + begin * dtype_size(t);
+  const size_t es = dtype_size(t);
+  const char* bytes = static_cast<const char*>(g) + begin * es;
   for (; j + 8 <= len; j += 8) {
-    prefetch_ahead(bytes + j * dtype_size(t));
+    prefetch_ahead(bytes + j * es);
     _mm256_storeu_ps(out + j, _mm256_mul_ps(load8(g, t, begin + j), vinv));
   }
 #endif
