@@ -49,9 +49,12 @@ bool span_has_nonfinite(const void* grads, DType t, size_t b, size_t e) {
   return any;
 }
 
-// out = float(g[0..len)) * inv; returns whether any result is non-finite and adds the sum of
-// squares to *sum. One pass over the 16-bit block; squares accumulate in double lanes within the
-// block and across blocks, in a fixed order, so the result does not depend on the thread count. The unscaled value of a NaN input is some NaN.
+// out = float(g[0..len)) * inv. kStats: also returns whether any result is non-finite and adds
+// the sum of squares to *sum (the fused check); without, the values alone (the optimizer's passes,
+// after that check: the BF16 char GPT's optimizer phase 6.0-6.4 -> 5.8-6.2 ms at 2 threads against
+// computing the unused statistics). One pass over the 16-bit block; squares accumulate in double
+// lanes within the block and across blocks, in a fixed order, so the result does not depend on the
+// thread count. The unscaled value of a NaN input is some NaN.
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 inline __m256 load8(const void* g, DType t, size_t j) {
   if (t == DType::F32) return _mm256_loadu_ps(static_cast<const float*>(g) + j);
@@ -61,6 +64,7 @@ inline __m256 load8(const void* g, DType t, size_t j) {
 }
 #endif
 
+template <bool kStats>
 bool unscale_block(const void* g, DType t, size_t begin, size_t len, float inv, float* __restrict out, double* sum) {
   size_t j = 0;
   double s = 0.0;
@@ -79,47 +83,32 @@ bool unscale_block(const void* g, DType t, size_t begin, size_t len, float inv, 
     prefetch_ahead(bytes + j * es);  // 2.4x on BF16 gradients, 1.9x on FP32 (prefetch.h)
     const __m256 a = _mm256_mul_ps(load8(g, t, begin + j), vinv);
     if (out) _mm256_storeu_ps(out + j, a);
-    nonfinite = _mm256_or_ps(nonfinite, _mm256_cmp_ps(_mm256_and_ps(a, exp_mask), exp_mask, _CMP_EQ_OQ));
-    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(a)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
-    acc0 = _mm256_fmadd_pd(lo, lo, acc0);
-    acc1 = _mm256_fmadd_pd(hi, hi, acc1);
+    if constexpr (kStats) {
+      nonfinite = _mm256_or_ps(nonfinite, _mm256_cmp_ps(_mm256_and_ps(a, exp_mask), exp_mask, _CMP_EQ_OQ));
+      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(a)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
+      acc0 = _mm256_fmadd_pd(lo, lo, acc0);
+      acc1 = _mm256_fmadd_pd(hi, hi, acc1);
+    }
   }
-  bad = uint32_t(_mm256_movemask_ps(nonfinite) != 0);
-  alignas(32) double lanes[4];
-  _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
-  for (double l : lanes) s += l;
+  if constexpr (kStats) {
+    bad = uint32_t(_mm256_movemask_ps(nonfinite) != 0);
+    alignas(32) double lanes[4];
+    _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
+    for (double l : lanes) s += l;
+  }
 #endif
   for (; j < len; ++j) {
     float v;
     convert(static_cast<const char*>(g) + (begin + j) * dtype_size(t), t, &v, DType::F32, 1);
     v *= inv;
     if (out) out[j] = v;
-    bad |= uint32_t(!(v - v == 0.0f));
-    s += double(v) * double(v);
+    if constexpr (kStats) {
+      bad |= uint32_t(!(v - v == 0.0f));
+      s += double(v) * double(v);
+    }
   }
-  *sum += s;
+  if constexpr (kStats) *sum += s;
   return bad != 0;
-}
-
-// out = float(g[0..len)) * inv: unscale_block's values without its checks and squares, which
-// the optimizer's passes (after the fused check) do not use: the BF16 char GPT's optimizer phase
-// 6.0-6.4 -> 5.8-6.2 ms at 2 threads (alternating runs).
-void unscale_values(const void* g, DType t, size_t begin, size_t len, float inv, float* __restrict out) {
-  size_t j = 0;
-#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-  const __m256 vinv = _mm256_set1_ps(inv);
-  const size_t es = dtype_size(t);
-  const char* bytes = static_cast<const char*>(g) + begin * es;
-  for (; j + 8 <= len; j += 8) {
-    prefetch_ahead(bytes + j * es);
-    _mm256_storeu_ps(out + j, _mm256_mul_ps(load8(g, t, begin + j), vinv));
-  }
-#endif
-  for (; j < len; ++j) {
-    float v;
-    convert(static_cast<const char*>(g) + (begin + j) * dtype_size(t), t, &v, DType::F32, 1);
-    out[j] = v * inv;
-  }
 }
 
 // Work list: (tensor, begin, end) chunks of at most kBlock elements, in tensor order.
@@ -293,7 +282,7 @@ int32_t unscale_check(const void* grads, DType dtype, const std::vector<TensorSp
   for (size_t i = 0; i < work.size(); ++i) {
     const Chunk& ch = work[i];
     double s = 0.0;
-    const bool bad = unscale_block(grads, dtype, ch.begin, ch.end - ch.begin, inv, out32 ? out32 + ch.begin : nullptr, &s);
+    const bool bad = unscale_block<true>(grads, dtype, ch.begin, ch.end - ch.begin, inv, out32 ? out32 + ch.begin : nullptr, &s);
     part[i] = s;
     if (bad) first = std::min(first, ch.tensor);
   }
@@ -312,7 +301,7 @@ void unscale(const void* grads, DType dtype, size_t n, float scale, float* out32
 #pragma omp parallel for schedule(static) if (blocks >= 4)
   for (size_t b = 0; b < blocks; ++b) {
     const size_t begin = b * kBlock, len = std::min(kBlock, n - begin);
-    unscale_values(grads, dtype, begin, len, inv, out32 + begin);
+    unscale_block<false>(grads, dtype, begin, len, inv, out32 + begin, nullptr);
   }
 }
 
