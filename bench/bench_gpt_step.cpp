@@ -37,6 +37,7 @@
 #include "step_phases.h"
 #include "timed_ops.h"
 #include "backend/backend.h"
+#include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
 #include "model/gpt.h"
@@ -259,6 +260,9 @@ int main(int argc, char** argv) {
               (step - gemm_s) * 1e3, moved_bytes / 1048576.0, moved_bytes / copy_rate * 1e3, copy_rate / 1e9);
   std::printf("\nstep FLOP rate %.1f GFLOP/s | bare GEMM rate %.1f GFLOP/s (the GEMMs alone: %.3f ms) | ratio %.3f\n",
               flops / step / 1e9, flops / bare / 1e9, bare * 1e3, bare / step);
+  if (o.fused_attention && dynamic_cast<CpuBackend*>(&be))  // heads that passed bf16_dots_allowed, over the run
+    std::printf("fused attention heads on BF16 products: %lld, with native score products: %lld (both over the run)\n",
+                (long long)cpu::attention_bf16_product_heads(), (long long)cpu::attention_native_bf16_products());
   std::printf("ratio per round:");
   for (double r : ratios) std::printf(" %.3f", r);
   std::vector<double> sorted = ratios;
