@@ -70,7 +70,7 @@ void bf16_to_f32_avx512(const uint16_t* src, float* dst, size_t n);
 void f32_to_bf16_avx512bf16(const float* src, uint16_t* dst, size_t n);
 void f16_widen_add_avx512(const uint16_t* src, float* acc, size_t n);
 void bf16_widen_add_avx512(const uint16_t* src, float* acc, size_t n);
-// b = round(a + b) in 16 lanes: FP16; BF16 with the integer rounding or vcvtneps2bf16.
+// out = round(a + b) in 16 lanes (out may be a or b): FP16; BF16 with the integer rounding or vcvtneps2bf16.
 void f16_add_avx512(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n);
 void bf16_add_avx512(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n);
 void bf16_add_avx512bf16(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n);
